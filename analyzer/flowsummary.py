@@ -1,0 +1,54 @@
+"""One summary row per flow, shared by `msgcap flows` and the `flows` table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from reassembly.capture import CaptureReader
+from reassembly.engine import Reassembler, capture_damage_events
+from reassembly.events import Anomaly, FlowEnd, FlowInfo, StreamClose
+from reassembly.limits import Limits
+
+
+def flow_row(info: FlowInfo) -> dict:
+    """Plain-JSON summary of a finished flow (timestamps as integer ns)."""
+    row = {
+        "flow_id": info.flow_id,
+        "transport": info.transport.name.lower(),
+        "client_ip": info.client.ip,
+        "client_port": info.client.port,
+        "server_ip": info.server.ip,
+        "server_port": info.server.port,
+        "role_source": info.role_source.label,
+        "vlan": list(info.vlan),
+        "ts_first_ns": info.ts_first_ns,
+        "ts_last_ns": info.ts_last_ns,
+        "frame_first": info.frame_first,
+        "frame_last": info.frame_last,
+        "close_reason": info.close_reason,
+    }
+    for d, suffix in ((0, "c2s"), (1, "s2c")):
+        row[f"packets_{suffix}"] = info.packets[d]
+        row[f"payload_bytes_{suffix}"] = info.payload_bytes[d]
+        row[f"stream_bytes_{suffix}"] = info.stream_bytes[d]
+        row[f"gap_bytes_{suffix}"] = info.gap_bytes[d]
+        row[f"overlap_conflicts_{suffix}"] = info.overlap_conflicts[d]
+        row[f"mid_stream_{suffix}"] = info.mid_stream[d]
+    return row
+
+
+def iter_flow_rows(
+    reader: CaptureReader, limits: Limits | None = None, anomalies: list | None = None,
+    wrap: Callable[[Iterable], Iterable] = lambda it: it,
+) -> Iterator[dict]:
+    """Summary rows of every flow in an open capture, in the order flows end.
+
+    Anomalies met on the way (capture damage last) are appended to ``anomalies``.
+    """
+    for ev in wrap(Reassembler(limits).process(reader)):
+        if isinstance(ev, StreamClose | FlowEnd):
+            yield flow_row(ev.flow)
+        elif anomalies is not None and isinstance(ev, Anomaly):
+            anomalies.append(ev)
+    if anomalies is not None:
+        anomalies.extend(capture_damage_events(reader))

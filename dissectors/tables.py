@@ -1,0 +1,185 @@
+"""Table declarations: every output table is declared once, here or next to its dissector.
+
+Strategy: a ``TableSpec`` is plain data (name, version, ordered fields with an Arrow type
+and a description).  The Arrow schema, the Spark ``StructType``, ``docs/tables.md`` and
+the batch validator are all *derived* from it (``dissectors.schema``), so they cannot
+drift apart.  Every protocol table begins with the same envelope columns (DESIGN §5) so
+any row leads back to its capture, flow, frames and stream offsets.
+
+The registry (``register_table`` / ``get_table`` / ``all_tables``) lives here, next to
+the declarations, so a protocol's table module only needs this module (or
+``dissectors.api``) to declare and register its tables at import.  The registry never
+imports protocol packages itself; discovery is the pipeline's business.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+__all__ = [
+    "ENVELOPE",
+    "ENVELOPE_NAMES",
+    "PARTITION_KEY",
+    "TS",
+    "Field",
+    "TableSpec",
+    "all_tables",
+    "get_table",
+    "register_table",
+    "unregister_table",
+]
+
+TS = pa.timestamp("ns", tz="UTC")
+
+PARTITION_KEY = "capture"
+"""Hive partition key of the Parquet dataset (``OUT/<table>/capture=<capture_id>/``).
+
+Reserved: no table may declare a column with this name, or readers that add the
+partition column would see two columns of the same name.
+"""
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    type: pa.DataType
+    description: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    name: str
+    version: int
+    description: str
+    fields: tuple[Field, ...]
+    # protocol tables get the envelope prepended; flows/anomalies declare their own
+    envelope: bool = True
+    _all: tuple[Field, ...] = field(init=False, repr=False, compare=False)
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ValueError(f"table name {self.name!r} must match [a-z][a-z0-9_]*")
+        if not isinstance(self.version, int) or self.version < 1:
+            raise ValueError(f"table {self.name}: version must be an int >= 1")
+        cols = (ENVELOPE + tuple(self.fields)) if self.envelope else tuple(self.fields)
+        if not cols:
+            raise ValueError(f"table {self.name}: no columns")
+        names = [f.name for f in cols]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"table {self.name}: duplicate columns {sorted(dupes)}")
+        for f in cols:
+            if not isinstance(f, Field) or not isinstance(f.type, pa.DataType):
+                raise TypeError(f"table {self.name}: {f!r} is not a Field with an Arrow type")
+            if not _NAME_RE.match(f.name):
+                raise ValueError(f"table {self.name}: column {f.name!r} must match [a-z][a-z0-9_]*")
+            if f.name == PARTITION_KEY:
+                raise ValueError(
+                    f"table {self.name}: column name {PARTITION_KEY!r} is reserved "
+                    "for the dataset partition key"
+                )
+            if not f.description.strip():
+                raise ValueError(f"table {self.name}: column {f.name} has no description")
+        object.__setattr__(self, "fields", tuple(self.fields))
+        object.__setattr__(self, "_all", cols)
+        object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.version, self.envelope, self._all))
+
+    @property
+    def columns(self) -> tuple[Field, ...]:
+        """All columns in order, envelope first."""
+        return self._all
+
+    @property
+    def column_names(self) -> list[str]:
+        return [f.name for f in self._all]
+
+    def column(self, name: str) -> Field:
+        """The declared column ``name`` (``KeyError`` if the table has none)."""
+        try:
+            return self._all[self._index[name]]
+        except KeyError:
+            raise KeyError(f"table {self.name} has no column {name!r}") from None
+
+
+ENVELOPE: tuple[Field, ...] = (
+    Field(
+        "capture_id", pa.string(),
+        "Id of the capture file (first 16 hex digits of its SHA-256).", False,
+    ),
+    Field(
+        "flow_id", pa.int64(),
+        "Flow id, stable within a capture; joins to `flows.flow_id`.", False,
+    ),
+    Field(
+        "record_id", pa.int64(),
+        "Row id, unique within a capture across all tables, in emission order.", False,
+    ),
+    Field(
+        "parent_record_id", pa.int64(),
+        "For rows decoded from inside another row's payload: that row's `record_id`.",
+    ),
+    Field("direction", pa.string(), "`c2s` (client to server) or `s2c`.", False),
+    Field("src_ip", pa.string(), "Source address of the bytes of this row."),
+    Field("src_port", pa.int32(), "Source port."),
+    Field("dst_ip", pa.string(), "Destination address."),
+    Field("dst_port", pa.int32(), "Destination port."),
+    Field("ts_first", TS, "Capture time of the packet carrying the row's first byte (UTC)."),
+    Field("ts_last", TS, "Capture time of the packet carrying the row's last byte (UTC)."),
+    Field(
+        "offset_start", pa.int64(),
+        "Stream offset of the first byte (inclusive) in this direction.",
+    ),
+    Field("offset_end", pa.int64(), "Stream offset one past the last byte (exclusive)."),
+    Field("frame_first", pa.int64(), "Capture frame number (1-based) carrying the first byte."),
+    Field("frame_last", pa.int64(), "Capture frame number carrying the last byte."),
+)
+
+ENVELOPE_NAMES = frozenset(f.name for f in ENVELOPE)
+
+
+# --------------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, TableSpec] = {}
+
+
+def register_table(spec: TableSpec) -> TableSpec:
+    """Register ``spec`` under its name and return it (so ``X = register_table(...)``).
+
+    Registering an equal spec again is a no-op (modules may be re-imported); a
+    *different* spec under a taken name raises ``ValueError``.
+    """
+    if not isinstance(spec, TableSpec):
+        raise TypeError(f"register_table expects a TableSpec, got {type(spec).__name__}")
+    old = _REGISTRY.get(spec.name)
+    if old is not None and old != spec:
+        raise ValueError(f"table {spec.name!r} is already registered with a different declaration")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister_table(name: str) -> None:
+    """Remove a table from the registry (tests, plugin reloads).  Missing names are ignored."""
+    _REGISTRY.pop(name, None)
+
+
+def get_table(name: str) -> TableSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise KeyError(f"no table {name!r} registered (registered: {known})") from None
+
+
+def all_tables() -> tuple[TableSpec, ...]:
+    """Every registered table, sorted by name (deterministic)."""
+    return tuple(_REGISTRY[n] for n in sorted(_REGISTRY))

@@ -1,0 +1,90 @@
+"""Capture file → ordered reassembly events.  The one entry point of the package.
+
+Strategy: frames go through the network decoder (link layer, IP, defragmentation) and
+the flow table (TCP/UDP); both append events to one list that is drained after every
+frame, so events come out in capture order with anomalies in place.  Idle flows and
+stale fragments are expired on capture time, checked once per second of it, which
+keeps memory bounded by the limits and not by the capture length.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+
+from reassembly.capture import CaptureReader, Frame, open_capture
+from reassembly.events import Anomaly, Event
+from reassembly.flows import FlowTable
+from reassembly.limits import SECOND_NS, Limits
+from reassembly.network import NetworkDecoder
+
+TCP, UDP = 6, 17
+
+
+class Reassembler:
+    """Feed frames, get events.  Holds the network decoder and the flow table."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self._out: list[Event] = []
+        self.network = NetworkDecoder(self.limits, self._out.append)
+        self.flows = FlowTable(self.limits, self._out.append)
+        self._last_sweep_ns: int | None = None
+        self._now_ns = 0
+        self._last_frame = 0
+        self.counters = {"other_proto": 0}
+
+    def process(self, frames: Iterable[Frame]) -> Iterator[Event]:
+        """Events for ``frames`` followed by the end-of-capture flush."""
+        out = self._out
+        decode = self.network.decode
+        flows = self.flows
+        for frame in frames:
+            pkt = decode(frame)
+            if pkt is not None:
+                missing = pkt.l4_len - len(pkt.payload) if pkt.truncated else 0
+                if pkt.proto == TCP:
+                    flows.tcp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans, missing)
+                elif pkt.proto == UDP:
+                    flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
+                else:
+                    self.counters["other_proto"] += 1
+            self._tick(frame.ts_ns, frame.number)
+            if out:
+                yield from out
+                out.clear()
+        yield from self.finish()
+
+    def _tick(self, ts_ns: int, frame: int) -> None:
+        self._last_frame = frame
+        if ts_ns > self._now_ns:
+            self._now_ns = ts_ns
+        if self._last_sweep_ns is None:
+            self._last_sweep_ns = ts_ns
+        elif self._now_ns - self._last_sweep_ns >= SECOND_NS:
+            self._last_sweep_ns = self._now_ns
+            self.flows.expire(self._now_ns, frame)
+            self.network.flush(self._now_ns)
+
+    def finish(self) -> list[Event]:
+        """Expire everything still open (end of capture)."""
+        self.network.flush(None)
+        self.flows.close_all(self._now_ns, self._last_frame)
+        events = list(self._out)
+        self._out.clear()
+        return events
+
+
+def capture_damage_events(reader: CaptureReader) -> list[Event]:
+    """Damage found in the capture file, as anomalies (known once reading stopped)."""
+    return [
+        Anomaly("capture.damaged", f"{d.reason} (file offset {d.offset})", None, d.frame)
+        for d in reader.info.damage
+    ]
+
+
+def read_events(path: str | os.PathLike, limits: Limits | None = None) -> Iterator[Event]:
+    """All events of one capture file, damage reported at the end."""
+    with open_capture(path) as reader:
+        yield from Reassembler(limits).process(reader)
+        yield from capture_damage_events(reader)

@@ -1,0 +1,305 @@
+"""The flow table: TCP connections and UDP flows, their roles and their lifetimes.
+
+Strategy: every flow is reachable under both orientations of its 5-tuple, so a packet
+costs one dict lookup that also tells its direction.  Live flows sit in three
+least-recently-active orders (open TCP, closing TCP, UDP) so idle timeouts are found by
+looking only at the front of each, and the table cap evicts the stalest flow first.
+Flow ids are handed out in order of first packet, so they are stable for a given
+capture and options.
+
+Client and server are decided, in order of trust, by the SYN, the SYN-ACK, well-known or
+lower ports, and finally by who spoke first; ``FlowInfo.role_source`` records which.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+
+from reassembly.events import (
+    Anomaly,
+    Datagram,
+    Direction,
+    Endpoint,
+    Event,
+    FlowEnd,
+    FlowInfo,
+    RoleSource,
+    StreamClose,
+    Transport,
+)
+from reassembly.limits import Limits
+from reassembly.tcp import TcpHalfStream
+
+_TCP_HDR = struct.Struct("!HHIIBB")  # sport, dport, seq, ack, data offset, flags
+_UDP_HDR = struct.Struct("!HH")
+FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+
+# Ports on which a server listens, taken as proof of the server side when no handshake
+# was captured.  Ephemeral ports are never in here.
+SERVER_PORTS = frozenset(
+    {4222, 6222, 7422, 7522, 8222, 8080, 80, 443, 853, 6650, 6651, 9292, 53, 123, 25, 21, 22}
+)
+
+
+def _ip_text(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
+
+
+def _server_by_port(sport: int, dport: int) -> bool | None:
+    """True if the *source* looks like the server, False if the destination does."""
+    s_known, d_known = sport in SERVER_PORTS, dport in SERVER_PORTS
+    if s_known != d_known:
+        return s_known
+    if sport == dport:
+        return None
+    return sport < dport
+
+
+class _Tcp:
+    """Per-connection TCP state: two half streams plus close bookkeeping."""
+
+    __slots__ = ("info", "halves", "fin", "rst", "closing")
+
+    def __init__(self, info: FlowInfo, limits: Limits, emit: Callable[[Event], None]) -> None:
+        self.info = info
+        self.halves = (
+            TcpHalfStream(info, Direction.C2S, limits, emit),
+            TcpHalfStream(info, Direction.S2C, limits, emit),
+        )
+        self.fin = [False, False]
+        self.rst = False
+        self.closing = False
+
+
+class FlowTable:
+    """Turns L4 packets into stream / datagram events."""
+
+    def __init__(self, limits: Limits, emit: Callable[[Event], None]) -> None:
+        self.limits = limits
+        self.emit = emit
+        self._by_key: dict[tuple, tuple[object, Direction]] = {}
+        self._keys: dict[int, tuple[tuple, tuple]] = {}
+        self._open: OrderedDict[int, _Tcp] = OrderedDict()
+        self._closing: OrderedDict[int, _Tcp] = OrderedDict()
+        self._udp: OrderedDict[int, FlowInfo] = OrderedDict()
+        self._next_id = 0
+        self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0}
+
+    def __len__(self) -> int:
+        return len(self._open) + len(self._closing) + len(self._udp)
+
+    # -- creation / removal -------------------------------------------------------------
+
+    def _new_info(self, transport: Transport, client: Endpoint, server: Endpoint,
+                  source: RoleSource, ts_ns: int, frame: int, vlans: tuple[int, ...]) -> FlowInfo:
+        if len(self) >= self.limits.max_flows:
+            self._evict(ts_ns, frame)
+        info = FlowInfo(self._next_id, transport, client, server, source, ts_ns, ts_ns, frame, frame)
+        info.vlan = vlans
+        self._next_id += 1
+        return info
+
+    def _register(self, info: FlowInfo, state: object, key_c2s: tuple, key_s2c: tuple) -> None:
+        self._by_key[key_c2s] = (state, Direction.C2S)
+        self._by_key[key_s2c] = (state, Direction.S2C)
+        self._keys[info.flow_id] = (key_c2s, key_s2c)
+
+    def _unregister(self, info: FlowInfo) -> None:
+        for key in self._keys.pop(info.flow_id, ()):
+            entry = self._by_key.get(key)
+            if entry is not None and _info_of(entry[0]) is info:
+                del self._by_key[key]
+
+    def _evict(self, ts_ns: int, frame: int) -> None:
+        """Table full: close the least recently active flow, closing ones first."""
+        for table in (self._closing, self._udp, self._open):
+            if table:
+                oldest = next(iter(table.values()))
+                victim = _info_of(oldest)
+                break
+        else:
+            return
+        self.emit(
+            Anomaly(
+                "limit.flow_table",
+                f"flow table full ({self.limits.max_flows} flows); evicted flow {victim.flow_id} "
+                f"{victim.client}->{victim.server} idle since frame {victim.frame_last}",
+                ts_ns,
+                frame,
+                victim,
+            )
+        )
+        self._end(oldest, ts_ns, frame, "evicted")
+
+    def _end(self, state: object, ts_ns: int, frame: int, reason: str) -> None:
+        if isinstance(state, _Tcp):
+            info = state.info
+            for half in state.halves:
+                half.finish(ts_ns, frame)
+            info.close_reason = reason
+            self._open.pop(info.flow_id, None)
+            self._closing.pop(info.flow_id, None)
+            self._unregister(info)
+            self.emit(StreamClose(info, ts_ns, reason))
+        else:
+            info = state  # type: ignore[assignment]
+            info.close_reason = reason
+            self._udp.pop(info.flow_id, None)
+            self._unregister(info)
+            self.emit(FlowEnd(info, ts_ns, reason))
+
+    # -- time -------------------------------------------------------------------------
+
+    def expire(self, now_ns: int, frame: int) -> None:
+        """Close flows whose idle timeout (capture time) has passed."""
+        lim = self.limits
+        for table, timeout in (
+            (self._closing, lim.closed_linger_ns),
+            (self._open, lim.tcp_idle_timeout_ns),
+            (self._udp, lim.udp_idle_timeout_ns),
+        ):
+            while table:
+                state = next(iter(table.values()))
+                info = _info_of(state)
+                if now_ns - info.ts_last_ns <= timeout:
+                    break
+                reason = "closed" if table is self._closing else "idle-timeout"
+                self._end(state, info.ts_last_ns, frame, reason)
+
+    def close_all(self, ts_ns: int, frame: int) -> None:
+        """End of capture: close every flow in order of flow id (deterministic)."""
+        states = list(self._open.values()) + list(self._closing.values()) + list(self._udp.values())
+        states.sort(key=lambda s: _info_of(s).flow_id)
+        for state in states:
+            reason = "closed" if isinstance(state, _Tcp) and state.closing else "end-of-capture"
+            self._end(state, ts_ns, frame, reason)
+
+    # -- packets ----------------------------------------------------------------------
+
+    def tcp(self, src: bytes, dst: bytes, payload: bytes, ts_ns: int, frame: int,
+            vlans: tuple[int, ...] = (), missing: int = 0) -> None:
+        """One TCP segment; ``missing`` bytes of its payload were cut by the snaplen."""
+        if len(payload) < 20:
+            self._bad_tcp(f"TCP header truncated to {len(payload)} bytes", ts_ns, frame)
+            return
+        sport, dport, seq, ack, doff, flags = _TCP_HDR.unpack_from(payload)
+        hlen = (doff >> 4) * 4
+        if hlen < 20 or (hlen > len(payload) and not missing):
+            self._bad_tcp(f"TCP data offset {hlen} invalid for {len(payload)} bytes", ts_ns, frame)
+            return
+        if hlen > len(payload):  # snaplen cut inside the options: no data captured
+            missing -= hlen - len(payload)
+        data = payload[hlen:]
+        key = (src, sport, dst, dport)
+        entry = self._by_key.get(key)
+        syn_only = flags & (SYN | ACK) == SYN
+        if entry is not None and syn_only:
+            conn, direction = entry
+            if self._is_new_connection(conn, direction, seq):  # type: ignore[arg-type]
+                self._end(conn, ts_ns, frame, "port-reuse")
+                entry = None
+        if entry is None:
+            conn, direction = self._open_tcp(src, sport, dst, dport, flags, ts_ns, frame, vlans)
+        else:
+            conn, direction = entry  # type: ignore[assignment]
+        info = conn.info
+        info.ts_last_ns = max(info.ts_last_ns, ts_ns)
+        info.frame_last = frame
+        info.packets[direction] += 1
+        info.payload_bytes[direction] += len(data)
+        table = self._closing if conn.closing else self._open
+        table.move_to_end(info.flow_id)
+
+        mine, peer = conn.halves[direction], conn.halves[1 - direction]
+        if flags & SYN:
+            mine.set_isn(seq)
+            seq = (seq + 1) % (1 << 32)
+        if flags & ACK:
+            peer.on_ack(ack, ts_ns, frame)
+        if data:
+            if not mine.syn_seen:
+                info.mid_stream[direction] = True
+            mine.on_segment(seq, data, ts_ns, frame)
+        if missing > 0:
+            # the snaplen cut bytes that were sent: like an ACK, they prove the stream
+            # reaches past them, so they come out as a gap
+            mine.on_ack((seq + len(data) + missing) % (1 << 32), ts_ns, frame)
+        if flags & FIN:
+            mine.on_fin(seq, len(data) + max(missing, 0))
+            conn.fin[direction] = True
+        if flags & RST:
+            conn.rst = True
+        if not conn.closing and (conn.rst or all(conn.fin)):
+            conn.closing = True
+            del self._open[info.flow_id]
+            self._closing[info.flow_id] = conn
+
+    def _is_new_connection(self, conn: _Tcp, direction: Direction, seq: int) -> bool:
+        """A bare SYN on a known 4-tuple starts a new connection unless it repeats the SYN."""
+        if conn.closing:
+            return True
+        half = conn.halves[direction]
+        return half.base is not None and (seq + 1) % (1 << 32) != half.base
+
+    def _open_tcp(self, src, sport, dst, dport, flags, ts_ns, frame, vlans):
+        if flags & (SYN | ACK) == SYN:
+            src_is_server, source = False, RoleSource.SYN
+        elif flags & (SYN | ACK) == SYN | ACK:
+            src_is_server, source = True, RoleSource.SYN_ACK
+        else:
+            hint = _server_by_port(sport, dport)
+            src_is_server = bool(hint)
+            source = RoleSource.FIRST_PACKET if hint is None else RoleSource.PORT
+        a, b = Endpoint(_ip_text(src), sport), Endpoint(_ip_text(dst), dport)
+        client, server = (b, a) if src_is_server else (a, b)
+        info = self._new_info(Transport.TCP, client, server, source, ts_ns, frame, vlans)
+        conn = _Tcp(info, self.limits, self.emit)
+        fwd, rev = (src, sport, dst, dport), (dst, dport, src, sport)
+        key_c2s, key_s2c = (rev, fwd) if src_is_server else (fwd, rev)
+        self._register(info, conn, key_c2s, key_s2c)
+        self._open[info.flow_id] = conn
+        self.counters["tcp_flows"] += 1
+        return conn, Direction.S2C if src_is_server else Direction.C2S
+
+    def _bad_tcp(self, detail: str, ts_ns: int, frame: int) -> None:
+        self.counters["tcp_bad_header"] += 1
+        self.emit(Anomaly("tcp.bad_header", detail, ts_ns, frame))
+
+    def udp(self, src: bytes, dst: bytes, payload: bytes, ts_ns: int, frame: int,
+            vlans: tuple[int, ...] = ()) -> None:
+        if len(payload) < 8:
+            self.emit(Anomaly("udp.bad_header", f"UDP header truncated to {len(payload)} bytes",
+                              ts_ns, frame))
+            return
+        sport, dport = _UDP_HDR.unpack_from(payload)
+        data = payload[8:]
+        key = (src, sport, dst, dport)
+        entry = self._by_key.get(key)
+        if entry is None:
+            hint = _server_by_port(sport, dport)
+            src_is_server = bool(hint)
+            source = RoleSource.FIRST_PACKET if hint is None else RoleSource.PORT
+            a, b = Endpoint(_ip_text(src), sport), Endpoint(_ip_text(dst), dport)
+            client, server = (b, a) if src_is_server else (a, b)
+            info = self._new_info(Transport.UDP, client, server, source, ts_ns, frame, vlans)
+            fwd, rev = (src, sport, dst, dport), (dst, dport, src, sport)
+            self._register(info, info, *((rev, fwd) if src_is_server else (fwd, rev)))
+            self._udp[info.flow_id] = info
+            self.counters["udp_flows"] += 1
+            direction = Direction.S2C if src_is_server else Direction.C2S
+        else:
+            info, direction = entry  # type: ignore[assignment]
+            self._udp.move_to_end(info.flow_id)
+        info.ts_last_ns = max(info.ts_last_ns, ts_ns)
+        info.frame_last = frame
+        info.packets[direction] += 1
+        info.payload_bytes[direction] += len(data)
+        info.stream_bytes[direction] += len(data)
+        self.emit(Datagram(info, direction, bytes(data), ts_ns, frame))
+
+
+def _info_of(state: object) -> FlowInfo:
+    return state.info if isinstance(state, _Tcp) else state  # type: ignore[return-value]

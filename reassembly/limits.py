@@ -1,0 +1,50 @@
+"""Named, configurable limits of the reassembly layer.
+
+Every limit exists because hostile or broken traffic could otherwise make memory grow
+with the capture.  Exceeding any of them is never silent: the component that hits it
+emits an ``Anomaly`` whose kind starts with ``limit.``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+SECOND_NS = 1_000_000_000
+
+
+class OverlapPolicy(str, Enum):
+    """Which copy wins when two segments carry different bytes for the same offsets.
+
+    ``first`` is what Suricata's default and tshark's follow show, and what most
+    end hosts (Linux, BSD) do for data they already hold.
+    """
+
+    FIRST = "first"
+    LAST = "last"
+
+
+@dataclass(slots=True)
+class Limits:
+    # Flows held at once (TCP + UDP).  Past it the least recently active flow is
+    # closed early (reason "evicted"), so a SYN flood cannot grow the table.
+    max_flows: int = 200_000
+    # Out-of-order bytes buffered per stream direction while waiting for a hole to
+    # fill.  Past it the hole is declared a gap and buffered data is delivered.
+    max_buffered_bytes: int = 4 * 1024 * 1024
+    # Out-of-order segments per direction (many tiny segments cost more than bytes).
+    max_buffered_segments: int = 4096
+    # Recently delivered bytes kept per direction so a later retransmission can be
+    # compared with what was delivered and differing overlaps reported.
+    overlap_check_bytes: int = 64 * 1024
+    # A flow idle this long (capture time) is closed.
+    tcp_idle_timeout_ns: int = 300 * SECOND_NS
+    udp_idle_timeout_ns: int = 120 * SECOND_NS
+    # After FIN in both directions or RST, a flow lingers this long for late or
+    # retransmitted segments before it is closed.
+    closed_linger_ns: int = 10 * SECOND_NS
+    # IP fragment reassembly: datagrams in progress, bytes per datagram, timeout.
+    max_fragment_datagrams: int = 8192
+    max_fragment_bytes: int = 65_535 + 40
+    fragment_timeout_ns: int = 30 * SECOND_NS
+    overlap_policy: OverlapPolicy = OverlapPolicy.FIRST

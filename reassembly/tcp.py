@@ -1,0 +1,305 @@
+"""One direction of a TCP connection rebuilt into a byte stream.
+
+Strategy: sequence numbers are turned into absolute 64-bit stream offsets (offset 0 is
+the first byte after the SYN, or the first byte we could place when the SYN is missing)
+by unwrapping each 32-bit value to the candidate nearest the end of the last segment
+placed (where the sender is now); so wraparound costs nothing and the stream may jump
+ahead by up to 2 GiB at a time.  In-order data is delivered at once.  Data ahead of the next
+expected offset waits in a sorted list of non-overlapping pieces (only real bytes, never
+a zero-filled range, so a sequence jump of gigabytes costs nothing).  A hole becomes an
+explicit ``StreamGap`` when we know it will never fill: the peer acknowledged past it,
+the buffer limit was reached, or the stream ended.
+
+Overlaps are resolved by ``Limits.overlap_policy`` for bytes not yet delivered.  Bytes
+already delivered cannot be taken back; a retransmission of them is compared with the
+last ``overlap_check_bytes`` delivered and a difference is reported either way
+(``tcp.overlap_conflict``) — that difference is the classic evasion signal.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+
+from reassembly.events import Anomaly, Direction, Event, FlowInfo, StreamData, StreamGap
+from reassembly.limits import Limits, OverlapPolicy
+
+_MOD = 1 << 32
+_HALF = 1 << 31
+
+
+class _Piece:
+    """A buffered out-of-order piece; ``end`` is cached for bisecting."""
+
+    __slots__ = ("start", "end", "data", "ts_ns", "frame")
+
+    def __init__(self, start: int, data: bytes, ts_ns: int, frame: int) -> None:
+        self.start = start
+        self.end = start + len(data)
+        self.data = data
+        self.ts_ns = ts_ns
+        self.frame = frame
+
+
+class TcpHalfStream:
+    """Reassembles the bytes sent in one direction of one flow."""
+
+    __slots__ = (
+        "flow",
+        "direction",
+        "limits",
+        "emit",
+        "base",
+        "next_off",
+        "pieces",
+        "starts",
+        "buffered",
+        "recent",
+        "fin_off",
+        "acked_off",
+        "started",
+        "syn_seen",
+        "ref_off",
+    )
+
+    def __init__(
+        self, flow: FlowInfo, direction: Direction, limits: Limits, emit: Callable[[Event], None]
+    ) -> None:
+        self.flow = flow
+        self.direction = direction
+        self.limits = limits
+        self.emit = emit
+        self.base: int | None = None  # 32-bit sequence number of stream offset 0
+        self.next_off = 0  # next offset we expect to deliver
+        self.pieces: list[_Piece] = []
+        self.starts: list[int] = []  # piece starts, parallel to pieces, for bisect
+        self.buffered = 0
+        self.recent = bytearray()  # tail of delivered bytes, ends at next_off
+        self.fin_off: int | None = None
+        self.acked_off: int | None = None  # highest offset known to have been sent (ACKed or cut by snaplen)
+        self.started = False  # any data or SYN placed yet
+        self.syn_seen = False
+        self.ref_off = 0  # end of the most recently placed segment: unwrapping reference
+
+    # -- sequence space ---------------------------------------------------------------
+
+    def set_isn(self, isn: int) -> None:
+        """The SYN fixes offset 0 at ISN + 1 (unless data was already placed)."""
+        self.syn_seen = True
+        if not self.started:
+            self.base = (isn + 1) % _MOD
+            self.started = True
+
+    def _unwrap(self, seq: int) -> int:
+        rel = (seq - self.base) % _MOD  # type: ignore[operator]
+        ref = self.ref_off
+        cand = (ref - (ref % _MOD)) + rel
+        diff = cand - ref
+        if diff > _HALF:
+            cand -= _MOD
+        elif diff < -_HALF:
+            cand += _MOD
+        return cand
+
+    # -- input ------------------------------------------------------------------------
+
+    def on_ack(self, ack: int, ts_ns: int, frame: int) -> None:
+        """Bytes below ``ack`` were sent (the peer acknowledged them, or the snaplen cut
+        them): holes below it will never fill.  Before any byte of ours was seen, the
+        peer's ACK tells where a mid-stream capture picks the stream up."""
+        if self.base is None:
+            self.base = ack
+            return
+        off = self._unwrap(ack)
+        if self.fin_off is not None and off > self.fin_off:
+            off = self.fin_off  # the FIN's sequence number is not a data byte
+        if self.acked_off is None or off > self.acked_off:
+            self.acked_off = off
+        if self.pieces and self.pieces[0].start <= off and self.next_off < self.pieces[0].start:
+            self._flush_hole(self.pieces[0].start, ts_ns, frame, "acked-unseen")
+
+    def on_fin(self, seq: int, data_len: int) -> None:
+        if self.base is None:
+            self.base = seq
+        off = self._unwrap(seq) + data_len
+        if self.fin_off is None or off > self.fin_off:
+            self.fin_off = off
+
+    def on_segment(self, seq: int, data: bytes, ts_ns: int, frame: int) -> None:
+        if not data:
+            return
+        if self.base is None:
+            self.base = seq
+        self.started = True
+        off = self._unwrap(seq)
+        if off < 0:
+            # bytes from before the point where we started the stream (mid-stream start)
+            cut = min(-off, len(data))
+            self.emit(
+                Anomaly(
+                    "tcp.data_before_start",
+                    f"{cut} bytes precede the first byte placed in this stream",
+                    ts_ns,
+                    frame,
+                    self.flow,
+                    self.direction,
+                    off,
+                    cut,
+                )
+            )
+            data = data[cut:]
+            off += cut
+            if not data:
+                return
+        end = off + len(data)
+        self.ref_off = end
+        nxt = self.next_off
+        if off < nxt:
+            self._check_delivered(off, data, ts_ns, frame)
+            if end <= nxt:
+                return
+            data = data[nxt - off :]
+            off = nxt
+        if off == nxt and not self.pieces:
+            self._deliver(off, data, ts_ns, ts_ns, frame, frame)
+            return
+        self._insert(off, data, ts_ns, frame)
+        self._drain()
+        self._enforce_limits(ts_ns, frame)
+
+    # -- delivery ---------------------------------------------------------------------
+
+    def _deliver(self, off: int, data: bytes, ts_first: int, ts_last: int, f1: int, f2: int) -> None:
+        self.emit(StreamData(self.flow, self.direction, off, data, ts_first, ts_last, f1, f2))
+        self.next_off = off + len(data)
+        self.flow.stream_bytes[self.direction] += len(data)
+        keep = self.limits.overlap_check_bytes
+        if keep:
+            recent = self.recent
+            recent += data
+            if len(recent) > keep:
+                del recent[: len(recent) - keep]
+
+    def _drain(self) -> None:
+        """Deliver buffered pieces that became contiguous."""
+        pieces = self.pieces
+        while pieces and pieces[0].start <= self.next_off:
+            p = pieces.pop(0)
+            self.starts.pop(0)
+            self.buffered -= len(p.data)
+            if p.end <= self.next_off:
+                continue
+            data = p.data[self.next_off - p.start :]
+            self._deliver(self.next_off, data, p.ts_ns, p.ts_ns, p.frame, p.frame)
+
+    def _gap(self, nbytes: int, ts_ns: int, frame: int, reason: str) -> None:
+        self.emit(StreamGap(self.flow, self.direction, self.next_off, nbytes, ts_ns, frame, reason))
+        self.flow.gap_bytes[self.direction] += nbytes
+        self.next_off += nbytes
+        self.recent.clear()
+
+    def _flush_hole(self, upto: int, ts_ns: int, frame: int, reason: str) -> None:
+        if upto > self.next_off:
+            self._gap(upto - self.next_off, ts_ns, frame, reason)
+        self._drain()
+
+    def _enforce_limits(self, ts_ns: int, frame: int) -> None:
+        lim = self.limits
+        if self.buffered <= lim.max_buffered_bytes and len(self.pieces) <= lim.max_buffered_segments:
+            return
+        self.emit(
+            Anomaly(
+                "limit.reorder_buffer",
+                f"{self.buffered} bytes in {len(self.pieces)} out-of-order pieces exceed the "
+                f"limit ({lim.max_buffered_bytes} bytes / {lim.max_buffered_segments} pieces); "
+                "the hole before them is declared a gap",
+                ts_ns,
+                frame,
+                self.flow,
+                self.direction,
+                self.next_off,
+                self.pieces[0].start - self.next_off,
+            )
+        )
+        while self.pieces and (
+            self.buffered > lim.max_buffered_bytes or len(self.pieces) > lim.max_buffered_segments
+        ):
+            self._flush_hole(self.pieces[0].start, ts_ns, frame, "reorder-limit")
+
+    def finish(self, ts_ns: int, frame: int) -> None:
+        """End of stream: every remaining hole is a gap; then the tail we know was sent."""
+        while self.pieces:
+            self._flush_hole(self.pieces[0].start, ts_ns, frame, "end-of-stream")
+        end = self.fin_off if self.fin_off is not None else self.acked_off
+        if end is not None and end > self.next_off:
+            self._gap(end - self.next_off, ts_ns, frame, "missing-tail")
+
+    # -- overlaps ---------------------------------------------------------------------
+
+    def _conflict(self, off: int, nbytes: int, ts_ns: int, frame: int, what: str) -> None:
+        self.flow.overlap_conflicts[self.direction] += 1
+        self.emit(
+            Anomaly(
+                "tcp.overlap_conflict",
+                f"{nbytes} overlapping bytes at offset {off} differ from the {what} copy "
+                f"({self.limits.overlap_policy.value} copy kept)",
+                ts_ns,
+                frame,
+                self.flow,
+                self.direction,
+                off,
+                nbytes,
+            )
+        )
+
+    def _check_delivered(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
+        """Compare a retransmission of delivered bytes with what we delivered."""
+        recent_start = self.next_off - len(self.recent)
+        lo = max(off, recent_start)
+        hi = min(off + len(data), self.next_off)
+        if lo >= hi:
+            return
+        old = self.recent[lo - recent_start : hi - recent_start]
+        new = data[lo - off : hi - off]
+        if old != new:
+            self._conflict(lo, hi - lo, ts_ns, frame, "already delivered")
+
+    def _insert(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
+        end = off + len(data)
+        pieces, starts = self.pieces, self.starts
+        i = bisect_right(starts, off)
+        if i and pieces[i - 1].end > off:
+            i -= 1
+        last_wins = self.limits.overlap_policy is OverlapPolicy.LAST
+        new: list[_Piece] = []
+        kept: list[_Piece] = []
+        cur = off
+        j = i
+        while j < len(pieces) and pieces[j].start < end:
+            p = pieces[j]
+            lo, hi = max(off, p.start), min(end, p.end)
+            if data[lo - off : hi - off] != p.data[lo - p.start : hi - p.start]:
+                self._conflict(lo, hi - lo, ts_ns, frame, "buffered")
+            if last_wins:
+                if p.start < off:
+                    kept.append(_Piece(p.start, p.data[: off - p.start], p.ts_ns, p.frame))
+                if p.end > end:
+                    kept.append(_Piece(end, p.data[end - p.start :], p.ts_ns, p.frame))
+            else:
+                if cur < p.start:
+                    new.append(_Piece(cur, data[cur - off : p.start - off], ts_ns, frame))
+                cur = max(cur, p.end)
+            j += 1
+        if last_wins:
+            new = [_Piece(off, data, ts_ns, frame)]
+            replaced = pieces[i:j]
+            self.buffered -= sum(len(p.data) for p in replaced)
+            merged = sorted(kept + new, key=lambda p: p.start)
+        else:
+            if cur < end:
+                new.append(_Piece(cur, data[cur - off :], ts_ns, frame))
+            merged = pieces[i:j] + new
+            merged.sort(key=lambda p: p.start)
+        pieces[i:j] = merged
+        starts[i:j] = [p.start for p in merged]
+        self.buffered += sum(len(p.data) for p in new) + sum(len(p.data) for p in kept)
