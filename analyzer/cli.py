@@ -64,8 +64,19 @@ def _print_flows(rows: list[dict]) -> None:
     several = bool(rows) and "capture" in rows[0]
     if several:
         table.add_column("capture")
-    for col in ("id", "proto", "client", "server", "first packet (UTC)", "secs", "pkts c/s",
-                "stream bytes c/s", "gap bytes c/s", "conflicts", "roles by"):
+    for col in (
+        "id",
+        "proto",
+        "client",
+        "server",
+        "first packet (UTC)",
+        "secs",
+        "pkts c/s",
+        "stream bytes c/s",
+        "gap bytes c/s",
+        "conflicts",
+        "roles by",
+    ):
         table.add_column(col, justify="left" if col in ("proto", "client", "server") else "right")
     for r in rows:
         table.add_row(
@@ -87,7 +98,9 @@ def _print_flows(rows: list[dict]) -> None:
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
-    wanted = {"c2s": {Direction.C2S}, "s2c": {Direction.S2C}, "both": set(Direction)}[args.direction]
+    wanted = {"c2s": {Direction.C2S}, "s2c": {Direction.S2C}, "both": set(Direction)}[
+        args.direction
+    ]
     out = sys.stdout.buffer
     err = Console(stderr=True)
     found = False
@@ -103,8 +116,10 @@ def cmd_follow(args: argparse.Namespace) -> int:
                     continue
                 gaps += 1
                 if args.raw:
-                    err.print(f"gap {ev.direction.short} offset {ev.offset} "
-                              f"{ev.nbytes} bytes ({ev.reason})")
+                    err.print(
+                        f"gap {ev.direction.short} offset {ev.offset} "
+                        f"{ev.nbytes} bytes ({ev.reason})"
+                    )
                 else:
                     out.write(b"[%d bytes missing]" % ev.nbytes)
             elif isinstance(ev, StreamClose) and ev.flow.flow_id == args.flow:
@@ -133,8 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("capture", metavar="CAPTURE")
     p.add_argument("--flow", type=int, required=True, metavar="FLOW_ID")
     p.add_argument("--direction", choices=("c2s", "s2c", "both"), default="both")
-    p.add_argument("--raw", action="store_true",
-                   help="write only captured bytes; list gaps on stderr instead of inline")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="write only captured bytes; list gaps on stderr instead of inline",
+    )
     p.set_defaults(func=cmd_follow)
     return parser
 

@@ -38,7 +38,9 @@ def flow_row(info: FlowInfo) -> dict:
 
 
 def iter_flow_rows(
-    reader: CaptureReader, limits: Limits | None = None, anomalies: list | None = None,
+    reader: CaptureReader,
+    limits: Limits | None = None,
+    anomalies: list | None = None,
     wrap: Callable[[Iterable], Iterable] = lambda it: it,
 ) -> Iterator[dict]:
     """Summary rows of every flow in an open capture, in the order flows end.

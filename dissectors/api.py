@@ -111,16 +111,13 @@ class Session(ABC):
         self.undecoded_bytes = [0, 0]
 
     @abstractmethod
-    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
-        ...
+    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]: ...
 
     @abstractmethod
-    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
-        ...
+    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]: ...
 
     @abstractmethod
-    def close(self, ts_ns: int) -> list[Record]:
-        ...
+    def close(self, ts_ns: int) -> list[Record]: ...
 
 
 class Dissector(ABC):
@@ -143,5 +140,4 @@ class Dissector(ABC):
 
     @classmethod
     @abstractmethod
-    def session(cls, options: dict[str, Any]) -> Session:
-        ...
+    def session(cls, options: dict[str, Any]) -> Session: ...

@@ -44,7 +44,9 @@ class Reassembler:
             if pkt is not None:
                 missing = pkt.l4_len - len(pkt.payload) if pkt.truncated else 0
                 if pkt.proto == TCP:
-                    flows.tcp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans, missing)
+                    flows.tcp(
+                        pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans, missing
+                    )
                 elif pkt.proto == UDP:
                     flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
                 else:
@@ -58,6 +60,11 @@ class Reassembler:
     def _tick(self, ts_ns: int, frame: int) -> None:
         self._last_frame = frame
         if ts_ns > self._now_ns:
+            if not self._now_ns:
+                # frames without a time (pcapng SPBs, zeroed headers) came first: take
+                # them to be at the first known time, not at the epoch, or every flow
+                # they opened would look idle for decades
+                self.flows.restamp_untimed(ts_ns)
             self._now_ns = ts_ns
         if self._last_sweep_ns is None:
             self._last_sweep_ns = ts_ns

@@ -93,11 +93,21 @@ class FlowTable:
 
     # -- creation / removal -------------------------------------------------------------
 
-    def _new_info(self, transport: Transport, client: Endpoint, server: Endpoint,
-                  source: RoleSource, ts_ns: int, frame: int, vlans: tuple[int, ...]) -> FlowInfo:
+    def _new_info(
+        self,
+        transport: Transport,
+        client: Endpoint,
+        server: Endpoint,
+        source: RoleSource,
+        ts_ns: int,
+        frame: int,
+        vlans: tuple[int, ...],
+    ) -> FlowInfo:
         if len(self) >= self.limits.max_flows:
             self._evict(ts_ns, frame)
-        info = FlowInfo(self._next_id, transport, client, server, source, ts_ns, ts_ns, frame, frame)
+        info = FlowInfo(
+            self._next_id, transport, client, server, source, ts_ns, ts_ns, frame, frame
+        )
         info.vlan = vlans
         self._next_id += 1
         return info
@@ -169,6 +179,14 @@ class FlowTable:
                 reason = "closed" if table is self._closing else "idle-timeout"
                 self._end(state, info.ts_last_ns, frame, reason)
 
+    def restamp_untimed(self, now_ns: int) -> None:
+        """Flows seen only at time 0 (no timestamp) get ``now_ns`` as their last activity."""
+        for table in (self._open, self._closing, self._udp):
+            for state in table.values():
+                info = _info_of(state)
+                if info.ts_last_ns == 0:
+                    info.ts_last_ns = now_ns
+
     def close_all(self, ts_ns: int, frame: int) -> None:
         """End of capture: close every flow in order of flow id (deterministic)."""
         states = list(self._open.values()) + list(self._closing.values()) + list(self._udp.values())
@@ -179,8 +197,16 @@ class FlowTable:
 
     # -- packets ----------------------------------------------------------------------
 
-    def tcp(self, src: bytes, dst: bytes, payload: bytes, ts_ns: int, frame: int,
-            vlans: tuple[int, ...] = (), missing: int = 0) -> None:
+    def tcp(
+        self,
+        src: bytes,
+        dst: bytes,
+        payload: bytes,
+        ts_ns: int,
+        frame: int,
+        vlans: tuple[int, ...] = (),
+        missing: int = 0,
+    ) -> None:
         """One TCP segment; ``missing`` bytes of its payload were cut by the snaplen."""
         if len(payload) < 20:
             self._bad_tcp(f"TCP header truncated to {len(payload)} bytes", ts_ns, frame)
@@ -268,11 +294,21 @@ class FlowTable:
         self.counters["tcp_bad_header"] += 1
         self.emit(Anomaly("tcp.bad_header", detail, ts_ns, frame))
 
-    def udp(self, src: bytes, dst: bytes, payload: bytes, ts_ns: int, frame: int,
-            vlans: tuple[int, ...] = ()) -> None:
+    def udp(
+        self,
+        src: bytes,
+        dst: bytes,
+        payload: bytes,
+        ts_ns: int,
+        frame: int,
+        vlans: tuple[int, ...] = (),
+    ) -> None:
         if len(payload) < 8:
-            self.emit(Anomaly("udp.bad_header", f"UDP header truncated to {len(payload)} bytes",
-                              ts_ns, frame))
+            self.emit(
+                Anomaly(
+                    "udp.bad_header", f"UDP header truncated to {len(payload)} bytes", ts_ns, frame
+                )
+            )
             return
         sport, dport = _UDP_HDR.unpack_from(payload)
         data = payload[8:]

@@ -8,12 +8,12 @@ emits an ``Anomaly`` whose kind starts with ``limit.``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 SECOND_NS = 1_000_000_000
 
 
-class OverlapPolicy(str, Enum):
+class OverlapPolicy(StrEnum):
     """Which copy wins when two segments carry different bytes for the same offsets.
 
     ``first`` is what Suricata's default and tshark's follow show, and what most

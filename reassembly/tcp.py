@@ -76,7 +76,9 @@ class TcpHalfStream:
         self.buffered = 0
         self.recent = bytearray()  # tail of delivered bytes, ends at next_off
         self.fin_off: int | None = None
-        self.acked_off: int | None = None  # highest offset known to have been sent (ACKed or cut by snaplen)
+        self.acked_off: int | None = (
+            None  # highest offset known to have been sent (ACKed or cut by snaplen)
+        )
         self.started = False  # any data or SYN placed yet
         self.syn_seen = False
         self.ref_off = 0  # end of the most recently placed segment: unwrapping reference
@@ -169,7 +171,9 @@ class TcpHalfStream:
 
     # -- delivery ---------------------------------------------------------------------
 
-    def _deliver(self, off: int, data: bytes, ts_first: int, ts_last: int, f1: int, f2: int) -> None:
+    def _deliver(
+        self, off: int, data: bytes, ts_first: int, ts_last: int, f1: int, f2: int
+    ) -> None:
         self.emit(StreamData(self.flow, self.direction, off, data, ts_first, ts_last, f1, f2))
         self.next_off = off + len(data)
         self.flow.stream_bytes[self.direction] += len(data)
@@ -205,7 +209,10 @@ class TcpHalfStream:
 
     def _enforce_limits(self, ts_ns: int, frame: int) -> None:
         lim = self.limits
-        if self.buffered <= lim.max_buffered_bytes and len(self.pieces) <= lim.max_buffered_segments:
+        if (
+            self.buffered <= lim.max_buffered_bytes
+            and len(self.pieces) <= lim.max_buffered_segments
+        ):
             return
         self.emit(
             Anomaly(

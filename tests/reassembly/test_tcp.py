@@ -19,7 +19,7 @@ from reassembly.events import (
     StreamGap,
     Transport,
 )
-from reassembly.flows import ACK, FIN, RST, SYN, FlowTable
+from reassembly.flows import ACK, RST, SYN, FlowTable
 from reassembly.limits import Limits, OverlapPolicy
 from reassembly.tcp import TcpHalfStream
 
@@ -27,8 +27,17 @@ MOD = 1 << 32
 
 
 def _info() -> FlowInfo:
-    return FlowInfo(0, Transport.TCP, Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 4222),
-                    RoleSource.SYN, 0, 0, 0, 0)
+    return FlowInfo(
+        0,
+        Transport.TCP,
+        Endpoint("10.0.0.1", 40000),
+        Endpoint("10.0.0.2", 4222),
+        RoleSource.SYN,
+        0,
+        0,
+        0,
+        0,
+    )
 
 
 def _half(limits: Limits | None = None) -> tuple[TcpHalfStream, list]:
@@ -163,10 +172,16 @@ def test_data_before_stream_start_is_reported_not_delivered():
 def _segmented(draw, drop: bool):
     data = draw(st.binary(min_size=1, max_size=3000))
     isn = draw(st.sampled_from([0, 1000, MOD - 1, MOD - 700, draw(st.integers(0, MOD - 1))]))
-    cuts = sorted(set(draw(st.lists(st.integers(1, len(data) - 1), max_size=40)))) if len(data) > 1 else []
+    cuts = (
+        sorted(set(draw(st.lists(st.integers(1, len(data) - 1), max_size=40))))
+        if len(data) > 1
+        else []
+    )
     bounds = [0, *cuts, len(data)]
     segs = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
-    extra = draw(st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(1, 200)), max_size=10))
+    extra = draw(
+        st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(1, 200)), max_size=10)
+    )
     segs += [(a, min(len(data), a + n)) for a, n in extra]  # duplicates / overlaps, same bytes
     dropped = set()
     if drop:
@@ -244,7 +259,10 @@ def test_syn_ack_captured_before_syn_keeps_roles():
     data = [e for e in ev if isinstance(e, StreamData)]
     info = data[0].flow
     assert (info.client, info.server, info.role_source) == (
-        Endpoint("10.0.0.1", 59856), Endpoint("10.0.0.2", 80), RoleSource.SYN_ACK)
+        Endpoint("10.0.0.1", 59856),
+        Endpoint("10.0.0.2", 80),
+        RoleSource.SYN_ACK,
+    )
     assert data[0].direction is Direction.C2S and data[0].offset == 0
 
 
@@ -297,7 +315,9 @@ def test_idle_and_closed_flows_expire_on_capture_time():
     assert [(e.flow.flow_id, e.reason) for e in ev if isinstance(e, StreamClose)] == [(1, "closed")]
     ft.expire(500, 5)
     assert [(e.flow.flow_id, e.reason) for e in ev if isinstance(e, StreamClose)] == [
-        (1, "closed"), (0, "idle-timeout")]
+        (1, "closed"),
+        (0, "idle-timeout"),
+    ]
 
 
 def test_truncated_tcp_header_is_an_anomaly():
@@ -313,4 +333,5 @@ def test_snaplen_cut_payload_becomes_gap():
     ft.tcp(C, S, seg(40000, 25, 106, 0, ACK, b"WO"), 3, 3, missing=3)
     ft.close_all(4, 4)
     assert render([e for e in ev if e.__class__ in (StreamData, StreamGap)]) == (
-        b"HE[3 bytes missing]WO[3 bytes missing]")
+        b"HE[3 bytes missing]WO[3 bytes missing]"
+    )

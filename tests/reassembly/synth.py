@@ -1,0 +1,74 @@
+"""Writes large synthetic pcaps straight with ``struct`` (scapy is far too slow here).
+
+Used by the bounded-memory tests; each writer streams packets to disk so the test
+process itself stays small.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+_GLOBAL = struct.Struct("<IHHiIII")
+_RECORD = struct.Struct("<IIII")
+_ETH_IP = struct.Struct("!6s6sHBBHHHBBH4s4s")
+_TCP = struct.Struct("!HHIIBBHHH")
+SYN, ACK, PSH = 0x02, 0x10, 0x08
+
+
+def tcp_frame(
+    src: bytes,
+    dst: bytes,
+    sport: int,
+    dport: int,
+    seq: int,
+    ack: int,
+    flags: int,
+    data: bytes = b"",
+) -> bytes:
+    total = 20 + 20 + len(data)
+    eth_ip = _ETH_IP.pack(
+        b"\x02" * 6, b"\x04" * 6, 0x0800, 0x45, 0, total, 1, 0, 64, 6, 0, src, dst
+    )
+    return eth_ip + _TCP.pack(sport, dport, seq % (1 << 32), ack, 5 << 4, flags, 65535, 0, 0) + data
+
+
+class PcapWriter:
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._f.write(_GLOBAL.pack(0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        self.frames = 0
+
+    def write(self, ts_us: int, frame: bytes) -> None:
+        self._f.write(_RECORD.pack(ts_us // 1_000_000, ts_us % 1_000_000, len(frame), len(frame)))
+        self._f.write(frame)
+        self.frames += 1
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def write_syn_flood(path: Path, flows: int) -> None:
+    """``flows`` half-open connections: one SYN each, from distinct address/port pairs."""
+    w = PcapWriter(path)
+    dst = bytes([10, 9, 9, 9])
+    for i in range(flows):
+        src = bytes([10, (i >> 16) & 0xFF, (i >> 8) & 0xFF, i & 0xFF])
+        w.write(1_700_000_000_000_000 + i, tcp_frame(src, dst, 1024 + i % 50000, 4222, i, 0, SYN))
+    w.close()
+
+
+def write_sequence_jump(path: Path, jump: int, segments_after: int, seg_bytes: int = 1400) -> None:
+    """One connection that jumps ``jump`` bytes ahead, then keeps sending in order."""
+    w = PcapWriter(path)
+    c, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+    isn = 1000
+    t = 1_700_000_000_000_000
+    w.write(t, tcp_frame(c, s, 40000, 4222, isn, 0, SYN))
+    payload = b"x" * seg_bytes
+    w.write(t + 1, tcp_frame(c, s, 40000, 4222, isn + 1, 0, ACK | PSH, payload))
+    seq = isn + 1 + seg_bytes + jump
+    for i in range(segments_after):
+        w.write(t + 2 + i, tcp_frame(c, s, 40000, 4222, seq, 0, ACK | PSH, payload))
+        seq += seg_bytes
+    w.close()
