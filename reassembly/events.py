@@ -110,6 +110,7 @@ class StreamData:
     ts_last_ns: int
     frame_first: int
     frame_last: int
+    stream_id: int | None = None  # QUIC stream id; None for TCP
 
 
 @dataclass(slots=True, frozen=True)
@@ -123,6 +124,7 @@ class StreamGap:
     ts_ns: int
     frame: int
     reason: str
+    stream_id: int | None = None  # QUIC stream id; None for TCP
 
 
 @dataclass(slots=True, frozen=True)

@@ -60,11 +60,23 @@ class TcpHalfStream:
         "started",
         "syn_seen",
         "ref_off",
+        "stream_id",
+        "kind_prefix",
     )
 
     def __init__(
-        self, flow: FlowInfo, direction: Direction, limits: Limits, emit: Callable[[Event], None]
+        self,
+        flow: FlowInfo,
+        direction: Direction,
+        limits: Limits,
+        emit: Callable[[Event], None],
+        stream_id: int | None = None,
+        kind_prefix: str = "tcp",
     ) -> None:
+        """``stream_id``/``kind_prefix`` let a QUIC stream reuse this machinery: its
+        events carry the stream id and its anomalies are named ``quic.*``."""
+        self.stream_id = stream_id
+        self.kind_prefix = kind_prefix
         self.flow = flow
         self.direction = direction
         self.limits = limits
@@ -132,14 +144,19 @@ class TcpHalfStream:
             return
         if self.base is None:
             self.base = seq
+        self.place(self._unwrap(seq), data, ts_ns, frame)
+
+    def place(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
+        """Put bytes at an absolute stream offset (QUIC streams call this directly)."""
+        if not data:
+            return
         self.started = True
-        off = self._unwrap(seq)
         if off < 0:
             # bytes from before the point where we started the stream (mid-stream start)
             cut = min(-off, len(data))
             self.emit(
                 Anomaly(
-                    "tcp.data_before_start",
+                    f"{self.kind_prefix}.data_before_start",
                     f"{cut} bytes precede the first byte placed in this stream",
                     ts_ns,
                     frame,
@@ -174,7 +191,11 @@ class TcpHalfStream:
     def _deliver(
         self, off: int, data: bytes, ts_first: int, ts_last: int, f1: int, f2: int
     ) -> None:
-        self.emit(StreamData(self.flow, self.direction, off, data, ts_first, ts_last, f1, f2))
+        self.emit(
+            StreamData(
+                self.flow, self.direction, off, data, ts_first, ts_last, f1, f2, self.stream_id
+            )
+        )
         self.next_off = off + len(data)
         self.flow.stream_bytes[self.direction] += len(data)
         keep = self.limits.overlap_check_bytes
@@ -197,7 +218,18 @@ class TcpHalfStream:
             self._deliver(self.next_off, data, p.ts_ns, p.ts_ns, p.frame, p.frame)
 
     def _gap(self, nbytes: int, ts_ns: int, frame: int, reason: str) -> None:
-        self.emit(StreamGap(self.flow, self.direction, self.next_off, nbytes, ts_ns, frame, reason))
+        self.emit(
+            StreamGap(
+                self.flow,
+                self.direction,
+                self.next_off,
+                nbytes,
+                ts_ns,
+                frame,
+                reason,
+                self.stream_id,
+            )
+        )
         self.flow.gap_bytes[self.direction] += nbytes
         self.next_off += nbytes
         self.recent.clear()
@@ -247,7 +279,7 @@ class TcpHalfStream:
         self.flow.overlap_conflicts[self.direction] += 1
         self.emit(
             Anomaly(
-                "tcp.overlap_conflict",
+                f"{self.kind_prefix}.overlap_conflict",
                 f"{nbytes} overlapping bytes at offset {off} differ from the {what} copy "
                 f"({self.limits.overlap_policy.value} copy kept)",
                 ts_ns,
