@@ -23,9 +23,12 @@ from reassembly.events import Direction, Transport
 
 __all__ = [
     "API_VERSION",
+    "Bindings",
+    "CarriedMessage",
     "Direction",
     "Dissector",
     "Field",
+    "PayloadDissector",
     "Record",
     "Session",
     "Span",
@@ -141,3 +144,107 @@ class Dissector(ABC):
     @classmethod
     @abstractmethod
     def session(cls, options: dict[str, Any]) -> Session: ...
+
+
+# -- protocols carried inside another protocol's messages (STAN, Liftbridge in NATS) ----
+
+
+@dataclass(slots=True)
+class CarriedMessage:
+    """A message of a carrier protocol (NATS PUB/HPUB/MSG/HMSG) offered to payload
+    dissectors.  ``payload`` is the whole payload, never the capped copy.  The
+    provenance fields are those of the carrier's row, which becomes the parent of every
+    row decoded from this message."""
+
+    carrier: str  # "nats"
+    op: str  # "PUB", "HPUB", "MSG", "HMSG"
+    subject: str
+    reply_to: str | None
+    sid: str | None
+    headers: dict[str, list[str]] | None
+    payload: bytes
+    direction: Direction
+    flow_id: int
+    offset_start: int
+    offset_end: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+    def record(self, table: str, values: dict[str, Any]) -> Record:
+        """A row of ``table`` decoded from this message (provenance copied)."""
+        return Record(
+            table,
+            self.direction,
+            self.offset_start,
+            self.offset_end,
+            self.ts_first_ns,
+            self.ts_last_ns,
+            self.frame_first,
+            self.frame_last,
+            values,
+        )
+
+    def anomaly(self, kind: str, detail: str) -> Record:
+        return Record.anomaly(
+            kind,
+            detail,
+            self.direction,
+            self.offset_start,
+            self.offset_end,
+            self.ts_first_ns,
+            self.ts_last_ns,
+            self.frame_first,
+            self.frame_last,
+        )
+
+
+class Bindings(ABC):
+    """What payload dissectors learn from the capture and share through the dispatcher.
+
+    Scope: one capture and one carrier server endpoint (a STAN client and the STAN server
+    talk to the same NATS server over different connections)."""
+
+    @abstractmethod
+    def bind_subject(self, subject: str, dissector: str, hint: str) -> None:
+        """Messages on exactly ``subject`` belong to ``dissector`` with ``hint`` (e.g. the
+        reply inbox of a ConnectRequest carries a ConnectResponse)."""
+
+    @abstractmethod
+    def bind_pattern(self, pattern: str, dissector: str, hint: str) -> None:
+        """Like ``bind_subject`` for a NATS wildcard pattern (``*`` one token, ``>`` rest)."""
+
+    @abstractmethod
+    def unbind_subject(self, subject: str) -> None: ...
+
+
+class PayloadDissector(ABC):
+    """Decodes messages carried in another protocol (registered like ``Dissector``).
+
+    Dispatch order for each carried message: (1) exact subjects bound during the
+    capture, (2) subject patterns — the class's static ``subjects`` plus learned ones,
+    most specific first — (3) ``probe_payload``.  ``hint`` says what the binding knew
+    (e.g. a message type); it is ``""`` for a probe match.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    carriers: ClassVar[tuple[str, ...]] = ("nats",)
+    subjects: ClassVar[tuple[tuple[str, str], ...]] = ()  # (pattern, hint)
+    tables: ClassVar[tuple[TableSpec, ...]] = ()
+
+    @classmethod
+    def probe_payload(cls, payload: bytes) -> Verdict:
+        """Cheap look at a payload no binding claimed; default: not ours."""
+        return Verdict.NO
+
+    @classmethod
+    @abstractmethod
+    def new_state(cls, options: dict[str, Any]) -> Any:
+        """Per-scope state (one per capture + carrier server endpoint)."""
+
+    @classmethod
+    @abstractmethod
+    def decode(cls, state: Any, bindings: Bindings, msg: CarriedMessage, hint: str) -> list[Record]:
+        """Rows (``msg.record``) and anomalies (``msg.anomaly``) for one message."""

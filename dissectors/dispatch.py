@@ -1,0 +1,146 @@
+"""Offers messages carried in NATS to payload dissectors (STAN, Liftbridge, plugins).
+
+Strategy: one ``ScopeDispatcher`` per capture and carrier server endpoint, because the
+facts that type a payload (a STAN ConnectResponse naming the publish prefix, a request
+naming its reply inbox) are learned on one connection and used on another.  Lookup
+order: exact subjects bound during the capture, then wildcard patterns — static ones
+declared by the dissectors and learned ones — most specific first, then payload
+probes.  Exact bindings are capped (oldest dropped first) so a capture full of one-shot
+reply inboxes cannot grow memory without bound.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, Verdict
+
+MAX_EXACT_BINDINGS = 100_000
+_SUBJECT_CACHE = 4096
+
+
+def _tokens(subject: str) -> tuple[str, ...]:
+    return tuple(subject.split("."))
+
+
+def subject_matches(pattern: tuple[str, ...], subject: tuple[str, ...]) -> bool:
+    """NATS wildcard match: ``*`` is exactly one token, a final ``>`` one or more."""
+    for i, tok in enumerate(pattern):
+        if tok == ">":
+            return len(subject) > i
+        if i >= len(subject) or (tok != "*" and tok != subject[i]):
+            return False
+    return len(subject) == len(pattern)
+
+
+def specificity(pattern: tuple[str, ...]) -> tuple[int, int, int]:
+    """Sort key, most specific first: more literal tokens, no ``>``, more tokens."""
+    literals = sum(1 for t in pattern if t not in ("*", ">"))
+    return (-literals, pattern[-1] == ">" if pattern else 0, -len(pattern))
+
+
+class ScopeDispatcher(Bindings):
+    def __init__(
+        self, dissectors: list[type[PayloadDissector]], options: dict[str, Any], strict: bool
+    ) -> None:
+        self.by_name = {d.name: d for d in dissectors}
+        self.states = {d.name: d.new_state(options) for d in dissectors}
+        self.strict = strict
+        self.exact: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.patterns: list[tuple[tuple[str, ...], str, str]] = []
+        for d in dissectors:
+            for pattern, hint in d.subjects:
+                self.patterns.append((_tokens(pattern), d.name, hint))
+        self._sort()
+        default_probe = PayloadDissector.probe_payload.__func__
+        self.probers = [d for d in dissectors if d.probe_payload.__func__ is not default_probe]
+        self._cache: dict[str, tuple[str, str] | None] = {}
+        self.dropped_bindings = 0
+
+    # -- Bindings -------------------------------------------------------------------
+
+    def bind_subject(self, subject: str, dissector: str, hint: str) -> None:
+        self.exact[subject] = (dissector, hint)
+        self.exact.move_to_end(subject)
+        if len(self.exact) > MAX_EXACT_BINDINGS:
+            self.exact.popitem(last=False)
+            self.dropped_bindings += 1
+
+    def bind_pattern(self, pattern: str, dissector: str, hint: str) -> None:
+        entry = (_tokens(pattern), dissector, hint)
+        if entry not in self.patterns:
+            self.patterns.append(entry)
+            self._sort()
+
+    def unbind_subject(self, subject: str) -> None:
+        self.exact.pop(subject, None)
+
+    def _sort(self) -> None:
+        self.patterns.sort(key=lambda p: (specificity(p[0]), p[1], p[0]))
+        self._cache = {}
+
+    # -- dispatch -------------------------------------------------------------------
+
+    def _match(self, subject: str) -> tuple[str, str] | None:
+        hit = self.exact.get(subject)
+        if hit is not None:
+            return hit
+        if subject in self._cache:
+            return self._cache[subject]
+        toks = _tokens(subject)
+        found = None
+        for pattern, name, hint in self.patterns:
+            if subject_matches(pattern, toks):
+                found = (name, hint)
+                break
+        if len(self._cache) >= _SUBJECT_CACHE:
+            self._cache.clear()
+        self._cache[subject] = found
+        return found
+
+    def dispatch(self, msg: CarriedMessage) -> list[Record]:
+        """Rows decoded from ``msg`` by whichever payload dissector it belongs to."""
+        hit = self._match(msg.subject)
+        if hit is None:
+            for cand in self.probers:
+                try:
+                    verdict = cand.probe_payload(msg.payload)
+                except Exception:
+                    verdict = Verdict.NO
+                if verdict == Verdict.YES:
+                    hit = (cand.name, "")
+                    break
+        if hit is None:
+            return []
+        name, hint = hit
+        cls = self.by_name.get(name)
+        if cls is None:
+            return []
+        try:
+            return cls.decode(self.states[name], self, msg, hint)
+        except Exception as exc:
+            if self.strict:
+                raise
+            return [msg.anomaly("pipeline.payload_dissector_error", f"{name} raised {exc!r}")]
+
+
+class PayloadDispatcher:
+    """All scopes of one capture: one ``ScopeDispatcher`` per carrier server endpoint."""
+
+    def __init__(
+        self,
+        dissectors: list[type[PayloadDissector]],
+        options: dict[str, Any] | None = None,
+        strict: bool = False,
+    ) -> None:
+        self.dissectors = sorted(dissectors, key=lambda d: d.name)
+        self.options = options or {}
+        self.strict = strict
+        self.scopes: dict[Any, ScopeDispatcher] = {}
+
+    def scope(self, server: Any) -> ScopeDispatcher:
+        sd = self.scopes.get(server)
+        if sd is None:
+            sd = self.scopes[server] = ScopeDispatcher(self.dissectors, self.options, self.strict)
+        return sd

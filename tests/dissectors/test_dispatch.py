@@ -1,0 +1,114 @@
+"""Payload dispatch: NATS wildcards, specificity, learned bindings, probes, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from dissectors.api import CarriedMessage, Direction, PayloadDissector, Verdict
+from dissectors.dispatch import (
+    MAX_EXACT_BINDINGS,
+    PayloadDispatcher,
+    _tokens,
+    specificity,
+    subject_matches,
+)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "subject", "match"),
+    [
+        ("a.b", "a.b", True),
+        ("a.*", "a.b", True),
+        ("a.*", "a.b.c", False),
+        ("a.>", "a.b.c", True),
+        ("a.>", "a", False),
+        (">", "a", True),
+        ("*.b.*", "x.b.y", True),
+        ("*.b.*", "x.c.y", False),
+        ("a.b", "a.b.c", False),
+        ("_STAN.pub.*.>", "_STAN.pub.test-cluster.orders", True),
+    ],
+)
+def test_subject_matches(pattern, subject, match):
+    assert subject_matches(_tokens(pattern), _tokens(subject)) is match
+
+
+def test_specificity_orders_literals_first_and_full_wildcard_last():
+    pats = ["a.>", "a.*", "a.b", ">", "*.*"]
+    assert sorted(pats, key=lambda p: specificity(_tokens(p))) == ["a.b", "a.*", "a.>", "*.*", ">"]
+
+
+def _msg(subject: str, payload: bytes = b"x") -> CarriedMessage:
+    return CarriedMessage("nats", "PUB", subject, None, None, None, payload, Direction.C2S,
+                          7, 10, 20, 100, 200, 3, 4)
+
+
+class Echo(PayloadDissector):
+    name = "echo"
+    subjects = (("echo.>", "wild"), ("echo.one", "one"))
+
+    @classmethod
+    def new_state(cls, options):
+        return []
+
+    @classmethod
+    def decode(cls, state, bindings, msg, hint):
+        state.append(hint)
+        if msg.payload == b"learn":
+            bindings.bind_subject("reply.inbox", cls.name, "learned")
+            bindings.bind_pattern("dyn.*", cls.name, "pattern")
+        if msg.payload == b"boom":
+            raise ValueError("bug")
+        return [msg.record("echo", {"hint": hint})]
+
+
+class Magic(PayloadDissector):
+    name = "magic"
+
+    @classmethod
+    def probe_payload(cls, payload):
+        return Verdict.YES if payload.startswith(b"\xb9\x0e") else Verdict.NO
+
+    @classmethod
+    def new_state(cls, options):
+        return None
+
+    @classmethod
+    def decode(cls, state, bindings, msg, hint):
+        return [msg.record("magic", {"len": len(msg.payload)})]
+
+
+def test_dispatch_order_exact_then_patterns_then_probe():
+    scope = PayloadDispatcher([Echo, Magic]).scope(("10.0.0.1", 4222))
+    (rec,) = scope.dispatch(_msg("echo.one"))
+    assert rec.values == {"hint": "one"}  # the literal pattern beats echo.>
+    assert (rec.offset_start, rec.frame_last, rec.ts_first_ns) == (10, 4, 100)
+    assert scope.dispatch(_msg("echo.two.three"))[0].values == {"hint": "wild"}
+    assert scope.dispatch(_msg("reply.inbox")) == []
+    scope.dispatch(_msg("echo.x", b"learn"))
+    assert scope.dispatch(_msg("reply.inbox"))[0].values == {"hint": "learned"}
+    assert scope.dispatch(_msg("dyn.q"))[0].values == {"hint": "pattern"}
+    assert scope.dispatch(_msg("other", b"\xb9\x0e\x43\xb4"))[0].values == {"len": 4}
+    assert scope.dispatch(_msg("other", b"plain")) == []
+
+
+def test_scopes_are_separate_per_server():
+    disp = PayloadDispatcher([Echo])
+    disp.scope("a").dispatch(_msg("echo.x", b"learn"))
+    assert disp.scope("b").dispatch(_msg("reply.inbox")) == []
+    assert disp.scope("a").dispatch(_msg("reply.inbox"))
+
+
+def test_payload_dissector_bug_becomes_anomaly_unless_strict():
+    (rec,) = PayloadDispatcher([Echo]).scope(1).dispatch(_msg("echo.x", b"boom"))
+    assert rec.table == "anomalies" and rec.values["kind"] == "pipeline.payload_dissector_error"
+    with pytest.raises(ValueError):
+        PayloadDispatcher([Echo], strict=True).scope(1).dispatch(_msg("echo.x", b"boom"))
+
+
+def test_exact_bindings_are_capped():
+    scope = PayloadDispatcher([Echo]).scope(1)
+    for i in range(MAX_EXACT_BINDINGS + 5):
+        scope.bind_subject(f"_INBOX.{i}", "echo", "r")
+    assert len(scope.exact) == MAX_EXACT_BINDINGS and scope.dropped_bindings == 5
+    assert "_INBOX.0" not in scope.exact
