@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 
 from rich.console import Console
@@ -133,6 +135,146 @@ def cmd_follow(args: argparse.Namespace) -> int:
     return EXIT_DEGRADED if gaps or damage else EXIT_CLEAN
 
 
+def _parse_decode_as(items: list[str]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for item in items:
+        port, sep, name = item.partition("=")
+        if not sep or not port.isdigit() or not name:
+            raise argparse.ArgumentTypeError(f"--decode-as wants PORT=NAME, got {item!r}")
+        out[int(port)] = name
+    return out
+
+
+def _dissect_one(path: str, out: str, options, show_progress: bool):
+    from analyzer.pipeline import dissect_capture
+
+    if not show_progress:
+        return dissect_capture(path, out, options)
+
+    def wrap(reader, events):
+        with capture_progress(reader, f"dissect {path}") as bar:
+            yield from bar(events)
+
+    return dissect_capture(path, out, options, wrap=wrap)
+
+
+def cmd_dissect(args: argparse.Namespace) -> int:
+    from analyzer.pipeline import Options
+    from dissectors.registry import discover
+
+    registry = discover()
+    try:
+        decode_as = _parse_decode_as(args.decode_as)
+        for name in decode_as.values():
+            registry.get(name)
+    except (argparse.ArgumentTypeError, KeyError) as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        return EXIT_FAILED
+    options = Options(payload_cap=args.payload_cap, decode_as=decode_as, overwrite=args.overwrite)
+    started = time.perf_counter()
+    results = []
+    if args.workers > 1 and len(args.captures) > 1:
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            futures = [
+                pool.submit(_dissect_one, p, args.output, options, False) for p in args.captures
+            ]
+            results = [f.result() for f in futures]
+    else:
+        results = [_dissect_one(p, args.output, options, True) for p in args.captures]
+    elapsed = time.perf_counter() - started
+    manifest = results[-1].manifest
+    print_run_summary(results, manifest, elapsed)
+    return {"clean": EXIT_CLEAN, "degraded": EXIT_DEGRADED}.get(manifest["status"], EXIT_FAILED)
+
+
+def print_run_summary(results, manifest: dict, elapsed: float) -> None:
+    console = Console(stderr=True)
+    rows: Counter = Counter()
+    anomalies: Counter = Counter()
+    protocols: Counter = Counter()
+    packets = size = 0
+    for r in results:
+        rows.update(r.rows)
+        anomalies.update(r.anomalies)
+        protocols.update(r.flows_by_protocol)
+        packets += r.packets
+        size += r.bytes
+    t = Table(title="rows per table", header_style="bold")
+    t.add_column("table")
+    t.add_column("rows", justify="right")
+    for name, n in sorted(rows.items()):
+        t.add_row(name, f"{n:,}")
+    console.print(t)
+    t = Table(title="flows by protocol", header_style="bold")
+    t.add_column("protocol")
+    t.add_column("flows", justify="right")
+    for name, n in sorted(protocols.items()):
+        t.add_row(name, f"{n:,}")
+    console.print(t)
+    if anomalies:
+        t = Table(title="anomalies by kind", header_style="bold")
+        t.add_column("kind")
+        t.add_column("count", justify="right")
+        for name, n in sorted(anomalies.items()):
+            t.add_row(name, f"{n:,}")
+        console.print(t)
+    secs = max(elapsed, 1e-9)
+    console.print(
+        f"{len(results)} capture(s), {packets:,} packets, {size / 1e6:.1f} MB in {elapsed:.2f} s "
+        f"({packets / secs:,.0f} packets/s, {size / 1e6 / secs:.1f} MB/s); "
+        f"status [bold]{manifest['status']}[/]"
+    )
+
+
+def cmd_protocols(args: argparse.Namespace) -> int:
+    from dissectors.registry import discover
+
+    reg = discover()
+    t = Table(title="dissectors", header_style="bold")
+    for col in ("name", "transport", "ports", "tables", "from"):
+        t.add_column(col)
+    every = {**reg.dissectors, **reg.payload}
+    for name in sorted(every):
+        d = every[name]
+        carried = name in reg.payload
+        t.add_row(
+            name,
+            f"in {'/'.join(d.carriers)}" if carried else d.transport.name.lower(),
+            ", ".join(str(p) for p in getattr(d, "default_ports", ())) or "-",
+            ", ".join(s.name for s in d.tables),
+            reg.origins.get(name, ""),
+        )
+    Console().print(t)
+    for origin, why in reg.errors:
+        Console(stderr=True).print(f"[yellow]plugin {origin} not loaded:[/] {why}")
+    return EXIT_DEGRADED if reg.errors else EXIT_CLEAN
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from analyzer.pipeline import tables_for
+    from dissectors.registry import discover
+
+    specs = {s.name: s for s in tables_for(discover())}
+    if args.table and args.table not in specs:
+        Console(stderr=True).print(
+            f"[red]no table {args.table!r}[/] (tables: {', '.join(sorted(specs))})"
+        )
+        return EXIT_FAILED
+    for name in [args.table] if args.table else sorted(specs):
+        spec = specs[name]
+        t = Table(
+            title=f"{spec.name} (v{spec.version}): {spec.description}",
+            header_style="bold",
+            title_justify="left",
+        )
+        for col in ("column", "type", "null", "meaning"):
+            t.add_column(col)
+        for f in spec.columns:
+            t.add_row(f.name, str(f.type), "yes" if f.nullable else "no", f.description)
+        Console(width=None if sys.stdout.isatty() else 200).print(t)
+    return EXIT_CLEAN
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="msgcap", description="Forensic analyzer for message-broker packet captures."
@@ -154,6 +296,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="write only captured bytes; list gaps on stderr instead of inline",
     )
     p.set_defaults(func=cmd_follow)
+
+    p = sub.add_parser("dissect", help="decode captures into a Parquet dataset")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="dataset directory")
+    p.add_argument(
+        "--decode-as",
+        action="append",
+        default=[],
+        metavar="PORT=NAME",
+        help="force a dissector for a TCP port (repeatable)",
+    )
+    p.add_argument(
+        "--payload-cap",
+        type=int,
+        default=4096,
+        metavar="BYTES",
+        help="payload bytes kept per message (length and SHA-256 always kept)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="dissect N captures at once, one process each",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a capture already present in OUT"
+    )
+    p.set_defaults(func=cmd_dissect)
+
+    p = sub.add_parser("protocols", help="list the dissectors found (built-in and plugins)")
+    p.set_defaults(func=cmd_protocols)
+
+    p = sub.add_parser("schema", help="print the declared columns of the output tables")
+    p.add_argument("table", nargs="?")
+    p.set_defaults(func=cmd_schema)
     return parser
 
 
@@ -161,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CaptureFormatError, OSError) as exc:
+    except (CaptureFormatError, OSError, FileExistsError) as exc:
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         return EXIT_FAILED
 

@@ -1,0 +1,141 @@
+"""Which dissector owns a TCP flow: forced by port, else probes with port hints.
+
+Strategy: until a flow is decided, its stream events are held (at most
+``PROBE_LIMIT_BYTES`` per direction) and every candidate dissector is asked
+``probe(direction, prefix)``; dissectors whose default port matches the server port
+are asked first, but a port is only a hint — a probe must say yes.  A candidate is
+dropped once it says no for a direction; the flow locks to the first candidate that
+says yes for a direction and no for none.  Held events are then replayed into the new
+session, so no byte is decoded twice or lost.  A flow nobody claims stays unclaimed
+(its bytes count as undecoded) and is recorded so in the ``flows`` table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dissectors.api import Dissector, Record, Session, Span, Verdict
+from reassembly.events import Direction, FlowInfo
+
+# Enough for any of our protocols to show its first PDU header; past it the flow is
+# declared unclaimed rather than buffering without bound.
+PROBE_LIMIT_BYTES = 8192
+
+
+class FlowDispatch:
+    """Per-flow detection state, then the locked dissector's session."""
+
+    __slots__ = ("flow", "candidates", "session", "dissector", "held", "prefix", "unclaimed")
+
+    def __init__(self, flow: FlowInfo, candidates: list[type[Dissector]], forced: bool) -> None:
+        self.flow = flow
+        self.candidates = candidates
+        self.session: Session | None = None
+        self.dissector: type[Dissector] | None = None
+        self.held: list[tuple] = []  # ("data", dir, bytes, span) | ("gap", dir, off, n, ts)
+        self.prefix = [bytearray(), bytearray()]
+        self.unclaimed = not candidates
+        if forced:
+            self.dissector = candidates[0]
+
+    @property
+    def decided(self) -> bool:
+        return self.session is not None or self.unclaimed
+
+
+class Detector:
+    """Creates a ``FlowDispatch`` per flow and drives probing."""
+
+    def __init__(
+        self,
+        dissectors: list[type[Dissector]],
+        decode_as: dict[int, type[Dissector]] | None = None,
+        options: dict[str, Any] | None = None,
+        on_session: Callable[[FlowDispatch], None] | None = None,
+    ) -> None:
+        self.dissectors = sorted(dissectors, key=lambda d: d.name)
+        self.decode_as = decode_as or {}
+        self.options = options or {}
+        # called once a flow has its session, e.g. to hook payload dispatch into it
+        self.on_session = on_session or (lambda fd: None)
+
+    def start(self, flow: FlowInfo) -> FlowDispatch:
+        forced = self.decode_as.get(flow.server.port) or self.decode_as.get(flow.client.port)
+        if forced is not None:
+            fd = FlowDispatch(flow, [forced], forced=True)
+            fd.session = forced.session(self.options)
+            self.on_session(fd)
+            return fd
+        port = flow.server.port
+        ranked = sorted(
+            (d for d in self.dissectors if d.transport == flow.transport),
+            key=lambda d: (port not in d.default_ports, d.name),
+        )
+        return FlowDispatch(flow, ranked, forced=False)
+
+    def data(self, fd: FlowDispatch, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        if fd.session is not None:
+            return fd.session.feed(direction, data, span)
+        if fd.unclaimed:
+            return []
+        fd.held.append(("data", direction, data, span))
+        prefix = fd.prefix[direction]
+        if len(prefix) < PROBE_LIMIT_BYTES:
+            prefix += data[: PROBE_LIMIT_BYTES - len(prefix)]
+        return self._probe(fd)
+
+    def gap(self, fd: FlowDispatch, direction: Direction, offset: int, nbytes: int, ts_ns: int):
+        if fd.session is not None:
+            return fd.session.gap(direction, offset, nbytes, ts_ns)
+        if not fd.unclaimed:
+            fd.held.append(("gap", direction, offset, nbytes, ts_ns))
+        return []
+
+    def close(self, fd: FlowDispatch, ts_ns: int) -> list[Record]:
+        if fd.session is not None:
+            return fd.session.close(ts_ns)
+        fd.unclaimed = True
+        fd.held.clear()
+        return []
+
+    def _probe(self, fd: FlowDispatch) -> list[Record]:
+        """Ask the remaining candidates; lock, give up, or keep waiting."""
+        still: list[type[Dissector]] = []
+        for cand in fd.candidates:
+            verdicts = [
+                _safe_probe(cand, d, bytes(fd.prefix[d])) for d in Direction if fd.prefix[d]
+            ]
+            if Verdict.NO in verdicts:
+                continue
+            if Verdict.YES in verdicts:
+                return self._lock(fd, cand)
+            still.append(cand)
+        fd.candidates = still
+        full = all(len(p) >= PROBE_LIMIT_BYTES or not p for p in fd.prefix)
+        if not still or full:
+            fd.unclaimed = True
+            fd.held.clear()
+        return []
+
+    def _lock(self, fd: FlowDispatch, cand: type[Dissector]) -> list[Record]:
+        fd.dissector = cand
+        fd.session = session = cand.session(self.options)
+        self.on_session(fd)
+        records: list[Record] = []
+        for item in fd.held:
+            if item[0] == "data":
+                records += session.feed(item[1], item[2], item[3])
+            else:
+                records += session.gap(item[1], item[2], item[3], item[4])
+        fd.held.clear()
+        fd.prefix = [bytearray(), bytearray()]
+        return records
+
+
+def _safe_probe(cand: type[Dissector], direction: Direction, prefix: bytes) -> Verdict:
+    """A probe must never raise; one that does is treated as a "no"."""
+    try:
+        return Verdict(cand.probe(direction, prefix))
+    except Exception:
+        return Verdict.NO

@@ -1,0 +1,432 @@
+"""Capture → reassembly → detection → dissectors → rows → Parquet dataset.
+
+Strategy: one pass over the reassembly events of a capture.  Each event is turned
+into rows at once and handed to the ``DatasetWriter``, which flushes in batches, so
+memory holds one batch per table plus the live flows — never the capture.  Row ids
+are given out in emission order, which is fixed by the capture and the options, so the
+same input gives the same rows in the same order.
+
+A dissector that raises is a bug, not bad input: the pipeline records a
+``pipeline.dissector_error`` anomaly, stops feeding that flow (the rest of its bytes
+count as undecoded) and goes on; with ``strict`` (tests) it re-raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from analyzer.detect import Detector, FlowDispatch
+from analyzer.flowsummary import flow_row
+from analyzer.manifest import CaptureRun, InputInfo, update_manifest
+from analyzer.sink import DatasetWriter
+from dissectors.api import CarriedMessage, Dissector, Record, Span
+from dissectors.core_tables import ANOMALIES, FLOWS
+from dissectors.dispatch import PayloadDispatcher
+from dissectors.registry import Registry, discover
+from dissectors.schema import register_table
+from dissectors.tables import TableSpec
+from reassembly.capture import CaptureReader, open_capture
+from reassembly.engine import Reassembler, capture_damage_events
+from reassembly.events import (
+    Anomaly,
+    Datagram,
+    Direction,
+    FlowEnd,
+    FlowInfo,
+    StreamClose,
+    StreamData,
+    StreamGap,
+)
+from reassembly.limits import Limits
+
+try:
+    TOOL_VERSION = version("msgcap")
+except PackageNotFoundError:  # running from a source tree without install
+    TOOL_VERSION = "0+unknown"
+
+DEFAULT_PAYLOAD_CAP = 4096
+
+
+@dataclass
+class Options:
+    payload_cap: int = DEFAULT_PAYLOAD_CAP
+    decode_as: dict[int, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    strict: bool = False  # re-raise dissector exceptions (tests)
+    validate: bool = False  # run every batch through the schema validator (tests)
+    overwrite: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """What goes into the manifest and Parquet metadata (reproducibility)."""
+        lim = self.limits
+        return {
+            "payload_cap": self.payload_cap,
+            "decode_as": {str(k): v for k, v in sorted(self.decode_as.items())},
+            "limits": {k: getattr(lim, k) for k in lim.__slots__},
+        }
+
+
+@dataclass
+class CaptureResult:
+    capture_id: str
+    path: str
+    rows: dict[str, int]
+    anomalies: Counter
+    flows_by_protocol: Counter
+    packets: int
+    bytes: int
+    manifest: dict[str, Any]
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _anomaly_source(kind: str) -> str:
+    return kind.split(".", 1)[0] if "." in kind else "pipeline"
+
+
+class CaptureDissection:
+    """Turns the events of one capture into table rows."""
+
+    def __init__(
+        self,
+        capture_id: str,
+        writer: DatasetWriter,
+        registry: Registry,
+        options: Options,
+    ) -> None:
+        self.capture_id = capture_id
+        self.writer = writer
+        self.options = options
+        decode_as = {port: registry.get(name) for port, name in options.decode_as.items()}
+        session_options = {"payload_cap": options.payload_cap}
+        self.payloads = PayloadDispatcher(
+            list(registry.payload.values()), session_options, strict=options.strict
+        )
+        self.detector = Detector(
+            list(registry.dissectors.values()), decode_as, session_options, self._hook_payloads
+        )
+        self.tables: dict[str, TableSpec] = {s.name: s for s in registry.tables()}
+        self.tables[FLOWS.name] = FLOWS
+        self.tables[ANOMALIES.name] = ANOMALIES
+        self._flows: dict[int, FlowDispatch] = {}
+        self._next_record = 0
+        self.anomalies: Counter = Counter()
+        self.flows_by_protocol: Counter = Counter()
+
+    def _hook_payloads(self, fd: FlowDispatch) -> None:
+        """Give a carrier session (NATS) a hook that offers each message to the
+        payload dissectors of its server's scope."""
+        session = fd.session
+        name = fd.dissector.name if fd.dissector else ""
+        carried = [d for d in self.payloads.dissectors if name in d.carriers]
+        if not carried or not hasattr(session, "on_message"):
+            return
+        flow = fd.flow
+        scope = self.payloads.scope((flow.server.ip, flow.server.port))
+
+        def on_message(row: Record, payload: bytes) -> list[Record]:
+            v = row.values
+            msg = CarriedMessage(
+                name, v["op"], v.get("subject") or "", v.get("reply_to"), v.get("sid"),
+                v.get("headers"), payload, row.direction, flow.flow_id, row.offset_start,
+                row.offset_end, row.ts_first_ns, row.ts_last_ns, row.frame_first, row.frame_last,
+            )
+            return scope.dispatch(msg)
+
+        session.on_message = on_message
+
+    # -- rows -------------------------------------------------------------------------
+
+    def _record_id(self) -> int:
+        rid = self._next_record
+        self._next_record += 1
+        return rid
+
+    def _envelope(self, flow: FlowInfo, rec: Record, parent: int | None) -> dict[str, Any]:
+        src, dst = flow.endpoint(rec.direction)
+        return {
+            "capture_id": self.capture_id,
+            "flow_id": flow.flow_id,
+            "record_id": self._record_id(),
+            "parent_record_id": parent,
+            "direction": rec.direction.short,
+            "src_ip": src.ip,
+            "src_port": src.port,
+            "dst_ip": dst.ip,
+            "dst_port": dst.port,
+            "ts_first": rec.ts_first_ns,
+            "ts_last": rec.ts_last_ns,
+            "offset_start": rec.offset_start,
+            "offset_end": rec.offset_end,
+            "frame_first": rec.frame_first,
+            "frame_last": rec.frame_last,
+        }
+
+    def _emit_records(self, fd: FlowDispatch, records: Iterable[Record], parent=None) -> None:
+        name = fd.dissector.name if fd.dissector else "?"
+        for rec in records:
+            if rec.table == ANOMALIES.name:
+                v = rec.values
+                self._anomaly_row(
+                    v.get("kind", f"{name}.anomaly"),
+                    v.get("detail", ""),
+                    fd.flow,
+                    rec.direction,
+                    rec.ts_first_ns,
+                    rec.frame_first,
+                    rec.offset_start,
+                    rec.offset_end - rec.offset_start,
+                    f"dissector:{name}",
+                )
+                continue
+            row = self._envelope(fd.flow, rec, parent)
+            row.update(rec.values)
+            spec = self.tables.get(rec.table)
+            if spec is None:
+                self._anomaly_row(
+                    "pipeline.unknown_table",
+                    f"{name} produced a row for undeclared table {rec.table!r}",
+                    fd.flow,
+                    rec.direction,
+                    rec.ts_first_ns,
+                    rec.frame_first,
+                    None,
+                    None,
+                    "pipeline",
+                )
+                continue
+            self.writer.write_rows(spec, [row])
+            if rec.children:
+                self._emit_records(fd, rec.children, row["record_id"])
+
+    def _anomaly_row(self, kind, detail, flow, direction, ts_ns, frame, offset, nbytes, source):
+        self.anomalies[kind] += 1
+        self.writer.write_rows(
+            ANOMALIES,
+            [
+                {
+                    "capture_id": self.capture_id,
+                    "record_id": self._record_id(),
+                    "flow_id": flow.flow_id if flow is not None else None,
+                    "direction": direction.short if direction is not None else None,
+                    "kind": kind,
+                    "detail": detail,
+                    "ts": ts_ns,
+                    "frame": frame,
+                    "offset": offset,
+                    "nbytes": nbytes,
+                    "source": source,
+                }
+            ],
+        )
+
+    # -- events -----------------------------------------------------------------------
+
+    def _guarded(
+        self,
+        fd: FlowDispatch,
+        call: Callable[[], list[Record]],
+        ts_ns: int | None,
+        frame: int | None,
+    ) -> None:
+        try:
+            records = call()
+        except Exception as exc:
+            if self.options.strict:
+                raise
+            name = fd.dissector.name if fd.dissector else "?"
+            self._anomaly_row(
+                "pipeline.dissector_error",
+                f"{name} raised {exc!r}; the rest of this flow is left undecoded",
+                fd.flow,
+                None,
+                ts_ns,
+                frame,
+                None,
+                None,
+                "pipeline",
+            )
+            self._abandon(fd)
+            return
+        if records:
+            self._emit_records(fd, records)
+
+    def _abandon(self, fd: FlowDispatch) -> None:
+        """After a dissector bug: keep counting, stop decoding."""
+        if fd.session is not None:
+            fd.session = _Abandoned(fd.session)
+
+    def _dispatch(self, flow: FlowInfo) -> FlowDispatch:
+        fd = self._flows.get(flow.flow_id)
+        if fd is None:
+            fd = self._flows[flow.flow_id] = self.detector.start(flow)
+        return fd
+
+    def handle(self, ev: object) -> None:
+        if isinstance(ev, StreamData):
+            fd = self._dispatch(ev.flow)
+            span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
+            self._guarded(
+                fd,
+                lambda: self.detector.data(fd, ev.direction, ev.data, span),
+                ev.ts_first_ns,
+                ev.frame_first,
+            )
+        elif isinstance(ev, StreamGap):
+            fd = self._dispatch(ev.flow)
+            self._guarded(
+                fd,
+                lambda: self.detector.gap(fd, ev.direction, ev.offset, ev.nbytes, ev.ts_ns),
+                ev.ts_ns,
+                ev.frame,
+            )
+        elif isinstance(ev, StreamClose):
+            fd = self._dispatch(ev.flow)
+            self._guarded(fd, lambda: self.detector.close(fd, ev.ts_ns), ev.ts_ns, None)
+            self._flow_row(fd)
+            del self._flows[ev.flow.flow_id]
+        elif isinstance(ev, Datagram):
+            self._dispatch(ev.flow)  # no UDP dissector yet: datagrams stay undecoded
+        elif isinstance(ev, FlowEnd):
+            fd = self._dispatch(ev.flow)
+            self._flow_row(fd)
+            del self._flows[ev.flow.flow_id]
+        elif isinstance(ev, Anomaly):
+            self._anomaly_row(
+                ev.kind,
+                ev.detail,
+                ev.flow,
+                ev.direction,
+                ev.ts_ns,
+                ev.frame,
+                ev.offset,
+                ev.nbytes,
+                _anomaly_source(ev.kind),
+            )
+
+    def _flow_row(self, fd: FlowDispatch) -> None:
+        info = fd.flow
+        row = flow_row(info)
+        row["capture_id"] = self.capture_id
+        row["ts_first"] = row.pop("ts_first_ns")
+        row["ts_last"] = row.pop("ts_last_ns")
+        protocol = fd.dissector.name if fd.session is not None and fd.dissector else None
+        row["protocol"] = protocol
+        self.flows_by_protocol[protocol or "(unclaimed)"] += 1
+        for d in Direction:
+            if fd.session is not None:
+                decoded = fd.session.decoded_bytes[d]
+                undecoded = fd.session.undecoded_bytes[d]
+            else:
+                decoded, undecoded = 0, info.stream_bytes[d]
+            row[f"decoded_bytes_{d.short}"] = decoded
+            row[f"undecoded_bytes_{d.short}"] = undecoded
+        self.writer.write_rows(FLOWS, [row])
+
+
+class _Abandoned:
+    """Stands in for a session that raised: swallows input, counts it undecoded."""
+
+    def __init__(self, broken: Any) -> None:
+        self.decoded_bytes = list(broken.decoded_bytes)
+        self.undecoded_bytes = list(broken.undecoded_bytes)
+        self._broken = broken
+
+    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        self.undecoded_bytes[direction] += len(data)
+        return []
+
+    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
+        return []
+
+    def close(self, ts_ns: int) -> list[Record]:
+        return []
+
+
+def dissect_capture(
+    path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    options: Options | None = None,
+    registry: Registry | None = None,
+    wrap: Callable[[CaptureReader, Iterable], Iterable] = lambda reader, it: it,
+) -> CaptureResult:
+    """Dissect one capture into ``out_dir`` (one Hive partition) and update the manifest."""
+    options = options or Options()
+    registry = registry or discover()
+    for spec in registry.tables():
+        register_table(spec)
+    sha = file_sha256(path)
+    capture_id = sha[:16]
+    writer = DatasetWriter(
+        out_dir,
+        capture_id,
+        sha,
+        TOOL_VERSION,
+        options.as_json(),
+        validate=options.validate,
+        overwrite=options.overwrite,
+    )
+    job = CaptureDissection(capture_id, writer, registry, options)
+    error: str | None = None
+    with open_capture(path) as reader:
+        try:
+            for ev in wrap(reader, Reassembler(options.limits).process(reader)):
+                job.handle(ev)
+            for ev in capture_damage_events(reader):
+                job.handle(ev)
+        except Exception as exc:
+            if options.strict:
+                writer.abort()
+                raise
+            error = f"{type(exc).__name__}: {exc}"
+        info = reader.info
+    writer.close(ensure_tables=list(job.tables.values()))
+    run = CaptureRun.from_writer(
+        writer,
+        InputInfo(
+            str(path),
+            info.file_size,
+            sha,
+            info.format + ("" if info.compression == "none" else f"+{info.compression}"),
+            [str(lt) for lt in info.link_types],
+            info.packets,
+            [{"offset": d.offset, "reason": d.reason, "frame": d.frame} for d in info.damage],
+        ),
+        error,
+    )
+    manifest = update_manifest(out_dir, run)
+    return CaptureResult(
+        capture_id,
+        str(path),
+        run.rows,
+        job.anomalies,
+        job.flows_by_protocol,
+        info.packets,
+        info.file_size,
+        manifest,
+    )
+
+
+def tables_for(registry: Registry) -> list[TableSpec]:
+    return [FLOWS, ANOMALIES, *registry.tables()]
+
+
+def dissector_classes(registry: Registry) -> list[type[Dissector]]:
+    return [registry.dissectors[n] for n in sorted(registry.dissectors)]
+
+
+def output_dir_exists(out_dir: str | os.PathLike) -> bool:
+    return Path(out_dir).exists()

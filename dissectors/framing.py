@@ -1,0 +1,1017 @@
+"""Shared framing: turn one direction of a byte stream into protocol data units.
+
+Strategy (Wireshark's ``tcp_dissect_pdus`` idea, written sans-IO like h11): a framer owns
+the bytes of one stream direction that have been fed but not yet resolved into a unit.
+The protocol only answers "how long is the unit that starts here" (``LengthPrefixedFramer``)
+or reads control lines and asks for "exactly N more bytes" after one (``LineFramer``).
+Everything else is done once, here, and tested once:
+
+* **need more** is a first-class answer: ``next_event()`` returns ``NEED_MORE``;
+* **bounded memory**: bytes live in one ``bytearray`` with a read index; the consumed
+  prefix is dropped on the next ``feed`` (CPython deletes a bytearray's front in O(1)).
+  Oversize units and long bodies stream past without being buffered; a body keeps at most
+  ``keep_bytes`` and hashes the rest incrementally;
+* **provenance**: every buffered chunk remembers its ``Span``.  A unit gets
+  ``ts_first``/``frame_first`` of the chunk holding its first byte and ``ts_last``/
+  ``frame_last`` of the chunk holding its last byte.  When the pipeline merged several
+  packets into one chunk, the per-byte packet is unknown; these values then bracket it;
+* **gaps**: ``gap()`` drops the partial unit (reported as a ``Dropped`` event, its bytes
+  counted undecoded).  If that unit's end was known (declared length), parsing resumes
+  exactly there, skipping the rest of it; otherwise the framer resynchronises with the
+  protocol's rule (``ResyncFn``), and the skipped bytes are reported (``Resynced``);
+* **byte accounting** (DESIGN §7): at any time ``decoded_bytes + undecoded_bytes +
+  pending_bytes == fed_bytes``; after ``close()`` ``pending_bytes == 0``.  Bytes handed to
+  the protocol in a ``Line``/``Block``/``Pdu`` count as decoded; the protocol moves them to
+  undecoded with ``reject(n)`` when it cannot make sense of them.
+
+Contract with the caller: drain ``next_event()`` until ``NEED_MORE`` before calling
+``feed``, ``gap`` or ``close`` again; ``feed`` spans must be contiguous (a hole is
+announced with ``gap``).  Breaking the contract is a caller bug and raises ``ValueError``;
+no input byte ever makes a framer raise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from enum import IntEnum
+from typing import NamedTuple
+
+from dissectors.api import Span
+
+__all__ = [
+    "NEED_MORE",
+    "Block",
+    "Dropped",
+    "Invalid",
+    "LengthPrefixedFramer",
+    "Line",
+    "LineFramer",
+    "Oversize",
+    "Pdu",
+    "ResyncFn",
+    "Resynced",
+    "TrailerStatus",
+    "resync_after_lf",
+]
+
+# How many leading bytes of an oversize / invalid unit are kept for the anomaly detail.
+HEAD_BYTES = 64
+# Resync may leave an undecided tail in the buffer (a candidate start that needs more
+# bytes); past this many undecided bytes one byte is forced out so memory stays bounded.
+MAX_RESYNC_HOLD_BYTES = 64 * 1024
+
+
+class _NeedMore:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_MORE"
+
+
+NEED_MORE = _NeedMore()
+"""Returned by ``next_event`` when no further event can be produced without more bytes."""
+
+ResyncFn = Callable[[bytes, "int | None"], "tuple[int, bool]"]
+"""``resync(buf, prev_byte) -> (skip, found)``: find a plausible unit start in ``buf``.
+
+``prev_byte`` is the stream byte just before ``buf[0]`` (``None`` if unknown, i.e. right
+after a gap or at the start of the stream).  Return ``(k, True)`` if a unit plausibly
+starts at ``buf[k]``; ``(k, False)`` if ``buf[:k]`` holds no start and the rest cannot be
+decided yet (the framer calls again when more bytes arrive).  ``k`` is clamped to
+``[0, len(buf)]``; ``found`` with ``k == len(buf)`` is treated as not found.
+"""
+
+
+class TrailerStatus(IntEnum):
+    """What followed a ``Block`` where the protocol expects a fixed trailer (NATS: CRLF)."""
+
+    NONE = 0  # no trailer was asked for
+    OK = 1  # the expected trailer, consumed
+    LENIENT = 2  # one of the tolerated alternatives (NATS: bare LF), consumed
+    BAD = 3  # something else: nothing consumed, ``trailer_found`` shows what was there
+    MISSING = 4  # a gap or the end of the stream came first
+
+
+class Line(NamedTuple):
+    """A control line.  ``data`` excludes the LF and a CR right before it."""
+
+    data: bytes
+    bare_lf: bool  # ended with LF alone (no CR)
+    start: int
+    end: int  # exclusive, includes the terminator
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+
+class Block(NamedTuple):
+    """The exact-bytes follow-up asked for with ``LineFramer.read_exact``.
+
+    ``data`` holds the first ``min(nbytes, keep_bytes)`` bytes; ``sha256`` (hex) covers all
+    ``nbytes`` when hashing was asked for.  ``end`` includes the trailer if one was consumed.
+    """
+
+    data: bytes
+    nbytes: int
+    sha256: str | None
+    trailer: TrailerStatus
+    trailer_found: bytes
+    start: int
+    end: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+
+class Pdu(NamedTuple):
+    """One whole length-prefixed unit (header included)."""
+
+    data: bytes
+    start: int
+    end: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+
+class Oversize(NamedTuple):
+    """A unit longer than the framer's limit, skipped without buffering.
+
+    ``nbytes`` is the unit's length (declared, or measured for a line); ``head`` its first
+    bytes.  The skipped bytes count as undecoded.
+    """
+
+    nbytes: int
+    head: bytes
+    start: int
+    end: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+
+class Invalid(NamedTuple):
+    """``pdu_length`` rejected the bytes at ``start``; the framer resynchronises from
+    ``start + 1``.  Not repeated while a resync is already under way."""
+
+    head: bytes
+    start: int
+    end: int  # start + 1: the one byte known not to start a unit
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+
+class Resynced(NamedTuple):
+    """Bytes ``[start, end)`` were skipped while looking for a unit start.
+
+    ``found`` is False when the range was cut by a gap or the end of the stream.
+    """
+
+    found: bool
+    start: int
+    end: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+
+class Dropped(NamedTuple):
+    """A partial unit lost to a gap (or left over at close).
+
+    ``kind``: ``line``, ``long_line`` (an oversize line being skipped), ``block``, ``pdu``,
+    ``oversize`` (an oversize PDU being skipped).  ``[start, end)`` are the bytes received
+    (``end`` is where the gap or the stream end began).  ``declared_end`` is the unit's end
+    when it was known; ``resume_at`` is where parsing resumes without guessing after a gap
+    (the rest of the unit is skipped as undecoded), or None when the framer resynchronises
+    instead (always None at close).
+    """
+
+    kind: str
+    declared_end: int | None
+    resume_at: int | None
+    start: int
+    end: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+
+def resync_after_lf(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
+    """Default line resync rule: a line starts at the stream start, or after an LF."""
+    if prev_byte == 0x0A:
+        return 0, True
+    i = buf.find(b"\n")
+    if i < 0:
+        return len(buf), False
+    return i + 1, True
+
+
+# ------------------------------------------------------------------------------ base
+
+# modes shared by both framers (each framer adds its own "normal" modes)
+_RESYNC = 10
+_SKIP = 11
+_DEAD = 12  # abandoned or closed: every byte is undecoded, no events
+
+
+class _Framer:
+    """Buffer, provenance, accounting, resync/skip/abandon: everything but the unit rule."""
+
+    def __init__(self, resync: ResyncFn | None, start_offset: int | None) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self._base = start_offset  # stream offset of _buf[0]; None until first feed/gap
+        self._scan = 0  # LineFramer: where the LF search resumes inside a partial line
+        # chunks still (partly) buffered: (end_offset, ts_first, ts_last, frame_first, frame_last)
+        self._chunks: deque[tuple[int, int, int, int, int]] = deque()
+        self._last_chunk: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+        self._prev_byte: int | None = None  # stream byte before _buf[0]
+        self._events: deque = deque()
+        self._resync = resync
+        self._mode = 0
+        self._normal = 0
+        self._closed = False
+        # resync episode
+        self._rs_start: int | None = None
+        self._rs_first: tuple[int, int] = (0, 0)
+        self._rs_last: tuple[int, int] = (0, 0)
+        self._rs_prev: int | None = None
+        # skip-to-known-end after a gap
+        self._skip_end = 0
+        self.fed_bytes = 0
+        self.decoded_bytes = 0
+        self.undecoded_bytes = 0
+
+    # ---- public helpers ------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int | None:
+        """Stream offset the next ``feed`` must start at (None before the first call)."""
+        if self._base is None:
+            return None
+        return self._base + len(self._buf)
+
+    @property
+    def offset(self) -> int:
+        """Stream offset of the next unresolved byte."""
+        return (self._base or 0) + self._pos
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf) - self._pos
+
+    @property
+    def pending_bytes(self) -> int:
+        """Fed bytes not yet counted decoded or undecoded."""
+        return len(self._buf) - self._pos + self._inflight()
+
+    @property
+    def abandoned(self) -> bool:
+        return self._mode == _DEAD
+
+    def peek(self, n: int) -> bytes:
+        """Up to ``n`` unresolved bytes at the read position (no copy kept)."""
+        return bytes(self._buf[self._pos : self._pos + n])
+
+    def feed(self, data: bytes, span: Span) -> None:
+        if self._closed:
+            raise ValueError("feed after close")
+        if self._base is None:
+            self._base = span.offset
+        elif span.offset != self._base + len(self._buf):
+            raise ValueError(
+                f"non-contiguous feed at {span.offset}, expected {self._base + len(self._buf)}"
+                " (announce missing bytes with gap())"
+            )
+        n = len(data)
+        if not n:
+            return
+        self.fed_bytes += n
+        buf = self._buf
+        pos = self._pos
+        if pos:
+            self._prev_byte = buf[pos - 1]
+            del buf[:pos]
+            self._base += pos
+            self._scan -= pos
+            self._pos = 0
+        if self._mode == _DEAD:
+            self.undecoded_bytes += n
+            self._base += n
+            return
+        buf += data
+        chunk = (self._base + len(buf), span.ts_first_ns, span.ts_last_ns, span.frame_first,
+                 span.frame_last)
+        self._chunks.append(chunk)
+        self._last_chunk = chunk
+
+    def reject(self, nbytes: int) -> None:
+        """Move ``nbytes`` already handed out as decoded to undecoded."""
+        nbytes = min(nbytes, self.decoded_bytes)
+        self.decoded_bytes -= nbytes
+        self.undecoded_bytes += nbytes
+
+    def start_resync(self) -> None:
+        """Look for the next plausible unit start with the resync rule (from here)."""
+        if self._mode == _DEAD:
+            return
+        self._mode = _RESYNC
+        self._rs_prev = self._buf[self._pos - 1] if self._pos else self._prev_byte
+
+    def abandon(self) -> None:
+        """Give up on this direction: everything from here on is undecoded, silently."""
+        if self._mode == _DEAD:
+            return
+        self._drop_partial()
+        self.undecoded_bytes += len(self._buf) - self._pos
+        self._clear()
+        self._events.clear()
+        self._rs_start = None
+        self._mode = _DEAD
+
+    def gap(self, offset: int, nbytes: int) -> list:
+        """``nbytes`` at ``offset`` were never captured.  Returns the events this causes."""
+        if self._closed:
+            raise ValueError("gap after close")
+        if self._base is None:
+            self._base = offset + nbytes
+            self._prev_byte = None
+            if self._mode != _DEAD:
+                self._mode = _RESYNC
+                self._rs_prev = None
+            return []
+        if offset != self._base + len(self._buf):
+            raise ValueError(f"gap at {offset}, expected {self._base + len(self._buf)}")
+        out = list(self._events)
+        self._events.clear()
+        gap_end = offset + nbytes
+        if self._mode == _DEAD:
+            self._base = gap_end
+            return out
+        known_end = self._flush_partial(out, offset)
+        self.undecoded_bytes += len(self._buf) - self._pos
+        self._clear()
+        self._base = gap_end
+        self._prev_byte = None
+        if known_end is not None and known_end > gap_end:
+            self._mode = _SKIP
+            self._skip_end = known_end
+        elif known_end is not None and known_end == gap_end:
+            self._mode = self._normal
+        else:
+            self._mode = _RESYNC
+            self._rs_prev = None
+        return out
+
+    def close(self) -> list:
+        """End of stream: report what is left; everything still pending is undecoded."""
+        if self._closed:
+            return []
+        out = list(self._events)
+        self._events.clear()
+        if self._mode != _DEAD:
+            self._flush_partial(out, self.next_offset or 0)
+            self.undecoded_bytes += len(self._buf) - self._pos
+            out = [ev._replace(resume_at=None) if type(ev) is Dropped else ev for ev in out]
+        self._clear()
+        self._mode = _DEAD
+        self._closed = True
+        return out
+
+    # ---- internals -----------------------------------------------------------------
+
+    def _clear(self) -> None:
+        if self._base is not None:
+            self._base += len(self._buf)
+        self._buf = bytearray()
+        self._pos = 0
+        self._scan = 0
+        self._chunks.clear()
+
+    def _inflight(self) -> int:
+        return 0
+
+    def _drop_partial(self) -> None:
+        """Forget a partial unit whose bytes are no longer buffered (abandon)."""
+
+    def _flush_partial(self, out: list, end: int) -> int | None:
+        """Report the partial unit at a gap/close; return its known end, if any.
+
+        Base version handles the shared modes (resync and skip)."""
+        if self._mode == _RESYNC:
+            self._resync_flush(out, end)
+        elif self._mode == _SKIP:
+            # skipping the rest of a unit already reported: a second gap keeps its end
+            return self._skip_end
+        return None
+
+    def _prov(self, off: int) -> tuple[int, int, int, int, int]:
+        """The chunk holding stream offset ``off`` (chunks before it are forgotten)."""
+        ch = self._chunks
+        while len(ch) > 1 and ch[0][0] <= off:
+            ch.popleft()
+        return ch[0] if ch else self._last_chunk
+
+    def _resync_flush(self, out: list, end: int) -> None:
+        """Close a resync episode cut by a gap/close (the undecided tail counts too)."""
+        pending = len(self._buf) - self._pos
+        if pending:
+            self._note_skip(self._pos, pending)
+            self._pos += pending
+            self.undecoded_bytes += pending
+        if self._rs_start is not None:
+            out.append(Resynced(False, self._rs_start, end, self._rs_first[0],
+                                self._rs_last[0], self._rs_first[1], self._rs_last[1]))
+            self._rs_start = None
+
+    def _note_skip(self, pos: int, n: int) -> None:
+        off = self._base + pos
+        if self._rs_start is None:
+            c = self._prov(off)
+            self._rs_start = off
+            self._rs_first = (c[1], c[3])
+        c = self._prov(off + n - 1)
+        self._rs_last = (c[2], c[4])
+
+    def _resync_step(self) -> bool:
+        """Run the resync rule once on the buffered bytes.  True when a start was found
+        (the read position is then on it)."""
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if not avail:
+            return False
+        if self._resync is None:
+            skip, found = avail, False
+        else:
+            k, found = self._resync(bytes(buf[pos:]), self._rs_prev)
+            skip = max(0, min(int(k), avail))
+        if found and skip >= avail:
+            found = False
+        if not found and avail - skip > MAX_RESYNC_HOLD_BYTES:
+            skip = avail - MAX_RESYNC_HOLD_BYTES
+        if skip:
+            self._note_skip(pos, skip)
+            self._rs_prev = buf[pos + skip - 1]
+            self._pos = pos + skip
+            self.undecoded_bytes += skip
+        if found:
+            self._mode = self._normal
+            self._scan = self._pos
+            self._on_found()
+            return True
+        return False
+
+    def _on_found(self) -> None:
+        self._end_episode()
+
+    def _end_episode(self) -> None:
+        """Queue the ``Resynced`` event of a finished episode (if bytes were skipped)."""
+        if self._rs_start is not None:
+            end = self._base + self._pos
+            self._events.append(Resynced(True, self._rs_start, end, self._rs_first[0],
+                                         self._rs_last[0], self._rs_first[1],
+                                         self._rs_last[1]))
+            self._rs_start = None
+
+    def _skip_step(self) -> bool:
+        """Skip toward ``_skip_end``; True once it is reached."""
+        avail = len(self._buf) - self._pos
+        left = self._skip_end - (self._base + self._pos)
+        take = avail if avail < left else left
+        self._pos += take
+        self.undecoded_bytes += take
+        if take == left:
+            self._mode = self._normal
+            self._scan = self._pos
+            return True
+        return False
+
+
+# -------------------------------------------------------------------------- lines
+
+_LINE = 1
+_LONG = 2  # skipping an oversize line up to its LF
+_BLOCK = 3
+
+
+class LineFramer(_Framer):
+    """Control lines (LF-terminated, a CR before the LF stripped, bare LF accepted), each
+    optionally followed by exact-size blocks the caller asks for with ``read_exact``.
+
+    A line longer than ``max_line_bytes`` (not counting CR LF) is reported as ``Oversize``
+    and skipped up to its LF without being buffered.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_line_bytes: int = 4096,
+        resync: ResyncFn | None = resync_after_lf,
+        start_offset: int | None = None,
+    ) -> None:
+        super().__init__(resync, start_offset)
+        if max_line_bytes < 1:
+            raise ValueError("max_line_bytes must be >= 1")
+        self.max_line_bytes = max_line_bytes
+        self._mode = self._normal = _LINE
+        # oversize line being skipped
+        self._long_start = 0
+        self._long_head = b""
+        self._long_first: tuple[int, int] = (0, 0)
+        # block being read
+        self._blk_n = 0
+        self._blk_left = 0
+        self._blk_keep = 0
+        self._blk_parts: list[bytes] = []
+        self._blk_kept = 0
+        self._blk_hash = None
+        self._blk_start = 0
+        self._blk_first: tuple[int, int] | None = None
+        self._blk_last: tuple[int, int] = (0, 0)
+        self._blk_trailer = b""
+        self._blk_lenient: tuple[bytes, ...] = ()
+
+    def read_exact(
+        self,
+        nbytes: int,
+        *,
+        keep_bytes: int | None = None,
+        sha256: bool = False,
+        trailer: bytes = b"",
+        lenient_trailers: tuple[bytes, ...] = (),
+    ) -> None:
+        """The next event is a ``Block`` of exactly ``nbytes`` (then ``trailer`` checked).
+
+        Only the first ``keep_bytes`` (None: all) are kept; the rest stream past, hashed
+        when ``sha256`` is set.  ``lenient_trailers`` are alternatives accepted with status
+        ``LENIENT``.  Call right after receiving a ``Line`` (or a ``Block``).
+        """
+        if self._mode != _LINE or self._events:
+            raise ValueError("read_exact outside a line boundary")
+        if nbytes < 0:
+            raise ValueError("nbytes must be >= 0")
+        self._mode = _BLOCK
+        self._blk_n = self._blk_left = nbytes
+        self._blk_keep = nbytes if keep_bytes is None else min(max(keep_bytes, 0), nbytes)
+        self._blk_parts = []
+        self._blk_kept = 0
+        self._blk_hash = hashlib.sha256() if sha256 else None
+        self._blk_start = self._base + self._pos if self._base is not None else 0
+        self._blk_first = None
+        self._blk_trailer = trailer
+        self._blk_lenient = lenient_trailers
+
+    def _inflight(self) -> int:
+        if self._mode == _BLOCK:
+            return self._blk_n - self._blk_left
+        return 0
+
+    def next_event(self):
+        """The next ``Line``/``Block``/``Oversize``/``Resynced`` event, or ``NEED_MORE``."""
+        if self._events:
+            return self._events.popleft()
+        while True:
+            mode = self._mode
+            if mode == _LINE:
+                buf = self._buf
+                pos = self._pos
+                scan = self._scan
+                i = buf.find(b"\n", scan if scan > pos else pos)
+                if i < 0:
+                    n = len(buf) - pos
+                    if n > self.max_line_bytes + 1:
+                        self._start_long()
+                        continue
+                    self._scan = len(buf)
+                    return NEED_MORE
+                end = i + 1
+                cr = i > pos and buf[i - 1] == 13
+                j = i - 1 if cr else i
+                base = self._base
+                if j - pos > self.max_line_bytes:
+                    c1 = self._prov(base + pos)
+                    c2 = self._prov(base + i)
+                    ev = Oversize(end - pos, bytes(buf[pos : pos + HEAD_BYTES]), base + pos,
+                                  base + end, c1[1], c2[2], c1[3], c2[4])
+                    self.undecoded_bytes += end - pos
+                else:
+                    c1 = self._prov(base + pos)
+                    c2 = c1 if base + i < c1[0] else self._prov(base + i)
+                    ev = Line(bytes(buf[pos:j]), not cr, base + pos, base + end, c1[1], c2[2],
+                              c1[3], c2[4])
+                    self.decoded_bytes += end - pos
+                self._pos = self._scan = end
+                return ev
+            if mode == _BLOCK:
+                ev = self._block_step()
+                if ev is None:
+                    return NEED_MORE
+                return ev
+            if mode == _LONG:
+                buf = self._buf
+                pos = self._pos
+                i = buf.find(b"\n", pos)
+                stop = len(buf) if i < 0 else i + 1
+                room = HEAD_BYTES - len(self._long_head)
+                if room > 0:
+                    self._long_head += buf[pos : min(stop, pos + room)]
+                self._pos = stop
+                self.undecoded_bytes += stop - pos
+                if i < 0:
+                    return NEED_MORE
+                base = self._base
+                c2 = self._prov(base + i)
+                self._mode = _LINE
+                self._scan = stop
+                return Oversize(base + stop - self._long_start, self._long_head,
+                                self._long_start, base + stop, self._long_first[0], c2[2],
+                                self._long_first[1], c2[4])
+            if mode == _RESYNC:
+                if not self._resync_step():
+                    return NEED_MORE
+                if self._events:
+                    return self._events.popleft()
+                continue
+            if mode == _SKIP:
+                if not self._skip_step():
+                    return NEED_MORE
+                continue
+            return NEED_MORE  # _DEAD
+
+    def _start_long(self) -> None:
+        pos = self._pos
+        off = self._base + pos
+        c = self._prov(off)
+        self._long_start = off
+        self._long_head = b""
+        self._long_first = (c[1], c[3])
+        self._mode = _LONG
+
+    def _block_step(self) -> Block | None:
+        buf = self._buf
+        pos = self._pos
+        base = self._base
+        left = self._blk_left
+        avail = len(buf) - pos
+        trailer = self._blk_trailer
+        # fast path: the whole block and its trailer are buffered
+        if left == self._blk_n and avail >= left + len(trailer) and (
+            not trailer or buf.startswith(trailer, pos + left)
+        ):
+            n = left
+            keep = self._blk_keep
+            data = bytes(buf[pos : pos + keep])
+            h = self._blk_hash
+            if h is not None:
+                if keep == n:
+                    h.update(data)
+                else:
+                    with memoryview(buf) as mv, mv[pos : pos + n] as part:
+                        h.update(part)
+                digest = h.hexdigest()
+            else:
+                digest = None
+            end = pos + n + len(trailer)
+            c1 = self._prov(base + pos)
+            c2 = c1 if (base + end - 1 < c1[0] or end == pos) else self._prov(base + end - 1)
+            self._pos = end
+            self.decoded_bytes += end - pos
+            self._mode = _LINE
+            self._scan = end
+            return Block(data, n, digest, TrailerStatus.OK if trailer else TrailerStatus.NONE,
+                         trailer, base + pos, base + end, c1[1], c2[2], c1[3], c2[4])
+        # streaming path
+        if left:
+            if not avail:
+                return None
+            take = avail if avail < left else left
+            if self._blk_first is None:
+                c = self._prov(base + pos)
+                self._blk_first = (c[1], c[3])
+            room = self._blk_keep - self._blk_kept
+            if room > 0:
+                piece = bytes(buf[pos : pos + min(room, take)])
+                self._blk_parts.append(piece)
+                self._blk_kept += len(piece)
+            if self._blk_hash is not None:
+                with memoryview(buf) as mv, mv[pos : pos + take] as part:
+                    self._blk_hash.update(part)
+            c = self._prov(base + pos + take - 1)
+            self._blk_last = (c[2], c[4])
+            pos += take
+            self._pos = pos
+            left -= take
+            self._blk_left = left
+            if left:
+                return None
+            avail -= take
+        # block complete: the trailer
+        status = TrailerStatus.NONE
+        used = 0
+        found = b""
+        if trailer:
+            status = None
+            found = bytes(buf[pos : pos + len(trailer)])
+            if found == trailer:
+                status, used = TrailerStatus.OK, len(trailer)
+            else:
+                for alt in self._blk_lenient:
+                    if buf.startswith(alt, pos):
+                        status, used = TrailerStatus.LENIENT, len(alt)
+                        found = alt
+                        break
+                if status is None:
+                    for cand in (trailer, *self._blk_lenient):
+                        if avail < len(cand) and cand.startswith(found):
+                            return None  # cannot decide yet
+                    status = TrailerStatus.BAD
+        return self._emit_block(status, found, used)
+
+    def _emit_block(self, status: TrailerStatus, found: bytes, used: int) -> Block:
+        base = self._base
+        pos = self._pos
+        if used:
+            if self._blk_first is None:
+                c = self._prov(base + pos)
+                self._blk_first = (c[1], c[3])
+            c = self._prov(base + pos + used - 1)
+            self._blk_last = (c[2], c[4])
+            self._pos = pos + used
+        elif self._blk_first is None:  # empty block, nothing consumed at all
+            c = self._prov(base + pos)
+            self._blk_first = (c[1], c[3])
+            self._blk_last = (c[2], c[4])
+        self.decoded_bytes += self._blk_n + used
+        h = self._blk_hash
+        end = base + self._pos
+        self._mode = _LINE
+        self._scan = self._pos
+        first, last = self._blk_first, self._blk_last
+        data = b"".join(self._blk_parts)
+        self._blk_parts = []
+        return Block(data, self._blk_n, h.hexdigest() if h is not None else None, status,
+                     found, self._blk_start, end, first[0], last[0], first[1], last[1])
+
+    def _drop_partial(self) -> None:
+        if self._mode == _BLOCK:
+            self.undecoded_bytes += self._blk_n - self._blk_left
+            self._blk_parts = []
+
+    def _flush_partial(self, out: list, end: int) -> int | None:
+        mode = self._mode
+        base = self._base
+        pos = self._pos
+        if mode == _LINE:
+            n = len(self._buf) - pos
+            if n:
+                c1 = self._prov(base + pos)
+                c2 = self._prov(base + pos + n - 1)
+                out.append(Dropped("line", None, None, base + pos, end, c1[1], c2[2],
+                                   c1[3], c2[4]))
+            return None
+        if mode == _LONG:
+            c2 = self._prov(end - 1)
+            out.append(Dropped("long_line", None, None,
+                               self._long_start, end, self._long_first[0], c2[2],
+                               self._long_first[1], c2[4]))
+            return None
+        if mode == _BLOCK:
+            block_end = self._blk_start + self._blk_n
+            known = block_end + len(self._blk_trailer)
+            if self._blk_left == 0:
+                # the block itself is complete; only its trailer is missing
+                found = self.peek(len(self._blk_trailer))
+                out.append(self._emit_block(TrailerStatus.MISSING, found, 0))
+                return known
+            got = self._blk_n - self._blk_left
+            self.undecoded_bytes += got
+            if self._blk_first is None:
+                first = self._last_chunk[1], self._last_chunk[3]
+                last = self._last_chunk[2], self._last_chunk[4]
+            else:
+                first, last = self._blk_first, self._blk_last
+            self._blk_parts = []
+            self._mode = _LINE
+            out.append(Dropped("block", known, None, self._blk_start, end,
+                               first[0], last[0], first[1], last[1]))
+            return known
+        return super()._flush_partial(out, end)
+
+    def gap(self, offset: int, nbytes: int) -> list:
+        out = super().gap(offset, nbytes)
+        # a known unit end at or past the gap's end is where parsing resumes
+        gap_end = offset + nbytes
+        for i, ev in enumerate(out):
+            if type(ev) is Dropped and ev.declared_end is not None:
+                resume = ev.declared_end if ev.declared_end >= gap_end else None
+                out[i] = ev._replace(resume_at=resume)
+        return out
+
+
+# ----------------------------------------------------------------- length prefixed
+
+_HEADER = 1
+_OVERSIZE = 2
+
+
+class LengthPrefixedFramer(_Framer):
+    """Units whose total length the protocol reads from their first bytes.
+
+    ``pdu_length(view)`` gets a memoryview of the unresolved bytes (it must not keep it)
+    and returns the whole unit's length in bytes, ``None`` when it needs more header
+    bytes, or a number <= 0 when no valid unit starts here.  The framer then reports
+    ``Invalid`` (once per episode) and resynchronises with ``resync`` from the next byte;
+    a candidate the resync rule proposes is confirmed only by a valid ``pdu_length``, and
+    the ``Resynced`` event is emitted then.  Without a resync rule every byte up to the
+    next gap is undecoded.  Units longer than ``max_pdu_bytes`` are reported as
+    ``Oversize`` and skipped as they stream past, never buffered.
+    """
+
+    def __init__(
+        self,
+        pdu_length: Callable[[memoryview], int | None],
+        *,
+        max_pdu_bytes: int,
+        resync: ResyncFn | None = None,
+        start_offset: int | None = None,
+    ) -> None:
+        super().__init__(resync, start_offset)
+        if max_pdu_bytes < 1:
+            raise ValueError("max_pdu_bytes must be >= 1")
+        self._pdu_length = pdu_length
+        self.max_pdu_bytes = max_pdu_bytes
+        self._mode = self._normal = _HEADER
+        self._want = -1  # length of the unit at the read position, once known
+        self._ov_start = 0
+        self._ov_end = 0
+        self._ov_head = b""
+        self._ov_first: tuple[int, int] = (0, 0)
+        self._hunting = False  # a resync episode is open until a valid length confirms it
+
+    def start_resync(self) -> None:
+        super().start_resync()
+        self._hunting = self._mode == _RESYNC
+
+    def _on_found(self) -> None:
+        pass  # the episode ends when pdu_length accepts the candidate
+
+    def next_event(self):
+        """The next ``Pdu``/``Oversize``/``Invalid``/``Resynced`` event, or ``NEED_MORE``."""
+        if self._events:
+            return self._events.popleft()
+        while True:
+            mode = self._mode
+            if mode == _HEADER:
+                buf = self._buf
+                pos = self._pos
+                avail = len(buf) - pos
+                if not avail:
+                    return NEED_MORE
+                n = self._want
+                if n < 0:
+                    n = self._ask_length(pos)
+                    if n is None:
+                        if avail < self.max_pdu_bytes:
+                            return NEED_MORE
+                        n = -1  # no header decision within a whole maximum unit
+                    if n <= 0:
+                        ev = self._invalid(pos)
+                        if ev is not None:
+                            return ev
+                        continue
+                    if self._hunting:
+                        self._hunting = False
+                        self._end_episode()
+                    if n > self.max_pdu_bytes:
+                        self._start_oversize(pos, n)
+                    else:
+                        self._want = n
+                    if self._events:
+                        return self._events.popleft()
+                    continue
+                if avail < n:
+                    return NEED_MORE
+                base = self._base
+                c1 = self._prov(base + pos)
+                c2 = c1 if base + pos + n - 1 < c1[0] else self._prov(base + pos + n - 1)
+                self._pos = pos + n
+                self._want = -1
+                self.decoded_bytes += n
+                return Pdu(bytes(buf[pos : pos + n]), base + pos, base + pos + n, c1[1], c2[2],
+                           c1[3], c2[4])
+            if mode == _OVERSIZE:
+                avail = len(self._buf) - self._pos
+                left = self._ov_end - (self._base + self._pos)
+                take = avail if avail < left else left
+                if take:
+                    room = HEAD_BYTES - len(self._ov_head)
+                    if room > 0:
+                        self._ov_head += self._buf[self._pos : self._pos + min(room, take)]
+                    self._pos += take
+                    self.undecoded_bytes += take
+                if take < left:
+                    return NEED_MORE
+                c2 = self._prov(self._ov_end - 1)
+                self._mode = _HEADER
+                return Oversize(self._ov_end - self._ov_start, self._ov_head, self._ov_start,
+                                self._ov_end, self._ov_first[0], c2[2], self._ov_first[1], c2[4])
+            if mode == _RESYNC:
+                if not self._resync_step():
+                    return NEED_MORE
+                continue
+            if mode == _SKIP:
+                if not self._skip_step():
+                    return NEED_MORE
+                continue
+            return NEED_MORE  # _DEAD
+
+    def _ask_length(self, pos: int) -> int | None:
+        mv = memoryview(self._buf)
+        view = mv[pos:]
+        try:
+            n = self._pdu_length(view)
+        finally:
+            view.release()
+            mv.release()
+        return n if n is None else int(n)
+
+    def _invalid(self, pos: int) -> Invalid | None:
+        """No unit starts at ``pos``: report it (unless hunting already) and resync from
+        the next byte."""
+        ev = None
+        if self._hunting:
+            self._note_skip(pos, 1)
+        else:
+            base = self._base
+            c = self._prov(base + pos)
+            ev = Invalid(bytes(self._buf[pos : pos + HEAD_BYTES]), base + pos, base + pos + 1,
+                         c[1], c[2], c[3], c[4])
+        self.undecoded_bytes += 1
+        self._rs_prev = self._buf[pos]
+        self._pos = pos + 1
+        self._mode = _RESYNC
+        self._hunting = True
+        return ev
+
+    def _start_oversize(self, pos: int, n: int) -> None:
+        off = self._base + pos
+        c = self._prov(off)
+        self._ov_start = off
+        self._ov_end = off + n
+        self._ov_head = b""
+        self._ov_first = (c[1], c[3])
+        self._mode = _OVERSIZE
+
+    def _flush_partial(self, out: list, end: int) -> int | None:
+        mode = self._mode
+        if mode == _HEADER:
+            pos = self._pos
+            n = len(self._buf) - pos
+            known = None
+            if n and self._hunting:
+                # an unconfirmed candidate: part of the resync episode
+                self._resync_flush(out, end)
+            elif n:
+                base = self._base
+                if self._want < 0:
+                    w = self._ask_length(pos)
+                    if w is not None and 0 < w <= self.max_pdu_bytes:
+                        self._want = w
+                if self._want > 0:
+                    known = base + pos + self._want
+                c1 = self._prov(base + pos)
+                c2 = self._prov(base + pos + n - 1)
+                out.append(Dropped("pdu", known, None, base + pos, end, c1[1], c2[2],
+                                   c1[3], c2[4]))
+            elif self._hunting:
+                self._resync_flush(out, end)
+            self._want = -1
+            return known
+        if mode == _OVERSIZE:
+            c2 = self._prov(end - 1) if end > self._ov_start else self._last_chunk
+            out.append(Dropped("oversize", self._ov_end, None, self._ov_start, end,
+                               self._ov_first[0], c2[2], self._ov_first[1], c2[4]))
+            self._mode = _HEADER
+            return self._ov_end
+        return super()._flush_partial(out, end)
+
+    def gap(self, offset: int, nbytes: int) -> list:
+        out = super().gap(offset, nbytes)
+        gap_end = offset + nbytes
+        for i, ev in enumerate(out):
+            if type(ev) is Dropped and ev.declared_end is not None:
+                resume = ev.declared_end if ev.declared_end >= gap_end else None
+                out[i] = ev._replace(resume_at=resume)
+        self._hunting = self._mode == _RESYNC
+        return out

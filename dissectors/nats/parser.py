@@ -1,0 +1,588 @@
+"""NATS client protocol: pure parse functions (no state, no I/O).
+
+Follows the NATS client protocol reference (nats-io/nats.docs
+``reference/nats-protocol/nats-protocol/README.md``; our restatement is
+``protocol-facts.md`` §1) and, where the reference is silent, what nats-server's parser
+accepts:
+
+* operation names are case-insensitive; arguments are separated by runs of spaces or
+  tabs (the server's argument splitter also splits on CR and LF);
+* sizes are 1 to 9 ASCII digits (nats-server ``parseSize`` rejects anything longer,
+  signs, and the empty string);
+* ``PING``/``PONG``/``+OK`` ignore whatever follows the op name up to the LF;
+* the payload is exactly the declared number of bytes, never scanned for CRLF;
+* ``HPUB``/``HMSG`` header sizes include the header block's final CRLF CRLF and must not
+  exceed the total size.
+
+Every function here returns problems as ``Problem(kind, detail)`` values instead of
+raising; the session turns them into anomaly rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NamedTuple
+
+from dissectors.api import Direction, Verdict
+
+__all__ = [
+    "C2S_OPS",
+    "KNOWN_OPS",
+    "S2C_OPS",
+    "Problem",
+    "parse_connect",
+    "parse_headers",
+    "parse_info",
+    "parse_line",
+    "parse_size",
+    "probe",
+    "resync",
+    "show",
+    "text",
+]
+
+# nats-server parseSize: at most 9 digits (999,999,999 bytes)
+MAX_SIZE_DIGITS = 9
+# INT32/INT64 bounds for JSON numbers going into fixed-width columns
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+
+
+class Problem(NamedTuple):
+    kind: str  # anomaly kind, e.g. "nats.bad_size"
+    detail: str
+
+
+# Ops a client sends / a server sends (protocol-facts §1).
+C2S_OPS = frozenset({"CONNECT", "PUB", "HPUB", "SUB", "UNSUB", "PING", "PONG"})
+S2C_OPS = frozenset({"INFO", "MSG", "HMSG", "PING", "PONG", "+OK", "-ERR"})
+KNOWN_OPS = C2S_OPS | S2C_OPS
+# Ops of route / gateway / leafnode connections (not the client protocol; see nats_cluster)
+_CLUSTER_OPS = frozenset({b"RS+", b"RS-", b"LS+", b"LS-", b"RMSG", b"LMSG", b"A+", b"A-"})
+
+_ARG_RE = re.compile(rb"[^ \t\r\n]+")
+
+
+def text(b: bytes) -> str:
+    """Bytes as text: UTF-8, with invalid bytes kept visible as ``\\xNN`` escapes."""
+    try:
+        return b.decode()
+    except UnicodeDecodeError:
+        return b.decode("utf-8", "backslashreplace")
+
+
+def show(b: bytes, limit: int = 120) -> str:
+    """Short printable rendering of wire bytes for anomaly details."""
+    s = repr(bytes(b[:limit]))[2:-1]
+    return s + "..." if len(b) > limit else s
+
+
+def split_args(line: bytes) -> list[bytes]:
+    """Split a control line like nats-server's ``splitArg`` (space, tab, CR, LF)."""
+    if b"\x0b" in line or b"\x0c" in line:
+        # bytes.split() would also split on VT/FF, which NATS keeps inside arguments
+        return _ARG_RE.findall(line)
+    return line.split()
+
+
+def parse_size(tok: bytes) -> int:
+    """A NATS size: 1-9 ASCII digits, else -1 (nats-server ``parseSize``)."""
+    if 0 < len(tok) <= MAX_SIZE_DIGITS and tok.isdigit():
+        return int(tok)
+    return -1
+
+
+# ----------------------------------------------------------------------- control lines
+
+# parse_line result: (op, values, header_len, total_len, problems)
+#   op None      -> the line is rejected; problems[0] says why
+#   total_len -1 -> the op carries no payload
+ParseResult = tuple[str | None, dict[str, Any], int, int, tuple[Problem, ...]]
+
+_NO_PROBLEMS: tuple[Problem, ...] = ()
+
+
+def _reject(kind: str, detail: str) -> ParseResult:
+    return None, {}, -1, -1, (Problem(kind, detail),)
+
+
+def _bad_args(op: str, got: int, want: str, line: bytes) -> ParseResult:
+    return _reject("nats.bad_args", f"{op} takes {want} arguments, got {got}: {show(line)}")
+
+
+def _bad_size(op: str, what: str, tok: bytes, line: bytes) -> ParseResult:
+    return _reject(
+        "nats.bad_size",
+        f"{op} {what} {show(tok, 20)!s} is not 1-9 decimal digits: {show(line)}",
+    )
+
+
+def _pub(line: bytes, args: list[bytes]) -> ParseResult:
+    # PUB <subject> [reply-to] <#bytes>
+    n = len(args)
+    if n == 3:
+        reply = None
+    elif n == 4:
+        reply = text(args[2])
+    else:
+        return _bad_args("PUB", n - 1, "2 or 3", line)
+    size = parse_size(args[-1])
+    if size < 0:
+        return _bad_size("PUB", "size", args[-1], line)
+    return "PUB", {"op": "PUB", "subject": text(args[1]), "reply_to": reply}, -1, size, _NO_PROBLEMS
+
+
+def _msg(line: bytes, args: list[bytes]) -> ParseResult:
+    # MSG <subject> <sid> [reply-to] <#bytes>
+    n = len(args)
+    if n == 4:
+        reply = None
+    elif n == 5:
+        reply = text(args[3])
+    else:
+        return _bad_args("MSG", n - 1, "3 or 4", line)
+    size = parse_size(args[-1])
+    if size < 0:
+        return _bad_size("MSG", "size", args[-1], line)
+    values = {"op": "MSG", "subject": text(args[1]), "sid": text(args[2]), "reply_to": reply}
+    return "MSG", values, -1, size, _NO_PROBLEMS
+
+
+def _sizes(op: str, hdr_tok: bytes, tot_tok: bytes, line: bytes) -> tuple[int, int] | ParseResult:
+    hdr = parse_size(hdr_tok)
+    if hdr < 0:
+        return _bad_size(op, "header size", hdr_tok, line)
+    total = parse_size(tot_tok)
+    if total < 0:
+        return _bad_size(op, "total size", tot_tok, line)
+    if hdr > total:
+        return _reject(
+            "nats.bad_size", f"{op} header size {hdr} exceeds total size {total}: {show(line)}"
+        )
+    return hdr, total
+
+
+def _hpub(line: bytes, args: list[bytes]) -> ParseResult:
+    # HPUB <subject> [reply-to] <#header bytes> <#total bytes>
+    n = len(args)
+    if n == 4:
+        reply = None
+    elif n == 5:
+        reply = text(args[2])
+    else:
+        return _bad_args("HPUB", n - 1, "3 or 4", line)
+    sizes = _sizes("HPUB", args[-2], args[-1], line)
+    if len(sizes) != 2:
+        return sizes  # type: ignore[return-value]
+    hdr, total = sizes
+    values = {"op": "HPUB", "subject": text(args[1]), "reply_to": reply}
+    return "HPUB", values, hdr, total, _NO_PROBLEMS
+
+
+def _hmsg(line: bytes, args: list[bytes]) -> ParseResult:
+    # HMSG <subject> <sid> [reply-to] <#header bytes> <#total bytes>
+    n = len(args)
+    if n == 5:
+        reply = None
+    elif n == 6:
+        reply = text(args[3])
+    else:
+        return _bad_args("HMSG", n - 1, "4 or 5", line)
+    sizes = _sizes("HMSG", args[-2], args[-1], line)
+    if len(sizes) != 2:
+        return sizes  # type: ignore[return-value]
+    hdr, total = sizes
+    values = {"op": "HMSG", "subject": text(args[1]), "sid": text(args[2]), "reply_to": reply}
+    return "HMSG", values, hdr, total, _NO_PROBLEMS
+
+
+def _sub(line: bytes, args: list[bytes]) -> ParseResult:
+    # SUB <subject> [queue group] <sid>
+    n = len(args)
+    if n == 3:
+        queue = None
+    elif n == 4:
+        queue = text(args[2])
+    else:
+        return _bad_args("SUB", n - 1, "2 or 3", line)
+    values = {"op": "SUB", "subject": text(args[1]), "queue_group": queue, "sid": text(args[-1])}
+    return "SUB", values, -1, -1, _NO_PROBLEMS
+
+
+def _unsub(line: bytes, args: list[bytes]) -> ParseResult:
+    # UNSUB <sid> [max_msgs]
+    n = len(args)
+    if n == 2:
+        max_msgs = None
+    elif n == 3:
+        max_msgs = parse_size(args[2])
+        if max_msgs < 0:
+            return _bad_size("UNSUB", "max_msgs", args[2], line)
+    else:
+        return _bad_args("UNSUB", n - 1, "1 or 2", line)
+    values = {"op": "UNSUB", "sid": text(args[1]), "max_msgs": max_msgs}
+    return "UNSUB", values, -1, -1, _NO_PROBLEMS
+
+
+def _bare(op: str) -> Any:
+    def parse(line: bytes, args: list[bytes]) -> ParseResult:
+        problems = _NO_PROBLEMS
+        if len(args) > 1:
+            problems = (
+                Problem(
+                    "nats.bad_args",
+                    f"text after {op} (nats-server ignores it): {show(line)}",
+                ),
+            )
+        return op, {"op": op}, -1, -1, problems
+
+    return parse
+
+
+def _rest(line: bytes, verb: bytes) -> bytes:
+    """The raw argument text after the op name and its separators."""
+    return line[len(verb) :].lstrip(b" \t")
+
+
+def _err(line: bytes, args: list[bytes]) -> ParseResult:
+    # -ERR '<text>'  (clients trim spaces, then the single quotes)
+    msg = text(line[len(args[0]) :].strip(b" \t").strip(b"'"))
+    return "-ERR", {"op": "-ERR", "error": msg}, -1, -1, _NO_PROBLEMS
+
+
+def _info(line: bytes, args: list[bytes]) -> ParseResult:
+    raw = _rest(line, args[0])
+    if not raw:
+        return _reject("nats.bad_args", f"INFO without its JSON argument: {show(line)}")
+    values, problems = parse_info(raw)
+    return "INFO", values, -1, -1, problems
+
+
+def _connect(line: bytes, args: list[bytes]) -> ParseResult:
+    raw = _rest(line, args[0])
+    if not raw:
+        return _reject("nats.bad_args", f"CONNECT without its JSON argument: {show(line)}")
+    values, problems = parse_connect(raw)
+    return "CONNECT", values, -1, -1, problems
+
+
+_HANDLERS = {
+    b"PUB": _pub,
+    b"MSG": _msg,
+    b"HPUB": _hpub,
+    b"HMSG": _hmsg,
+    b"SUB": _sub,
+    b"UNSUB": _unsub,
+    b"PING": _bare("PING"),
+    b"PONG": _bare("PONG"),
+    b"+OK": _bare("+OK"),
+    b"-ERR": _err,
+    b"INFO": _info,
+    b"CONNECT": _connect,
+}
+_PREFIX_OPS = (b"PING", b"PONG", b"+OK")
+
+
+def parse_line(line: bytes) -> ParseResult:
+    """Parse one control line (terminator already removed).
+
+    Returns ``(op, values, header_len, total_len, problems)``: ``op`` is the canonical
+    upper-case op name or None when the line is rejected (``problems[0]`` says why);
+    ``values`` are the row's columns known from the line; ``total_len`` is -1 for ops
+    without a payload and ``header_len`` -1 for ops without headers.  Problems that come
+    with a valid ``op`` are additional anomalies (the row is still emitted).
+    """
+    if not line:
+        return _reject("nats.unknown_op", "empty control line")
+    if line[0] in (0x20, 0x09):
+        return _reject("nats.unknown_op", f"control line starts with white space: {show(line)}")
+    args = split_args(line)
+    verb = args[0].upper()
+    handler = _HANDLERS.get(verb)
+    if handler is not None:
+        return handler(line, args)
+    for op in _PREFIX_OPS:
+        # nats-server ignores everything between these op names and the LF
+        if verb.startswith(op):
+            name = op.decode()
+            detail = f"text after {name} (nats-server ignores it): {show(line)}"
+            return name, {"op": name}, -1, -1, (Problem("nats.bad_args", detail),)
+    if verb in _CLUSTER_OPS:
+        return _reject(
+            "nats.unknown_op",
+            f"route/gateway/leafnode operation {text(args[0])!r} on a client connection: "
+            f"{show(line)}",
+        )
+    return _reject("nats.unknown_op", f"unknown operation {show(args[0], 24)!r}: {show(line)}")
+
+
+# -------------------------------------------------------------------------------- JSON
+
+# (JSON key, column, kind); kinds: str, bool, i32, i64, strs (list of strings)
+INFO_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("server_id", "server_id", "str"),
+    ("server_name", "server_name", "str"),
+    ("version", "server_version", "str"),
+    ("go", "server_go", "str"),
+    ("host", "server_host", "str"),
+    ("port", "server_port", "i32"),
+    ("max_payload", "max_payload", "i64"),
+    ("headers", "info_headers", "bool"),
+    ("proto", "proto", "i32"),
+    ("auth_required", "auth_required", "bool"),
+    ("tls_required", "tls_required", "bool"),
+    ("tls_available", "tls_available", "bool"),
+    ("jetstream", "jetstream", "bool"),
+    ("client_id", "client_id", "i64"),
+    ("client_ip", "client_ip", "str"),
+    ("nonce", "nonce", "str"),
+    ("cluster", "cluster", "str"),
+    ("connect_urls", "connect_urls", "strs"),
+    ("ldm", "lame_duck_mode", "bool"),
+    ("connect_info", "connect_info", "bool"),
+)
+CONNECT_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("name", "client_name", "str"),
+    ("lang", "client_lang", "str"),
+    ("version", "client_version", "str"),
+    ("verbose", "verbose", "bool"),
+    ("pedantic", "pedantic", "bool"),
+    ("tls_required", "tls_required", "bool"),
+    ("echo", "echo", "bool"),
+    ("protocol", "protocol", "i32"),
+    ("headers", "connect_headers", "bool"),
+    ("no_responders", "no_responders", "bool"),
+    ("user", "client_user", "str"),
+)
+# CONNECT keys that carry or prove credentials; their *names* go to `auth_fields`
+AUTH_KEYS = ("user", "pass", "auth_token", "jwt", "nkey", "sig")
+
+
+def _typed(v: Any, kind: str) -> tuple[bool, Any]:
+    if kind == "str":
+        return type(v) is str, v
+    if kind == "bool":
+        return type(v) is bool, v
+    if kind == "i32" or kind == "i64":
+        lo, hi = _I32 if kind == "i32" else _I64
+        return type(v) is int and lo <= v <= hi, v
+    if kind == "strs":
+        return type(v) is list and all(type(x) is str for x in v), v
+    return False, v  # pragma: no cover
+
+
+def _parse_json(op: str, raw: bytes, fields: tuple[tuple[str, str, str], ...]) -> tuple[
+    dict[str, Any], list[Problem], dict[str, Any] | None
+]:
+    values: dict[str, Any] = {"op": op, "json_raw": text(raw)}
+    problems: list[Problem] = []
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        problems.append(Problem("nats.bad_json", f"{op} JSON does not parse ({e}): {show(raw)}"))
+        return values, problems, None
+    if type(obj) is not dict:
+        problems.append(
+            Problem("nats.bad_json", f"{op} JSON is a {type(obj).__name__}, not an object")
+        )
+        return values, problems, None
+    for key, col, kind in fields:
+        if key in obj:
+            v = obj[key]
+            if v is None:
+                continue
+            ok, v = _typed(v, kind)
+            if ok:
+                values[col] = v
+            else:
+                problems.append(
+                    Problem(
+                        "nats.bad_json",
+                        f"{op} field {key!r} is {show(json.dumps(obj[key]).encode(), 40)}, "
+                        f"expected {kind}; column {col} left null",
+                    )
+                )
+    return values, problems, obj
+
+
+def parse_info(raw: bytes) -> tuple[dict[str, Any], tuple[Problem, ...]]:
+    """``INFO <json>`` argument → row values (unknown keys stay in ``json_raw`` only)."""
+    values, problems, _ = _parse_json("INFO", raw, INFO_FIELDS)
+    return values, tuple(problems)
+
+
+def parse_connect(raw: bytes) -> tuple[dict[str, Any], tuple[Problem, ...]]:
+    """``CONNECT <json>`` argument → row values, including which credential fields appear."""
+    values, problems, obj = _parse_json("CONNECT", raw, CONNECT_FIELDS)
+    if obj is not None:
+        values["auth_fields"] = [k for k in AUTH_KEYS if k in obj]
+    return values, tuple(problems)
+
+
+# ----------------------------------------------------------------------------- headers
+
+_PREAMBLE = b"NATS/1.0"
+
+
+def parse_headers(
+    block: bytes,
+) -> tuple[dict[str, list[str]] | None, int | None, str | None, tuple[Problem, ...]]:
+    """Parse an HPUB/HMSG header block (ADR-4 "NATS Message Headers").
+
+    ``NATS/1.0[ <3-digit status>[ <description>]]`` CRLF, then ``Name: value`` CRLF lines
+    (order and repeats kept, names as sent), then an empty line.  Returns
+    ``(headers, status_code, status_description, problems)``; ``headers`` is None when
+    the block does not even start with the ``NATS/`` preamble.
+    """
+    problems: list[Problem] = []
+    if not block.startswith(b"NATS/"):
+        problems.append(
+            Problem("nats.bad_headers", f"header block does not start with NATS/1.0: {show(block)}")
+        )
+        return None, None, None, tuple(problems)
+    lines = block.split(b"\n")
+    bare_lf = False
+    for i, ln in enumerate(lines):
+        if ln.endswith(b"\r"):
+            lines[i] = ln[:-1]
+        elif i < len(lines) - 1:
+            bare_lf = True
+    first = lines[0]
+    code: int | None = None
+    desc: str | None = None
+    if not first.startswith(_PREAMBLE):
+        problems.append(Problem("nats.bad_headers", f"unknown header version {show(first, 40)}"))
+    status = first[len(_PREAMBLE) :].strip(b" \t")
+    if status:
+        tok = status[:3]
+        if len(tok) == 3 and tok.isdigit():
+            code = int(tok)
+            d = status[3:].strip(b" \t")
+            desc = text(d) if d else None
+        else:
+            problems.append(
+                Problem("nats.bad_headers", f"status {show(status, 40)} is not a 3-digit code")
+            )
+            desc = text(status)
+    headers: dict[str, list[str]] = {}
+    ended = False
+    trailing = False
+    # the split leaves one empty string after the final LF
+    body = lines[1:-1] if lines[-1] == b"" else lines[1:]
+    for ln in body:
+        if ended:
+            if ln:
+                trailing = True
+            continue
+        if not ln:
+            ended = True
+            continue
+        colon = ln.find(b":")
+        if colon <= 0:
+            detail = f"header line without a name: {show(ln, 60)}"
+            problems.append(Problem("nats.bad_headers", detail))
+            continue
+        headers.setdefault(text(ln[:colon].strip(b" \t")), []).append(
+            text(ln[colon + 1 :].strip(b" \t"))
+        )
+    if not ended or lines[-1] != b"":
+        problems.append(Problem("nats.bad_headers", "header block does not end with an empty line"))
+    if trailing:
+        problems.append(Problem("nats.bad_headers", "bytes after the header block's empty line"))
+    if bare_lf:
+        problems.append(Problem("nats.bad_headers", "header lines end with a bare LF, not CRLF"))
+    return headers, code, desc, tuple(problems)
+
+
+# ------------------------------------------------------------------- probe and resync
+
+# op name -> what may follow it: b" \t" (arguments) or b" \t\r\n" (no arguments needed)
+_ARGS = b" \t"
+_ANY = b" \t\r\n"
+_C2S_STRONG = {b"CONNECT": _ARGS, b"PUB": _ARGS, b"HPUB": _ARGS, b"SUB": _ARGS, b"UNSUB": _ARGS}
+_S2C_STRONG = {b"INFO": _ARGS, b"MSG": _ARGS, b"HMSG": _ARGS}
+_C2S_WEAK = {b"PING": _ANY, b"PONG": _ANY}
+_S2C_WEAK = {b"PING": _ANY, b"PONG": _ANY, b"+OK": _ANY, b"-ERR": _ANY}
+_ALL_OPS = {**_C2S_STRONG, **_S2C_STRONG, **_C2S_WEAK, **_S2C_WEAK}
+_MAX_VERB = max(len(v) for v in _ALL_OPS)
+# probe: lines of keep-alives / acks looked through before answering
+_PROBE_LINES = 8
+_PROBE_LINE_BYTES = 4096
+
+
+def _verb_at(buf: bytes, p: int, table: dict[bytes, bytes]) -> tuple[bytes | None, bool]:
+    """Which op of ``table`` starts at ``buf[p]`` followed by an allowed separator.
+
+    Returns ``(verb, True)`` on a match, ``(None, True)`` when none can match, and
+    ``(None, False)`` when ``buf`` ends before it can be decided.
+    """
+    head = buf[p : p + _MAX_VERB + 1].upper()
+    undecided = False
+    for verb, seps in table.items():
+        n = len(verb)
+        if len(head) > n:
+            if head.startswith(verb) and head[n] in seps:
+                return verb, True
+        elif verb.startswith(head):
+            undecided = True
+    return None, not undecided
+
+
+def probe(direction: Direction, prefix: bytes) -> Verdict:
+    """YES when this direction opens like NATS, NO when it cannot, else NEED_MORE.
+
+    Strong evidence: a client's ``CONNECT {``/``PUB``/``HPUB``/``SUB``/``UNSUB``, a
+    server's ``INFO {``/``MSG``/``HMSG``.  Keep-alives and acks (``PING``, ``PONG``,
+    ``+OK``, ``-ERR``) are shared with other text protocols (Redis), so they are skipped
+    and the next line decides.  ``CONNECT`` and ``INFO`` must be followed by a JSON object
+    (an HTTP proxy's ``CONNECT host:port`` is not NATS).
+    """
+    try:
+        strong = _C2S_STRONG if direction == Direction.C2S else _S2C_STRONG
+        weak = _C2S_WEAK if direction == Direction.C2S else _S2C_WEAK
+        both = {**strong, **weak}
+        p = 0
+        for _ in range(_PROBE_LINES):
+            if p >= len(prefix):
+                return Verdict.NEED_MORE
+            verb, decided = _verb_at(prefix, p, both)
+            if not decided:
+                return Verdict.NEED_MORE
+            if verb is None:
+                return Verdict.NO
+            if verb in strong:
+                if verb in (b"CONNECT", b"INFO"):
+                    rest = prefix[p + len(verb) :].lstrip(b" \t")
+                    if not rest:
+                        return Verdict.NEED_MORE
+                    return Verdict.YES if rest[:1] == b"{" else Verdict.NO
+                return Verdict.YES
+            lf = prefix.find(b"\n", p)
+            if lf < 0:
+                return Verdict.NEED_MORE if len(prefix) - p < _PROBE_LINE_BYTES else Verdict.NO
+            p = lf + 1
+        return Verdict.NEED_MORE
+    except Exception:  # a probe never raises
+        return Verdict.NO
+
+
+def resync(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
+    """Resync rule (``framing.ResyncFn``): the next line that starts with a known op.
+
+    A line starts at ``buf[0]`` when the previous byte was LF or is unknown (right after a
+    gap: TCP segments usually begin at an operation), and after every LF in ``buf``.
+    """
+    p: int | None = 0
+    if prev_byte is not None and prev_byte != 0x0A:
+        lf = buf.find(b"\n")
+        p = lf + 1 if lf >= 0 else None
+    while p is not None and p < len(buf):
+        verb, decided = _verb_at(buf, p, _ALL_OPS)
+        if verb is not None:
+            return p, True
+        if not decided:
+            return p, False
+        lf = buf.find(b"\n", p)
+        p = lf + 1 if lf >= 0 else None
+    return len(buf), False

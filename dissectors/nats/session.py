@@ -1,0 +1,410 @@
+"""NATS per-flow state: framing, pending operations, and what the connection taught us.
+
+Strategy: each direction has a ``LineFramer``.  A control line is parsed by the pure
+functions in ``parser``; an op with a payload asks the framer for exactly its header and
+payload bytes (then CRLF), so payload bytes are never scanned for line ends.  The row is
+emitted when the op's last byte is in.  Connection-wide knowledge is small: the
+``max_payload`` of the server's last INFO (checked against the client's PUB/HPUB) and
+which wrong-direction ops were already reported.
+
+Decisions (see also the table descriptions):
+
+* Rejected control lines (unknown op, bad sizes, wrong argument count) become one
+  anomaly each, count as undecoded, and the direction resynchronises on the next line
+  that starts with a known op; the bytes skipped meanwhile become one ``nats.resync``
+  anomaly.
+* A gap or the stream end after a complete control line but before the payload's end
+  still yields the op's row, with the declared sizes, ``incomplete`` = true and null
+  ``payload``/``payload_sha256`` (never a partial hash), plus ``nats.gap_in_payload`` /
+  ``nats.eof_in_payload``.  Since the op's end is known, parsing resumes exactly there
+  when the gap ends before it; otherwise it resynchronises.
+* The payload trailer must be CRLF (nats-server rejects anything else).  A bare LF is
+  accepted with a ``nats.bad_trailer`` anomaly; other bytes give the row (its payload is
+  complete), an anomaly, and a resync from the byte after the payload.
+* A line starting with a TLS handshake record (``16 03``) means the connection was
+  upgraded to TLS (INFO ``tls_required``): one ``nats.tls`` anomaly, and the rest of that
+  direction is left undecoded.
+* Ops sent the wrong way (``MSG`` from a client, ``PUB`` from a server) still get rows;
+  the first of each kind per direction also raises ``nats.wrong_direction``.
+
+Carried protocols (STAN, Liftbridge): set ``session.on_message`` to a callable
+``(row, payload) -> list[Record]``.  It is called for every complete PUB/HPUB/MSG/HMSG row
+with the *whole* payload (not the capped column copy) when the payload is at most
+``carry_max`` bytes (option, default 64 MiB); the records it returns become the row's
+``children``.  Rows cut by a gap, or with a larger payload, are not offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dissectors.api import Direction, Record, Session, Span
+from dissectors.framing import (
+    NEED_MORE,
+    Block,
+    Dropped,
+    Line,
+    LineFramer,
+    Oversize,
+    Resynced,
+    TrailerStatus,
+)
+from dissectors.nats import parser
+from dissectors.nats.table import DEFAULT_HEADER_CAP, DEFAULT_PAYLOAD_CAP
+
+__all__ = [
+    "DEFAULT_CARRY_MAX",
+    "DEFAULT_MAX_CONTROL_LINE",
+    "DEFAULT_MAX_SERVER_LINE",
+    "MessageHook",
+    "NatsSession",
+]
+
+MessageHook = Callable[[Record, bytes], list[Record]]
+
+# nats-server's default max_control_line: the longest control line it accepts from a
+# client (option `max_control_line`).
+DEFAULT_MAX_CONTROL_LINE = 4096
+# Server-to-client lines are not bounded by max_control_line (an INFO listing many
+# connect_urls can exceed 4 KiB); this bound only caps memory (option `max_server_line`).
+DEFAULT_MAX_SERVER_LINE = 65536
+# Largest payload kept whole for ``on_message``: a memory bound (one payload per direction
+# is held at a time), far above NATS's default max_payload of 1 MiB (option `carry_max`).
+DEFAULT_CARRY_MAX = 64 * 1024 * 1024
+
+_CRLF = b"\r\n"
+_LENIENT = (b"\n",)
+_ALLOWED = {Direction.C2S: parser.C2S_OPS, Direction.S2C: parser.S2C_OPS}
+_TABLE = "nats"
+
+
+def _option(options: dict[str, Any], name: str, default: int | None) -> int | None:
+    v = options.get(name, default)
+    if v is None:
+        return None
+    if type(v) is not int or v < 0:
+        raise ValueError(f"nats option {name} must be a non-negative int or None, got {v!r}")
+    return v
+
+
+class _Direction:
+    """State of one direction: its framer and the op waiting for its payload."""
+
+    __slots__ = ("framer", "values", "line", "stage", "hdr_len", "pay_len", "problems")
+
+    def __init__(self, framer: LineFramer) -> None:
+        self.framer = framer
+        self.values: dict[str, Any] | None = None  # row of the op waiting for its bytes
+        self.line: Line | None = None
+        self.stage = 0  # 1: reading headers, 2: reading payload
+        self.hdr_len = -1
+        self.pay_len = -1
+        self.problems: tuple[parser.Problem, ...] = ()
+
+
+class NatsSession(Session):
+    """One NATS client connection (both directions)."""
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        options = options or {}
+        self.payload_cap = _option(options, "payload_cap", DEFAULT_PAYLOAD_CAP)
+        self.carry_max = _option(options, "carry_max", DEFAULT_CARRY_MAX)
+        self.on_message: MessageHook | None = None
+        self.header_cap = _option(options, "header_cap", DEFAULT_HEADER_CAP)
+        c2s_line = _option(options, "max_control_line", DEFAULT_MAX_CONTROL_LINE)
+        s2c_line = _option(options, "max_server_line", DEFAULT_MAX_SERVER_LINE)
+        if not c2s_line or not s2c_line:
+            raise ValueError("nats options max_control_line/max_server_line must be >= 1")
+        self._dirs = (
+            _Direction(LineFramer(max_line_bytes=c2s_line, resync=parser.resync)),
+            _Direction(LineFramer(max_line_bytes=s2c_line, resync=parser.resync)),
+        )
+        self.max_payload: int | None = None  # from the server's last INFO
+        self._wrong_dir: set[tuple[int, str]] = set()
+        self.ops = [0, 0]  # rows emitted per direction
+
+    # ---- Session API -------------------------------------------------------------
+
+    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        st = self._dirs[direction]
+        st.framer.feed(data, span)
+        return self._drain(direction, st)
+
+    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
+        st = self._dirs[direction]
+        out: list[Record] = []
+        for ev in st.framer.gap(offset, nbytes):
+            self._flushed(direction, st, ev, out, at_close=False, ts_ns=ts_ns)
+        self._account(direction, st)
+        return out
+
+    def close(self, ts_ns: int) -> list[Record]:
+        out: list[Record] = []
+        for direction in (Direction.C2S, Direction.S2C):
+            st = self._dirs[direction]
+            for ev in st.framer.close():
+                self._flushed(direction, st, ev, out, at_close=True, ts_ns=ts_ns)
+            self._account(direction, st)
+        return out
+
+    # ---- event handling ----------------------------------------------------------
+
+    def _account(self, direction: Direction, st: _Direction) -> None:
+        self.decoded_bytes[direction] = st.framer.decoded_bytes
+        self.undecoded_bytes[direction] = st.framer.undecoded_bytes
+
+    def _drain(self, direction: Direction, st: _Direction) -> list[Record]:
+        out: list[Record] = []
+        nxt = st.framer.next_event
+        while True:
+            ev = nxt()
+            if ev is NEED_MORE:
+                break
+            t = type(ev)
+            if t is Line:
+                self._on_line(direction, st, ev, out)
+            elif t is Block:
+                self._on_block(direction, st, ev, out)
+            elif t is Oversize:
+                self._on_oversize(direction, st, ev, out)
+            elif t is Resynced:
+                self._on_resynced(direction, ev, out)
+        self.decoded_bytes[direction] = st.framer.decoded_bytes
+        self.undecoded_bytes[direction] = st.framer.undecoded_bytes
+        return out
+
+    def _flushed(
+        self, direction: Direction, st: _Direction, ev: Any, out: list[Record], *,
+        at_close: bool, ts_ns: int,
+    ) -> None:
+        t = type(ev)
+        if t is Block:
+            self._on_block(direction, st, ev, out)
+        elif t is Resynced:
+            self._on_resynced(direction, ev, out)
+        elif t is Oversize:
+            self._on_oversize(direction, st, ev, out)
+        elif t is Dropped:
+            self._on_dropped(direction, st, ev, out, at_close)
+        elif t is Line:  # pragma: no cover - framers flush no lines
+            self._on_line(direction, st, ev, out)
+
+    def _anomaly(
+        self, out: list[Record], kind: str, detail: str, direction: Direction, ev: Any,
+        start: int | None = None, end: int | None = None,
+    ) -> None:
+        out.append(Record.anomaly(
+            kind, detail, direction,
+            ev.start if start is None else start, ev.end if end is None else end,
+            ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last,
+        ))
+
+    def _on_line(self, direction: Direction, st: _Direction, ev: Line, out: list[Record]) -> None:
+        line = ev.data
+        if line[:2] == b"\x16\x03":
+            st.framer.reject(ev.end - ev.start)
+            self._tls(direction, st, ev, out)
+            return
+        op, values, hdr, total, problems = parser.parse_line(line)
+        if op is None:
+            st.framer.reject(ev.end - ev.start)
+            p = problems[0]
+            self._anomaly(out, p.kind, p.detail, direction, ev)
+            st.framer.start_resync()
+            return
+        if op not in _ALLOWED[direction]:
+            key = (int(direction), op)
+            if key not in self._wrong_dir:
+                self._wrong_dir.add(key)
+                self._anomaly(
+                    out, "nats.wrong_direction",
+                    f"{op} sent {direction.short}; NATS sends it the other way (reported once "
+                    "per op and direction; client/server roles may be swapped)",
+                    direction, ev,
+                )
+        if total < 0:
+            values["incomplete"] = False
+            out.append(Record(_TABLE, direction, ev.start, ev.end, ev.ts_first_ns, ev.ts_last_ns,
+                              ev.frame_first, ev.frame_last, values))
+            self.ops[direction] += 1
+            for p in problems:
+                self._anomaly(out, p.kind, p.detail, direction, ev)
+            if op == "INFO" and direction == Direction.S2C:
+                mp = values.get("max_payload")
+                if mp is not None:
+                    self.max_payload = mp
+            return
+        # an op with a payload: wait for its bytes
+        if op == "PUB" or op == "HPUB":
+            mp = self.max_payload
+            values["max_payload_exceeded"] = None if mp is None else total > mp
+        st.values = values
+        st.line = ev
+        st.problems = problems
+        if hdr >= 0:
+            st.stage = 1
+            st.hdr_len = hdr
+            st.pay_len = total - hdr
+            st.framer.read_exact(hdr, keep_bytes=self.header_cap)
+        else:
+            st.stage = 2
+            st.hdr_len = -1
+            st.pay_len = total
+            st.framer.read_exact(total, keep_bytes=self._keep(total), sha256=True,
+                                 trailer=_CRLF, lenient_trailers=_LENIENT)
+
+    def _on_block(self, direction: Direction, st: _Direction, ev: Block, out: list[Record]) -> None:
+        values = st.values
+        line = st.line
+        if values is None or line is None:  # pragma: no cover - framer/session out of step
+            return
+        if st.stage == 1:
+            self._headers(values, ev.data, ev.nbytes, st)
+            st.stage = 2
+            st.framer.read_exact(st.pay_len, keep_bytes=self._keep(st.pay_len), sha256=True,
+                                 trailer=_CRLF, lenient_trailers=_LENIENT)
+            return
+        data = ev.data
+        cap = self.payload_cap
+        values["payload_len"] = ev.nbytes
+        values["payload"] = data if cap is None or len(data) <= cap else data[:cap]
+        values["payload_truncated"] = len(values["payload"]) < ev.nbytes
+        values["payload_sha256"] = ev.sha256
+        values["incomplete"] = False
+        if st.hdr_len >= 0:
+            values["header_len"] = st.hdr_len
+        row = Record(_TABLE, direction, line.start, ev.end, line.ts_first_ns, ev.ts_last_ns,
+                     line.frame_first, ev.frame_last, values)
+        out.append(row)
+        hook = self.on_message
+        if hook is not None and len(data) == ev.nbytes:
+            row.children.extend(hook(row, data))
+        self.ops[direction] += 1
+        st.values = st.line = None
+        if st.problems or values.get("max_payload_exceeded"):
+            self._op_problems(direction, st, values, line, out)
+        status = ev.trailer
+        if status is TrailerStatus.OK:
+            return
+        op = values["op"]
+        if status is TrailerStatus.LENIENT:
+            self._anomaly(out, "nats.bad_trailer",
+                          f"{op} payload ends with a bare LF, not CRLF (accepted)", direction, ev)
+        elif status is TrailerStatus.MISSING:
+            self._anomaly(out, "nats.missing_trailer",
+                          f"{op} payload complete but its CRLF was not captured (gap or end of "
+                          "stream)", direction, ev)
+        else:
+            self._anomaly(out, "nats.bad_trailer",
+                          f"{op} payload of {ev.nbytes} bytes is followed by "
+                          f"{parser.show(ev.trailer_found)!r}, not CRLF; the declared size may "
+                          "be wrong; resynchronising", direction, ev)
+            st.framer.start_resync()
+
+    def _keep(self, nbytes: int) -> int | None:
+        """Payload bytes to keep: the column's cap, or all of it for ``on_message``."""
+        cap = self.payload_cap
+        if self.on_message is not None and (self.carry_max is None or nbytes <= self.carry_max):
+            return None
+        return cap
+
+    def _headers(self, values: dict[str, Any], block: bytes, nbytes: int, st: _Direction) -> None:
+        values["header_len"] = nbytes
+        values["headers_raw"] = block
+        headers, code, desc, problems = parser.parse_headers(block)
+        if len(block) < nbytes:
+            problems = (*problems, parser.Problem(
+                "nats.bad_headers",
+                f"header block of {nbytes} bytes exceeds header_cap; only the first "
+                f"{len(block)} bytes were kept and parsed"))
+        values["headers"] = headers
+        values["status_code"] = code
+        values["status_description"] = desc
+        if problems:
+            st.problems = (*st.problems, *problems)
+
+    def _op_problems(self, direction: Direction, st: _Direction, values: dict[str, Any],
+                     line: Line, out: list[Record]) -> None:
+        for p in st.problems:
+            self._anomaly(out, p.kind, p.detail, direction, line)
+        st.problems = ()
+        if values.get("max_payload_exceeded"):
+            total = values["payload_len"] + (values.get("header_len") or 0)
+            self._anomaly(
+                out, "nats.max_payload_exceeded",
+                f"{values['op']} to {values['subject']!r} declares {total} bytes, more than the "
+                f"server's max_payload {self.max_payload}", direction, line,
+            )
+
+    def _on_oversize(self, direction: Direction, st: _Direction, ev: Oversize,
+                     out: list[Record]) -> None:
+        if ev.head[:2] == b"\x16\x03":
+            self._tls(direction, st, ev, out)
+            return
+        self._anomaly(out, "nats.line_too_long",
+                      f"control line of {ev.nbytes} bytes exceeds the limit of "
+                      f"{st.framer.max_line_bytes}; skipped: {parser.show(ev.head, 64)}",
+                      direction, ev)
+        st.framer.start_resync()
+
+    def _on_resynced(self, direction: Direction, ev: Resynced, out: list[Record]) -> None:
+        how = "until the next NATS operation" if ev.found else "(cut by a gap or the end)"
+        self._anomaly(out, "nats.resync",
+                      f"skipped {ev.end - ev.start} bytes {how}", direction, ev)
+
+    def _tls(self, direction: Direction, st: _Direction, ev: Any, out: list[Record]) -> None:
+        self._anomaly(out, "nats.tls",
+                      f"TLS handshake at offset {ev.start}: the connection was upgraded to TLS; "
+                      "the rest of this direction is encrypted and left undecoded",
+                      direction, ev)
+        st.framer.abandon()
+
+    def _on_dropped(self, direction: Direction, st: _Direction, ev: Dropped, out: list[Record],
+                    at_close: bool) -> None:
+        where = "the end of the stream" if at_close else "a gap"
+        if ev.kind == "block" and st.values is not None and st.line is not None:
+            values = st.values
+            line = st.line
+            values["payload_len"] = st.pay_len
+            values["incomplete"] = True
+            if st.stage == 1 or st.hdr_len >= 0:
+                values["header_len"] = st.hdr_len
+            got = ev.end > ev.start
+            out.append(Record(_TABLE, direction, line.start, ev.end if got else line.end,
+                              line.ts_first_ns, ev.ts_last_ns if got else line.ts_last_ns,
+                              line.frame_first, ev.frame_last if got else line.frame_last,
+                              values))
+            self.ops[direction] += 1
+            st.values = st.line = None
+            self._op_problems(direction, st, values, line, out)
+            part = "headers" if st.stage == 1 else "payload"
+            after = (f"parsing resumes at offset {ev.resume_at}" if ev.resume_at is not None
+                     else "resynchronising")
+            if at_close:
+                after = "nothing follows"
+            kind = "nats.eof_in_payload" if at_close else "nats.gap_in_payload"
+            self._anomaly(
+                out, kind,
+                f"{values['op']} {values.get('subject')!r}: {where} at offset {ev.end} cut its "
+                f"{part} ({ev.end - ev.start} of {st.hdr_len if st.stage == 1 else st.pay_len} "
+                f"bytes received, operation declared to end at {ev.declared_end}); row emitted "
+                f"without payload; {after}",
+                direction, ev, start=line.start, end=ev.declared_end,
+            )
+            st.stage = 0
+            return
+        if ev.kind == "line":
+            kind = "nats.eof_in_line" if at_close else "nats.gap_in_line"
+            self._anomaly(out, kind,
+                          f"partial control line of {ev.end - ev.start} bytes dropped at {where}",
+                          direction, ev)
+            return
+        if ev.kind == "long_line":
+            self._anomaly(out, "nats.line_too_long",
+                          f"control line of at least {ev.end - ev.start} bytes exceeds the limit "
+                          f"of {st.framer.max_line_bytes}, cut by {where}", direction, ev)
+            return
+        self._anomaly(out, "nats.dropped",  # pragma: no cover - no other kinds from LineFramer
+                      f"partial {ev.kind} dropped at {where}", direction, ev)
