@@ -5,12 +5,13 @@ Layout (DESIGN §5)::
     OUT/<table>/capture=<capture_id>/part-0.parquet
     OUT/manifest.json                               (analyzer.manifest)
 
-Strategy: rows are buffered per table as plain dicts and converted column-wise into
-one Arrow batch of exactly ``rows_per_batch`` rows at a time, which is validated
-against the declaration and appended as one row group to a ``pq.ParquetWriter`` that
-stays open for the whole run.  Only the current batch of each table is in memory.  Row
-groups therefore have the same boundaries however the caller chunks its calls, so the
-same rows give byte-identical files.
+Strategy: rows are buffered per table as plain dicts, converted column-wise to Arrow
+every 4096 rows (Python dicts cost ~10x the memory of the Arrow values) and validated
+against the declaration; as soon as ``rows_per_batch`` rows are pending they are
+written as exactly one row group by a ``pq.ParquetWriter`` that stays open for the
+whole run.  Only the current batch of each table is in memory.  Row groups have the
+same boundaries however the caller chunks its calls, so the same rows give
+byte-identical files.
 
 Files are written under a hidden name (``.part-0.parquet.inprogress``, ignored by
 pyarrow, Spark, DuckDB and polars) and renamed on ``close``, so a reader never sees a
@@ -30,8 +31,11 @@ polars and DuckDB.  Spark 4 cannot read that type as a timestamp; ``read_spark_t
 reads it as a long (``spark.sql.legacy.parquet.nanosAsLong``) and converts it to
 ``TimestampType`` (microseconds, floor), optionally keeping the nanoseconds.
 
-Validation (``validate=True``, the default) costs per column, not per row: measured
-below 1 % of the time to build and write a batch, so it stays on in production.
+Validation (``validate=True``, the default) stays on in production.  Measured on a
+65536-row ``flows`` batch (31 columns): ``validate_batch`` ~0.03 ms (per column, not
+per row: Arrow keeps null counts); the unknown-key check of ``rows_to_batch`` ~37 ms
+against ~410 ms for the conversion itself; end to end (convert + validate + zstd
+Parquet) 2.14 s vs 2.08 s for 262144 rows, i.e. ~3 %.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ __all__ = [
     "META_TOOL_VERSION",
     "PART_FILE",
     "DatasetWriter",
+    "canonical_json",
+    "dataset_schema",
     "open_dataset",
     "partition_dir",
     "read_spark_table",
@@ -72,6 +78,7 @@ __all__ = [
 
 PART_FILE = "part-0.parquet"
 _TMP_FILE = f".{PART_FILE}.inprogress"
+_CONVERT_ROWS = 4096  # row dicts held before conversion to Arrow
 
 META_TOOL_VERSION = b"msgcap.tool_version"
 META_INPUT_SHA256 = b"msgcap.input_sha256"
@@ -148,6 +155,7 @@ class DatasetWriter:
         self.validate = validate
         self.overwrite = overwrite
         self._options_json = canonical_json(self.options)
+        self._chunk = min(rows_per_batch, _CONVERT_ROWS)
         self._tables: dict[str, _Table] = {}
         self._counts: dict[str, int] | None = None
         existing = self._existing_partitions()
@@ -165,10 +173,9 @@ class DatasetWriter:
         """Append rows (dicts keyed by column name; missing keys are null) to ``spec``'s
         table.  Full batches of ``rows_per_batch`` rows are written immediately."""
         t = self._table(spec)
-        n = self.rows_per_batch
         if not isinstance(rows, Sequence):
             it = iter(rows)
-            while chunk := list(itertools.islice(it, n)):
+            while chunk := list(itertools.islice(it, self._chunk)):
                 self._add_rows(t, chunk)
             return
         self._add_rows(t, rows)
@@ -215,15 +222,12 @@ class DatasetWriter:
             self._table(spec)
         for name in sorted(self._tables):
             t = self._tables[name]
-            if t.batches and t.rows:
+            if t.rows:
                 t.batches.append(self._rows_batch(t, t.rows))
                 t.batch_rows += len(t.rows)
                 t.rows = []
             if t.batches:
                 self._drain_batches(t, final=True)
-            elif t.rows:
-                self._write(t, self._rows_batch(t, t.rows))
-                t.rows = []
             if t.writer is None:
                 self._open(t)  # no rows at all: an empty file with the schema
             t.writer.close()
@@ -297,33 +301,36 @@ class DatasetWriter:
         return t
 
     def _add_rows(self, t: _Table, rows: Sequence[Mapping[str, Any]]) -> None:
-        n = self.rows_per_batch
-        if t.batches:  # Arrow batches pending: keep order by converting through them
-            t.rows.extend(rows)
-            if len(t.rows) + t.batch_rows >= n:
-                t.batches.append(self._rows_batch(t, t.rows))
-                t.batch_rows += len(t.rows)
-                t.rows = []
+        # row dicts are converted to Arrow every ``_chunk`` rows (Python objects are far
+        # bigger than Arrow values); Arrow chunks are written once a batch is full
+        step = self._chunk
+        i, total = 0, len(rows)
+        while i < total:
+            if not t.rows and total - i >= step:
+                chunk = rows[i : i + step]
+                i += step
+            else:
+                take = min(step - len(t.rows), total - i)
+                t.rows.extend(rows[i : i + take])
+                i += take
+                if len(t.rows) < step:
+                    break
+                chunk, t.rows = t.rows, []
+            t.batches.append(self._rows_batch(t, chunk))
+            t.batch_rows += len(chunk)
+            if t.batch_rows >= self.rows_per_batch:
                 self._drain_batches(t, final=False)
-            return
-        i = 0
-        total = len(rows)
-        if t.rows:
-            take = n - len(t.rows)
-            t.rows.extend(rows[:take])
-            i = take
-            if len(t.rows) < n:
-                return
-            self._write(t, self._rows_batch(t, t.rows))
+        if t.rows and t.batch_rows + len(t.rows) >= self.rows_per_batch:
+            t.batches.append(self._rows_batch(t, t.rows))
+            t.batch_rows += len(t.rows)
             t.rows = []
-        while total - i >= n:
-            self._write(t, self._rows_batch(t, rows[i : i + n]))
-            i += n
-        if i < total:
-            t.rows = list(rows[i:])
+            self._drain_batches(t, final=False)
 
     def _rows_batch(self, t: _Table, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
-        return self._conform(t, rows_to_batch(t.spec, rows, check_keys=self.validate))
+        batch = rows_to_batch(t.spec, rows, check_keys=self.validate)
+        if self.validate:
+            validate_batch(t.spec, batch)
+        return self._conform(t, batch)
 
     @staticmethod
     def _conform(t: _Table, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -354,10 +361,9 @@ class DatasetWriter:
         )
 
     def _write(self, t: _Table, batch: pa.RecordBatch) -> None:
+        # every batch reaching here was validated when it entered the buffer
         if batch.num_rows == 0:
             return
-        if self.validate:
-            validate_batch(t.spec, batch)
         if t.writer is None:
             self._open(t)
         batch = self._conform(t, batch)

@@ -46,12 +46,13 @@ for _ in read_events(PATH):
 }
 
 _WRAPPER = """
-import json, resource, sys, time
+import json, sys, time
 PATH = sys.argv[1]
 t0 = time.perf_counter()
 {body}
 elapsed = time.perf_counter() - t0
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+with open("/proc/self/status") as f:  # VmHWM: ru_maxrss would include the parent's
+    rss_mb = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
 print(json.dumps({{"s": elapsed, "rss_mb": rss_mb}}))
 """
 

@@ -155,14 +155,19 @@ _REGISTRY: dict[str, TableSpec] = {}
 def register_table(spec: TableSpec) -> TableSpec:
     """Register ``spec`` under its name and return it (so ``X = register_table(...)``).
 
-    Registering an equal spec again is a no-op (modules may be re-imported); a
-    *different* spec under a taken name raises ``ValueError``.
+    Registering an equal spec again is a no-op returning the spec registered first
+    (modules may be re-imported); a *different* spec under a taken name raises
+    ``ValueError``.
     """
     if not isinstance(spec, TableSpec):
         raise TypeError(f"register_table expects a TableSpec, got {type(spec).__name__}")
     old = _REGISTRY.get(spec.name)
-    if old is not None and old != spec:
-        raise ValueError(f"table {spec.name!r} is already registered with a different declaration")
+    if old is not None:
+        if old != spec:
+            raise ValueError(
+                f"table {spec.name!r} is already registered with a different declaration"
+            )
+        return old
     _REGISTRY[spec.name] = spec
     return spec
 

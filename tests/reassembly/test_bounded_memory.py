@@ -1,7 +1,7 @@
 """Hostile captures keep memory under the configured caps, and the breach is reported.
 
-Each case runs the reassembly pass in a child process and reads its peak RSS, so the
-numbers are not polluted by the test runner.  The thresholds sit far below what the
+Each case runs the reassembly pass in a child process and reads its own peak RSS
+(VmHWM), so the numbers are not polluted by the test runner.  The thresholds sit far below what the
 same capture costs without the caps (≈1.5 GB for a million live flows, and the whole
 stream for an unbounded reorder buffer).
 """
@@ -17,7 +17,7 @@ from tests.reassembly.synth import write_sequence_jump, write_syn_flood
 
 _CHILD = textwrap.dedent(
     """
-    import collections, json, resource, sys
+    import collections, json, sys
     from reassembly.engine import read_events
     from reassembly.events import Anomaly, StreamClose, StreamGap
     from reassembly.limits import Limits
@@ -30,7 +30,11 @@ _CHILD = textwrap.dedent(
             closes += 1
         elif isinstance(ev, StreamGap):
             gap_bytes += ev.nbytes
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not ru_maxrss: the latter is inherited from the (large) pytest parent
+    # across fork/exec, so it would report the parent's peak
+    with open("/proc/self/status") as f:
+        hwm_kb = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+    peak_mb = hwm_kb / 1024
     res = {"kinds": kinds, "closes": closes, "gap_bytes": gap_bytes, "peak_mb": peak_mb}
     print(json.dumps(res))
     """

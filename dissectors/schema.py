@@ -1,0 +1,277 @@
+"""Everything derived from a ``TableSpec``: Arrow schema, Spark schema, validator, batches.
+
+Strategy: the declaration in ``dissectors.tables`` is the single source of truth; this
+module only *derives*.  ``arrow_schema`` is cached per spec (specs are immutable), the
+validator compares a batch against it column by column and reports the first problem
+as a ``SchemaError`` naming table, column and issue, and ``rows_to_batch`` transposes
+row dicts into one Python list per column so Arrow converts each column in one call.
+
+Spark mapping notes (``spark_schema``):
+
+* ``timestamp[ns, UTC]`` becomes ``TimestampType``.  Spark timestamps have microsecond
+  precision, so the last three digits of our nanosecond times are lost in Spark (the
+  Parquet files keep nanoseconds; ``analyzer.sink.read_spark_table`` can keep the raw
+  nanoseconds as extra ``<column>_ns`` long columns).  Spark 4 cannot read Parquet
+  ``TIMESTAMP(NANOS)`` as a timestamp at all; the reader helper reads it as a long and
+  converts, see ``analyzer.sink``.
+* Spark reports every column of a Parquet file as nullable, whatever the file says;
+  the declared nullability is still in ``spark_schema`` and enforced when writing.
+* Descriptions travel as the ``comment`` metadata of each ``StructField`` (what
+  ``DESCRIBE`` shows) and as ``description`` field metadata in Arrow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from dissectors.tables import (
+    Field,
+    TableSpec,
+    all_tables,
+    get_table,
+    register_table,
+    unregister_table,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql.types import DataType as SparkDataType
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "DESCRIPTION_KEY",
+    "META_TABLE",
+    "META_VERSION",
+    "SchemaError",
+    "all_tables",
+    "arrow_schema",
+    "get_table",
+    "load_all_tables",
+    "register_table",
+    "rows_to_batch",
+    "spark_schema",
+    "spark_type",
+    "unregister_table",
+    "validate_batch",
+]
+
+DESCRIPTION_KEY = b"description"
+META_TABLE = b"msgcap.table"
+META_VERSION = b"msgcap.table_version"
+
+# Protocol table modules imported by ``load_all_tables``; missing ones are skipped.
+# Placeholder until discovery through the ``msgcap.dissectors`` entry points is wired.
+CORE_TABLE_MODULE = "dissectors.core_tables"
+
+
+class SchemaError(ValueError):
+    """A batch does not match its table declaration."""
+
+    def __init__(self, table: str, column: str | None, issue: str) -> None:
+        self.table = table
+        self.column = column
+        self.issue = issue
+        where = f"table {table!r}" + (f", column {column!r}" if column is not None else "")
+        super().__init__(f"{where}: {issue}")
+
+
+# ------------------------------------------------------------------------------ Arrow
+
+
+def _arrow_field(f: Field) -> pa.Field:
+    return pa.field(f.name, f.type, nullable=f.nullable, metadata={DESCRIPTION_KEY: f.description})
+
+
+@cache
+def arrow_schema(spec: TableSpec) -> pa.Schema:
+    """The Arrow schema of ``spec``: columns in declared order, descriptions as field
+    metadata (``description``), table name and version as schema metadata."""
+    return pa.schema(
+        [_arrow_field(f) for f in spec.columns],
+        metadata={META_TABLE: spec.name.encode(), META_VERSION: str(spec.version).encode()},
+    )
+
+
+# ------------------------------------------------------------------------------ Spark
+
+
+def spark_type(t: pa.DataType) -> SparkDataType:
+    """The Spark SQL type that Spark uses for a Parquet column written from Arrow type
+    ``t`` (pyspark is imported here, not at module import)."""
+    from pyspark.sql import types as T
+
+    if pa.types.is_dictionary(t):
+        return spark_type(t.value_type)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return T.StringType()
+    if pa.types.is_boolean(t):
+        return T.BooleanType()
+    simple = {
+        pa.int8(): T.ByteType,
+        pa.int16(): T.ShortType,
+        pa.int32(): T.IntegerType,
+        pa.int64(): T.LongType,
+        # unsigned: what Spark's Parquet reader makes of UINT_8/16/32
+        pa.uint8(): T.ShortType,
+        pa.uint16(): T.IntegerType,
+        pa.uint32(): T.LongType,
+        pa.float32(): T.FloatType,
+        pa.float64(): T.DoubleType,
+        pa.date32(): T.DateType,
+    }
+    if t in simple:
+        return simple[t]()
+    if t == pa.uint64():
+        return T.DecimalType(20, 0)
+    if (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_binary_view(t)
+    ):
+        return T.BinaryType()
+    if pa.types.is_timestamp(t):
+        # Spark keeps microseconds; sub-microsecond digits are lost (see module doc)
+        return T.TimestampType() if t.tz is not None else T.TimestampNTZType()
+    if pa.types.is_decimal(t):
+        return T.DecimalType(t.precision, t.scale)
+    if pa.types.is_map(t):
+        return T.MapType(
+            spark_type(t.key_type), spark_type(t.item_type), valueContainsNull=t.item_field.nullable
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return T.ArrayType(spark_type(t.value_type), containsNull=t.value_field.nullable)
+    if pa.types.is_struct(t):
+        return T.StructType(
+            [T.StructField(c.name, spark_type(c.type), c.nullable) for c in t]
+        )
+    raise TypeError(f"no Spark mapping for Arrow type {t}")
+
+
+def spark_schema(spec: TableSpec) -> StructType:
+    """The Spark ``StructType`` of ``spec`` (declared nullability, descriptions as the
+    ``comment`` metadata).  Imports pyspark lazily."""
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField(f.name, spark_type(f.type), f.nullable, {"comment": f.description})
+            for f in spec.columns
+        ]
+    )
+
+
+# -------------------------------------------------------------------------- validation
+
+
+def validate_batch(spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None:
+    """Raise ``SchemaError`` unless ``batch`` has exactly the declared columns, in order,
+    with the declared types, and no nulls in non-nullable columns.
+
+    Cost is per column, not per row (Arrow keeps null counts), so it stays on in
+    production.  Metadata and the batch's own nullability flags are not compared.
+    """
+    expected = spec.columns
+    got = batch.schema
+    names = got.names
+    if names != spec.column_names:
+        declared = spec.column_names
+        for i, f in enumerate(expected):
+            if i >= len(names):
+                raise SchemaError(spec.name, f.name, f"missing column (expected at position {i})")
+            if names[i] != f.name:
+                if f.name not in names:
+                    raise SchemaError(
+                        spec.name, f.name, f"missing column (expected at position {i})"
+                    )
+                if names[i] not in declared:
+                    raise SchemaError(
+                        spec.name, names[i], f"unexpected column at position {i}"
+                    )
+                raise SchemaError(
+                    spec.name,
+                    names[i],
+                    f"wrong order: position {i} holds {names[i]!r}, declared {f.name!r}",
+                )
+        extra = names[len(expected)]
+        if extra in declared:
+            raise SchemaError(spec.name, extra, "duplicate column")
+        raise SchemaError(spec.name, extra, f"unexpected column at position {len(expected)}")
+    for i, f in enumerate(expected):
+        col = batch.column(i)
+        if not col.type.equals(f.type):
+            raise SchemaError(spec.name, f.name, f"type is {col.type}, declared {f.type}")
+        if not f.nullable and col.null_count:
+            first = _first_null(col)
+            raise SchemaError(
+                spec.name,
+                f.name,
+                f"declared non-nullable but holds {col.null_count} null(s) (first at row {first})",
+            )
+
+
+def _first_null(col: pa.Array | pa.ChunkedArray) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.index(pc.is_null(col), True).as_py())
+
+
+# ------------------------------------------------------------------------------ build
+
+
+def rows_to_batch(
+    spec: TableSpec, rows: Sequence[Mapping[str, Any]], *, check_keys: bool = True
+) -> pa.RecordBatch:
+    """Build a ``RecordBatch`` with ``arrow_schema(spec)`` from row dicts.
+
+    Missing keys become null.  With ``check_keys`` a key that is not a declared column
+    raises ``SchemaError`` (a typo would otherwise silently produce a null column).
+    Timestamps may be given as integer nanoseconds since the epoch.  A value Arrow
+    cannot convert to the column's type raises ``SchemaError``.  Nullability is not
+    checked here: that is ``validate_batch``'s job.
+    """
+    schema = arrow_schema(spec)
+    if check_keys and rows:
+        _check_keys(spec, rows)
+    arrays = []
+    for f in spec.columns:
+        name = f.name
+        values = [r.get(name) for r in rows]
+        try:
+            arrays.append(pa.array(values, type=f.type))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise SchemaError(spec.name, name, f"cannot convert values to {f.type}: {e}") from e
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _check_keys(spec: TableSpec, rows: Sequence[Mapping[str, Any]]) -> None:
+    # rows from one code path share their key set: compare key views (a C-level set
+    # comparison) against the last accepted set and only inspect rows that differ
+    known = spec._index
+    accepted = None
+    for r in rows:
+        keys = r.keys()
+        if keys == accepted:
+            continue
+        for k in keys:
+            if k not in known:
+                raise SchemaError(spec.name, k, "row has a key that is not a declared column")
+        accepted = keys
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def load_all_tables() -> tuple[TableSpec, ...]:
+    """The core tables plus the tables of every dissector installed under the
+    ``msgcap.dissectors`` entry points (built-ins and plugins alike), registered."""
+    from dissectors.registry import discover  # the registry imports this module
+
+    importlib.import_module(CORE_TABLE_MODULE)
+    for spec in discover().tables():
+        register_table(spec)
+    return all_tables()

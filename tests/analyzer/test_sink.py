@@ -1,0 +1,349 @@
+"""The Parquet dataset sink and the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.manifest import (
+    EXIT_CODES,
+    UNCLAIMED,
+    CaptureRun,
+    InputInfo,
+    RunStatus,
+    read_manifest,
+    update_manifest,
+)
+from analyzer.sink import DatasetWriter, dataset_schema, open_dataset, partition_dir
+from dissectors.core_tables import ANOMALIES, FLOWS
+from dissectors.schema import SchemaError, arrow_schema, rows_to_batch
+from tests.analyzer.conftest import CAPTURE_ID, SHA, anomaly_row, flow_row
+
+OPTIONS = {"payload_cap": 4096, "decode_as": {"4223": "nats"}}
+
+
+def _writer(out: Path, capture_id: str = CAPTURE_ID, **kw) -> DatasetWriter:
+    kw.setdefault("rows_per_batch", 64)
+    return DatasetWriter(out, capture_id, SHA, "0.1.0", OPTIONS, validate=True, **kw)
+
+
+def _plain(table: pa.Table) -> list[dict]:
+    """Rows as Python values, timestamps as integer nanoseconds."""
+    cols = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.int64())
+        cols[name] = col.to_pylist()
+    return [dict(zip(cols, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
+
+
+def _expected(spec, rows: list[dict]) -> list[dict]:
+    return [{n: r.get(n) for n in spec.column_names} for r in rows]
+
+
+# ----------------------------------------------------------------------- round trip
+
+
+def test_dataset_reads_back_exactly_the_rows_written(tmp_path) -> None:
+    flows = [flow_row(i) for i in range(300)]
+    anomalies = [anomaly_row(i) for i in range(150)]
+    with _writer(tmp_path) as w:
+        for n, i in enumerate(range(0, 300, 37)):  # interleaved, odd chunk sizes
+            w.write_rows(FLOWS, flows[i : i + 37])
+            w.write_rows(ANOMALIES, anomalies[n * 19 : n * 19 + 19])
+    assert w.close() == {"anomalies": 150, "flows": 300}
+
+    for spec, rows in ((FLOWS, flows), (ANOMALIES, anomalies)):
+        dataset = ds.dataset(tmp_path / spec.name, partitioning="hive")
+        table = dataset.to_table()
+        # declared schema plus the partition column, string-typed, no clash with capture_id
+        assert table.schema.equals(dataset_schema(spec), check_metadata=False)
+        assert table.schema.field("capture").type == pa.string()
+        assert table.schema.field("capture_id").type == pa.string()
+        got = _plain(table)
+        assert [r.pop("capture") for r in got] == [CAPTURE_ID] * len(rows)
+        assert got == _expected(spec, rows)
+        # descriptions travel with the file
+        assert table.schema.field("flow_id").metadata[b"description"] == (
+            spec.column("flow_id").description.encode()
+        )
+
+
+def test_file_layout_metadata_and_row_groups(tmp_path) -> None:
+    with _writer(tmp_path, rows_per_batch=50) as w:
+        w.write_rows(FLOWS, [flow_row(i) for i in range(170)])
+    part = tmp_path / "flows" / f"capture={CAPTURE_ID}" / "part-0.parquet"
+    assert sorted(p.name for p in part.parent.iterdir()) == ["part-0.parquet"]
+    md = pq.read_metadata(part)
+    kv = md.metadata
+    assert kv[b"msgcap.table"] == b"flows"
+    assert kv[b"msgcap.table_version"] == b"1"
+    assert kv[b"msgcap.tool_version"] == b"0.1.0"
+    assert kv[b"msgcap.input_sha256"] == SHA.encode()
+    assert kv[b"msgcap.capture_id"] == CAPTURE_ID.encode()
+    assert json.loads(kv[b"msgcap.options"]) == OPTIONS
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [50, 50, 50, 20]
+    assert md.row_group(0).column(0).compression == "ZSTD"
+    # exact Arrow types come back, ns and UTC included; non-nullable stays non-nullable
+    schema = pq.read_schema(part)
+    assert schema.equals(arrow_schema(FLOWS), check_metadata=False)
+
+
+def test_same_rows_give_byte_identical_files_whatever_the_chunking(tmp_path) -> None:
+    rows = [flow_row(i) for i in range(500)]
+    with _writer(tmp_path / "a", rows_per_batch=128) as w:
+        w.write_rows(FLOWS, rows)
+    with _writer(tmp_path / "b", rows_per_batch=128) as w:
+        for r in rows:
+            w.write_rows(FLOWS, [r])
+    with _writer(tmp_path / "c", rows_per_batch=128) as w:
+        w.write_rows(FLOWS, iter(rows))  # any iterable
+    rel = Path("flows") / f"capture={CAPTURE_ID}" / "part-0.parquet"
+    a = (tmp_path / "a" / rel).read_bytes()
+    assert a == (tmp_path / "b" / rel).read_bytes() == (tmp_path / "c" / rel).read_bytes()
+
+
+def test_write_batch_mixes_with_write_rows_in_order(tmp_path) -> None:
+    rows = [anomaly_row(i) for i in range(100)]
+    with _writer(tmp_path, rows_per_batch=16) as w:
+        w.write_rows(ANOMALIES, rows[:5])
+        w.write_batch(ANOMALIES, rows_to_batch(ANOMALIES, rows[5:40]))
+        w.write_rows(ANOMALIES, rows[40:41])
+        w.write_batch(ANOMALIES, pa.Table.from_batches([rows_to_batch(ANOMALIES, rows[41:90])]))
+        w.write_rows(ANOMALIES, rows[90:])
+        assert w.buffered_rows("anomalies") < 16
+    table = open_dataset(tmp_path, ANOMALIES).to_table()
+    got = _plain(table.drop_columns(["capture"]))
+    assert got == _expected(ANOMALIES, rows)
+    md = pq.read_metadata(partition_dir(tmp_path, "anomalies", CAPTURE_ID) / "part-0.parquet")
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [16] * 6 + [4]
+
+
+def test_ensure_tables_writes_empty_files_with_the_schema(tmp_path) -> None:
+    w = _writer(tmp_path)
+    w.write_rows(FLOWS, [flow_row(0)])
+    counts = w.close(ensure_tables=[ANOMALIES, "flows"])
+    assert counts == {"anomalies": 0, "flows": 1}
+    table = ds.dataset(tmp_path / "anomalies", partitioning="hive").to_table()
+    assert table.num_rows == 0
+    assert table.schema.equals(dataset_schema(ANOMALIES), check_metadata=False)
+    assert w.close() == counts  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        w.write_rows(FLOWS, [flow_row(1)])
+
+
+def test_several_captures_in_one_dataset(tmp_path) -> None:
+    ids = ["00000000000000aa", "1234567890123456"]  # the second looks like a number
+    for n, cid in enumerate(ids):
+        with _writer(tmp_path, cid) as w:
+            w.write_rows(FLOWS, [flow_row(i, cid) for i in range(n * 10, n * 10 + 10)])
+    table = open_dataset(tmp_path, FLOWS).to_table().sort_by("flow_id")
+    assert table.schema.field("capture").type == pa.string()
+    assert table.column("capture").to_pylist() == [ids[0]] * 10 + [ids[1]] * 10
+    assert table.column("capture").to_pylist() == table.column("capture_id").to_pylist()
+    assert table.column("flow_id").to_pylist() == list(range(20))
+
+
+def test_partition_type_must_be_declared_for_digit_only_capture_ids(tmp_path) -> None:
+    """Why open_dataset declares ``capture`` as a string: inference turns an id made of
+    digits into a number (and strips its leading zeros)."""
+    cid = "0000000000000077"
+    with _writer(tmp_path, cid) as w:
+        w.write_rows(FLOWS, [flow_row(1, cid)])
+    inferred = ds.dataset(tmp_path / "flows", partitioning="hive").to_table()
+    assert inferred.column("capture").to_pylist() == [77]
+    declared = open_dataset(tmp_path, FLOWS).to_table()
+    assert declared.column("capture").to_pylist() == [cid]
+
+
+def test_invalid_rows_raise_schema_error(tmp_path) -> None:
+    w = _writer(tmp_path, rows_per_batch=4)
+    bad = flow_row(1)
+    bad["flow_id"] = None
+    with pytest.raises(SchemaError, match="table 'flows', column 'flow_id': declared non-nullable"):
+        w.write_rows(FLOWS, [flow_row(0), bad, flow_row(2), flow_row(3)])
+    with pytest.raises(SchemaError, match="column 'fow_id': row has a key"):
+        w.write_rows(ANOMALIES, [{"fow_id": 1}] * 4)
+    with pytest.raises(SchemaError, match="column 'kind': missing column"):
+        w.write_batch(ANOMALIES, rows_to_batch(ANOMALIES, [anomaly_row(0)]).drop_columns("kind"))
+    w.abort()
+    assert not list(tmp_path.rglob("*.parquet"))
+    assert not list(tmp_path.rglob("*.inprogress"))
+
+
+def test_unfinished_files_are_invisible_to_readers(tmp_path) -> None:
+    w = _writer(tmp_path, rows_per_batch=10)
+    w.write_rows(FLOWS, [flow_row(i) for i in range(25)])  # two row groups on disk
+    assert not list(tmp_path.rglob("part-0.parquet"))
+    assert ds.dataset(tmp_path / "flows", partitioning="hive").to_table().num_rows == 0
+    w.close()
+    assert ds.dataset(tmp_path / "flows", partitioning="hive").to_table().num_rows == 25
+
+
+def test_existing_capture_needs_overwrite_and_is_replaced_on_close(tmp_path) -> None:
+    with _writer(tmp_path) as w:
+        w.write_rows(FLOWS, [flow_row(i) for i in range(5)])
+        w.write_rows(ANOMALIES, [anomaly_row(1)])
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        _writer(tmp_path)
+    w = _writer(tmp_path, overwrite=True)
+    w.write_rows(FLOWS, [flow_row(i) for i in range(3)])
+    # the old partitions stay readable until the new run is complete
+    assert open_dataset(tmp_path, ANOMALIES).count_rows() == 1
+    w.close()
+    assert open_dataset(tmp_path, FLOWS).count_rows() == 3
+    assert not partition_dir(tmp_path, "anomalies", CAPTURE_ID).exists()
+
+
+def test_exception_in_context_keeps_what_was_written(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="boom"), _writer(tmp_path, rows_per_batch=8) as w:
+        w.write_rows(FLOWS, [flow_row(i) for i in range(12)])
+        raise RuntimeError("boom")
+    assert open_dataset(tmp_path, FLOWS).count_rows() == 12
+
+
+def test_rejects_unsafe_capture_id_and_bad_sha(tmp_path) -> None:
+    with pytest.raises(ValueError, match="safe directory name"):
+        DatasetWriter(tmp_path, "../x", SHA, "0.1.0", {})
+    with pytest.raises(ValueError, match="64 lowercase hex"):
+        DatasetWriter(tmp_path, CAPTURE_ID, "abc", "0.1.0", {})
+
+
+def test_million_rows_are_written_in_bounded_batches(tmp_path) -> None:
+    """1M rows: write_rows flushes whenever rows_per_batch rows are buffered, so the
+    writer never holds more than one batch (plus the caller's chunk)."""
+    n, per_batch, chunk = 1_000_000, 65536, 10_000
+    template = anomaly_row(1)
+    w = DatasetWriter(tmp_path, CAPTURE_ID, SHA, "0.1.0", {}, rows_per_batch=per_batch)
+    baseline = pa.total_allocated_bytes()
+    peak_buffered = peak_arrow = 0
+    for start in range(0, n, chunk):
+        w.write_rows(ANOMALIES, [{**template, "record_id": i} for i in range(start, start + chunk)])
+        peak_buffered = max(peak_buffered, w.buffered_rows("anomalies"))
+        peak_arrow = max(peak_arrow, pa.total_allocated_bytes() - baseline)
+    assert peak_buffered < per_batch
+    # one batch of 65536 anomaly rows is a few MB of Arrow memory; 1M rows would be ~60 MB
+    assert peak_arrow < 16 * 2**20
+    # Python-side, at most one conversion chunk of row dicts is held
+    assert len(w._tables["anomalies"].rows) < 4096
+    assert w.close() == {"anomalies": n}
+    md = pq.read_metadata(partition_dir(tmp_path, "anomalies", CAPTURE_ID) / "part-0.parquet")
+    sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    assert sizes == [per_batch] * (n // per_batch) + [n % per_batch]
+    ids = pq.read_table(
+        partition_dir(tmp_path, "anomalies", CAPTURE_ID) / "part-0.parquet", columns=["record_id"]
+    ).column(0)
+    # all rows, in order (checked in Arrow: a 1M-element Python list would cost 40 MB)
+    assert len(ids) == n and ids[0].as_py() == 0
+    assert pc.all(pc.equal(pc.pairwise_diff(ids.combine_chunks()), 1)).as_py()
+
+
+# -------------------------------------------------------------------------- manifest
+
+
+def _sha(cid: str) -> str:
+    return hashlib.sha256(cid.encode()).hexdigest()
+
+
+def _input(cid: str, damage: list | None = None) -> InputInfo:
+    return InputInfo(
+        path=f"/captures/{cid}.pcapng",
+        size=12345,
+        sha256=_sha(cid),
+        format="pcapng",
+        link_types=["EN10MB"],
+        packets=99,
+        damage=damage or [],
+    )
+
+
+def _run(tmp_path: Path, cid: str, flows: int, anomalies: int, **kw) -> CaptureRun:
+    w = DatasetWriter(tmp_path, cid, _sha(cid), "0.1.0", OPTIONS, rows_per_batch=16)
+    w.write_rows(FLOWS, [flow_row(i, cid) for i in range(flows)])
+    w.write_rows(ANOMALIES, [anomaly_row(i, cid) for i in range(anomalies)])
+    w.close(ensure_tables=[FLOWS, ANOMALIES])
+    return CaptureRun.from_writer(w, _input(cid, kw.pop("damage", None)), **kw)
+
+
+def test_manifest_single_capture(tmp_path) -> None:
+    cid = "aaaaaaaaaaaaaaaa"
+    run = _run(tmp_path, cid, flows=9, anomalies=7)
+    m = update_manifest(tmp_path, run, now="2026-01-02T03:04:05Z")
+    assert read_manifest(tmp_path) == m
+    assert m["status"] == "degraded" and m["exit_code"] == 1
+    assert m["exit_codes"] == EXIT_CODES
+    assert set(EXIT_CODES) == {"0", "1", "2"}
+    assert m["created"] == m["updated"] == "2026-01-02T03:04:05Z"
+    assert m["tool_version"] == "0.1.0"
+    assert m["options"] == OPTIONS
+    assert m["rows"] == {"anomalies": 7, "flows": 9}
+    assert m["tables"] == {
+        "anomalies": {"rows": 7, "versions": [1]},
+        "flows": {"rows": 9, "versions": [1]},
+    }
+    kinds = [anomaly_row(i)["kind"] for i in range(7)]
+    assert m["anomalies_by_kind"] == {k: kinds.count(k) for k in sorted(set(kinds))}
+    assert m["flows_by_protocol"] == {UNCLAIMED: 3, "nats": 3, "pulsar": 3}
+    (entry,) = m["inputs"]
+    assert entry["capture_id"] == cid
+    assert entry["input"] == {
+        "path": f"/captures/{cid}.pcapng",
+        "size": 12345,
+        "sha256": _sha(cid),
+        "format": "pcapng",
+        "link_types": ["EN10MB"],
+        "packets": 99,
+        "damage": [],
+    }
+    assert entry["error"] is None
+    text = (tmp_path / "manifest.json").read_text()
+    assert text == json.dumps(m, indent=2, sort_keys=True) + "\n"  # deterministic order
+
+
+def test_manifest_status_clean_and_failed(tmp_path) -> None:
+    clean = update_manifest(tmp_path, _run(tmp_path, "c1", 2, 0), now="t1")
+    assert (clean["status"], clean["exit_code"]) == ("clean", 0)
+    damaged = update_manifest(tmp_path / "d", _run(tmp_path / "d", "c2", 2, 0, damage=["cut"]))
+    assert damaged["status"] == "degraded"
+    failed = update_manifest(tmp_path / "f", _run(tmp_path / "f", "c3", 1, 0, error="boom"))
+    assert (failed["status"], failed["exit_code"]) == ("failed", 2)
+    assert failed["inputs"][0]["error"] == "boom"
+    assert [s.exit_code for s in RunStatus] == [0, 1, 2]
+
+
+def test_manifest_merges_captures_and_replaces_reruns(tmp_path) -> None:
+    update_manifest(tmp_path, _run(tmp_path, "bbbbbbbbbbbbbbbb", 4, 0), now="t1")
+    m = update_manifest(tmp_path, _run(tmp_path, "aaaaaaaaaaaaaaaa", 3, 2), now="t2")
+    assert [i["capture_id"] for i in m["inputs"]] == ["aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"]
+    assert (m["created"], m["updated"]) == ("t1", "t2")
+    assert m["rows"] == {"anomalies": 2, "flows": 7}
+    assert m["status"] == "degraded"  # worst of clean + degraded
+    assert [i["status"] for i in m["inputs"]] == ["degraded", "clean"]
+    assert m["flows_by_protocol"] == {UNCLAIMED: 3, "nats": 2, "pulsar": 2}
+    # both partitions are in the dataset
+    assert open_dataset(tmp_path, FLOWS).count_rows() == 7
+    # re-running a capture replaces its entry; totals are recomputed, not accumulated
+    w = DatasetWriter(tmp_path, "aaaaaaaaaaaaaaaa", "a" * 64, "0.2.0", {"x": 1}, overwrite=True)
+    w.write_rows(FLOWS, [flow_row(0, "aaaaaaaaaaaaaaaa")])
+    w.close(ensure_tables=[ANOMALIES])
+    m2 = update_manifest(tmp_path, CaptureRun.from_writer(w, _input("aaaaaaaaaaaaaaaa")), now="t3")
+    assert m2["rows"] == {"anomalies": 0, "flows": 5}
+    assert m2["status"] == "clean"
+    assert m2["options"] is None  # the two captures used different options
+    assert m2["inputs"][0]["options"] == {"x": 1}
+    assert m2["tool_version"] == "0.2.0"
+    assert open_dataset(tmp_path, FLOWS).count_rows() == 5
+
+
+def test_manifest_requires_a_closed_writer(tmp_path) -> None:
+    w = _writer(tmp_path)
+    with pytest.raises(RuntimeError, match="close the DatasetWriter"):
+        CaptureRun.from_writer(w, _input("x"))
