@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -52,6 +52,9 @@ except PackageNotFoundError:  # running from a source tree without install
     TOOL_VERSION = "0+unknown"
 
 DEFAULT_PAYLOAD_CAP = 4096
+FLOW_ROW_BITS = 32  # rows per flow before ids would collide: 4 G
+FLOWLESS_BASE = 1 << 62
+_FRAME_ROWS_KEPT = 65536  # frames remembered for numbering flowless rows
 
 
 @dataclass
@@ -122,7 +125,8 @@ class CaptureDissection:
         self.tables[FLOWS.name] = FLOWS
         self.tables[ANOMALIES.name] = ANOMALIES
         self._flows: dict[int, FlowDispatch] = {}
-        self._next_record = 0
+        self._flow_rows: dict[int, int] = {}  # rows emitted so far per live flow
+        self._frame_rows: OrderedDict[int, int] = OrderedDict()  # flowless rows per frame
         self.anomalies: Counter = Counter()
         self.flows_by_protocol: Counter = Counter()
 
@@ -140,9 +144,21 @@ class CaptureDissection:
         def on_message(row: Record, payload: bytes) -> list[Record]:
             v = row.values
             msg = CarriedMessage(
-                name, v["op"], v.get("subject") or "", v.get("reply_to"), v.get("sid"),
-                v.get("headers"), payload, row.direction, flow.flow_id, row.offset_start,
-                row.offset_end, row.ts_first_ns, row.ts_last_ns, row.frame_first, row.frame_last,
+                name,
+                v["op"],
+                v.get("subject") or "",
+                v.get("reply_to"),
+                v.get("sid"),
+                v.get("headers"),
+                payload,
+                row.direction,
+                flow.flow_id,
+                row.offset_start,
+                row.offset_end,
+                row.ts_first_ns,
+                row.ts_last_ns,
+                row.frame_first,
+                row.frame_last,
             )
             return scope.dispatch(msg)
 
@@ -150,17 +166,31 @@ class CaptureDissection:
 
     # -- rows -------------------------------------------------------------------------
 
-    def _record_id(self) -> int:
-        rid = self._next_record
-        self._next_record += 1
-        return rid
+    def _record_id(self, flow_id: int | None, frame: int | None) -> int:
+        """Row ids that do not depend on how flows interleave in the capture.
+
+        A flow's rows are numbered in the flow's own emission order under its flow id
+        (``flow_id << 32 | n``); rows tied to no flow (link/IP/capture anomalies) under
+        their frame (``2**62 + frame << 16 | k``).  The Spark split path, which sees each
+        flow in a different task, reproduces exactly these ids.
+        """
+        if flow_id is not None:
+            n = self._flow_rows.get(flow_id, 0)
+            self._flow_rows[flow_id] = n + 1
+            return (flow_id << FLOW_ROW_BITS) | n
+        key = frame or 0
+        k = self._frame_rows.pop(key, 0)
+        self._frame_rows[key] = k + 1
+        if len(self._frame_rows) > _FRAME_ROWS_KEPT:
+            self._frame_rows.popitem(last=False)
+        return FLOWLESS_BASE + (key << 16) + k
 
     def _envelope(self, flow: FlowInfo, rec: Record, parent: int | None) -> dict[str, Any]:
         src, dst = flow.endpoint(rec.direction)
         return {
             "capture_id": self.capture_id,
             "flow_id": flow.flow_id,
-            "record_id": self._record_id(),
+            "record_id": self._record_id(flow.flow_id, None),
             "parent_record_id": parent,
             "direction": rec.direction.short,
             "src_ip": src.ip,
@@ -219,7 +249,7 @@ class CaptureDissection:
             [
                 {
                     "capture_id": self.capture_id,
-                    "record_id": self._record_id(),
+                    "record_id": self._record_id(flow.flow_id if flow is not None else None, frame),
                     "flow_id": flow.flow_id if flow is not None else None,
                     "direction": direction.short if direction is not None else None,
                     "kind": kind,
@@ -297,13 +327,13 @@ class CaptureDissection:
             fd = self._dispatch(ev.flow)
             self._guarded(fd, lambda: self.detector.close(fd, ev.ts_ns), ev.ts_ns, None)
             self._flow_row(fd)
-            del self._flows[ev.flow.flow_id]
+            self._forget(ev.flow.flow_id)
         elif isinstance(ev, Datagram):
             self._dispatch(ev.flow)  # no UDP dissector yet: datagrams stay undecoded
         elif isinstance(ev, FlowEnd):
             fd = self._dispatch(ev.flow)
             self._flow_row(fd)
-            del self._flows[ev.flow.flow_id]
+            self._forget(ev.flow.flow_id)
         elif isinstance(ev, Anomaly):
             self._anomaly_row(
                 ev.kind,
@@ -316,6 +346,10 @@ class CaptureDissection:
                 ev.nbytes,
                 _anomaly_source(ev.kind),
             )
+
+    def _forget(self, flow_id: int) -> None:
+        del self._flows[flow_id]
+        self._flow_rows.pop(flow_id, None)
 
     def _flow_row(self, fd: FlowDispatch) -> None:
         info = fd.flow

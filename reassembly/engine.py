@@ -31,7 +31,6 @@ class Reassembler:
         self.flows = FlowTable(self.limits, self._out.append)
         self._last_sweep_ns: int | None = None
         self._now_ns = 0
-        self._last_frame = 0
         self.counters = {"other_proto": 0}
 
     def process(self, frames: Iterable[Frame]) -> Iterator[Event]:
@@ -51,14 +50,13 @@ class Reassembler:
                     flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
                 else:
                     self.counters["other_proto"] += 1
-            self._tick(frame.ts_ns, frame.number)
+            self._tick(frame.ts_ns)
             if out:
                 yield from out
                 out.clear()
         yield from self.finish()
 
-    def _tick(self, ts_ns: int, frame: int) -> None:
-        self._last_frame = frame
+    def _tick(self, ts_ns: int) -> None:
         if ts_ns > self._now_ns:
             if not self._now_ns:
                 # frames without a time (pcapng SPBs, zeroed headers) came first: take
@@ -70,13 +68,13 @@ class Reassembler:
             self._last_sweep_ns = ts_ns
         elif self._now_ns - self._last_sweep_ns >= SECOND_NS:
             self._last_sweep_ns = self._now_ns
-            self.flows.expire(self._now_ns, frame)
+            self.flows.expire(self._now_ns)
             self.network.flush(self._now_ns)
 
     def finish(self) -> list[Event]:
         """Expire everything still open (end of capture)."""
         self.network.flush(None)
-        self.flows.close_all(self._now_ns, self._last_frame)
+        self.flows.close_all()
         events = list(self._out)
         self._out.clear()
         return events

@@ -142,11 +142,16 @@ class FlowTable:
                 victim,
             )
         )
-        self._end(oldest, ts_ns, frame, "evicted")
+        self._end(oldest, "evicted")
 
-    def _end(self, state: object, ts_ns: int, frame: int, reason: str) -> None:
+    def _end(self, state: object, reason: str) -> None:
+        """Close a flow.  Its close (and any final gap) is stamped with the flow's own
+        last packet, never with whatever packet happened to trigger the close, so the
+        result does not depend on other flows' traffic (the Spark split path relies on
+        that)."""
+        info = _info_of(state)
+        ts_ns, frame = info.ts_last_ns, info.frame_last
         if isinstance(state, _Tcp):
-            info = state.info
             for half in state.halves:
                 half.finish(ts_ns, frame)
             info.close_reason = reason
@@ -163,7 +168,7 @@ class FlowTable:
 
     # -- time -------------------------------------------------------------------------
 
-    def expire(self, now_ns: int, frame: int) -> None:
+    def expire(self, now_ns: int) -> None:
         """Close flows whose idle timeout (capture time) has passed."""
         lim = self.limits
         for table, timeout in (
@@ -177,7 +182,7 @@ class FlowTable:
                 if now_ns - info.ts_last_ns <= timeout:
                     break
                 reason = "closed" if table is self._closing else "idle-timeout"
-                self._end(state, info.ts_last_ns, frame, reason)
+                self._end(state, reason)
 
     def restamp_untimed(self, now_ns: int) -> None:
         """Flows seen only at time 0 (no timestamp) get ``now_ns`` as their last activity."""
@@ -187,13 +192,13 @@ class FlowTable:
                 if info.ts_last_ns == 0:
                     info.ts_last_ns = now_ns
 
-    def close_all(self, ts_ns: int, frame: int) -> None:
+    def close_all(self) -> None:
         """End of capture: close every flow in order of flow id (deterministic)."""
         states = list(self._open.values()) + list(self._closing.values()) + list(self._udp.values())
         states.sort(key=lambda s: _info_of(s).flow_id)
         for state in states:
             reason = "closed" if isinstance(state, _Tcp) and state.closing else "end-of-capture"
-            self._end(state, ts_ns, frame, reason)
+            self._end(state, reason)
 
     # -- packets ----------------------------------------------------------------------
 
@@ -220,12 +225,12 @@ class FlowTable:
             missing -= hlen - len(payload)
         data = payload[hlen:]
         key = (src, sport, dst, dport)
-        entry = self._by_key.get(key)
+        entry = self._stale_checked(self._by_key.get(key), ts_ns)
         syn_only = flags & (SYN | ACK) == SYN
         if entry is not None and syn_only:
             conn, direction = entry
             if self._is_new_connection(conn, direction, seq):  # type: ignore[arg-type]
-                self._end(conn, ts_ns, frame, "port-reuse")
+                self._end(conn, "port-reuse")
                 entry = None
         if entry is None:
             conn, direction = self._open_tcp(src, sport, dst, dport, flags, ts_ns, frame, vlans)
@@ -262,6 +267,24 @@ class FlowTable:
             conn.closing = True
             del self._open[info.flow_id]
             self._closing[info.flow_id] = conn
+
+    def _stale_checked(self, entry: tuple | None, ts_ns: int) -> tuple | None:
+        """A flow idle past its timeout is closed before this packet is placed, so
+        whether a packet starts a new flow depends only on this flow's own history (not
+        on when a sweep, driven by other traffic, happened to run)."""
+        if entry is None:
+            return None
+        state = entry[0]
+        info = _info_of(state)
+        lim = self.limits
+        if isinstance(state, _Tcp):
+            timeout = lim.closed_linger_ns if state.closing else lim.tcp_idle_timeout_ns
+        else:
+            timeout = lim.udp_idle_timeout_ns
+        if ts_ns - info.ts_last_ns <= timeout:
+            return entry
+        self._end(state, "closed" if isinstance(state, _Tcp) and state.closing else "idle-timeout")
+        return None
 
     def _is_new_connection(self, conn: _Tcp, direction: Direction, seq: int) -> bool:
         """A bare SYN on a known 4-tuple starts a new connection unless it repeats the SYN."""
@@ -313,7 +336,7 @@ class FlowTable:
         sport, dport = _UDP_HDR.unpack_from(payload)
         data = payload[8:]
         key = (src, sport, dst, dport)
-        entry = self._by_key.get(key)
+        entry = self._stale_checked(self._by_key.get(key), ts_ns)
         if entry is None:
             hint = _server_by_port(sport, dport)
             src_is_server = bool(hint)

@@ -255,7 +255,7 @@ def test_syn_ack_captured_before_syn_keeps_roles():
     ft.tcp(S, C, seg(80, 59856, 500, 101, SYN | ACK), 1, 1)
     ft.tcp(C, S, seg(59856, 80, 100, 0, SYN), 2, 2)
     ft.tcp(C, S, seg(59856, 80, 101, 501, ACK, b"GET /"), 3, 3)
-    ft.close_all(4, 4)
+    ft.close_all()
     data = [e for e in ev if isinstance(e, StreamData)]
     info = data[0].flow
     assert (info.client, info.server, info.role_source) == (
@@ -269,7 +269,7 @@ def test_syn_ack_captured_before_syn_keeps_roles():
 def test_missing_syn_client_from_syn_ack_and_port_hint_without_handshake():
     ft, ev = _table()
     ft.tcp(C, S, seg(50000, 4222, 7, 9, ACK, b"PING\r\n"), 1, 1)
-    ft.close_all(2, 2)
+    ft.close_all()
     info = ev[0].flow
     assert info.server.port == 4222 and info.role_source is RoleSource.PORT
     assert info.mid_stream == [True, False]
@@ -282,7 +282,7 @@ def test_new_syn_on_closed_tuple_opens_new_flow():
     ft.tcp(C, S, seg(40000, 80, 104, 0, RST), 3, 3)
     ft.tcp(C, S, seg(40000, 80, 9000, 0, SYN), 4, 4)
     ft.tcp(C, S, seg(40000, 80, 9001, 0, ACK, b"two"), 5, 5)
-    ft.close_all(6, 6)
+    ft.close_all()
     data = [(e.flow.flow_id, e.data) for e in ev if isinstance(e, StreamData)]
     assert data == [(0, b"one"), (1, b"two")]
     closes = [(e.flow.flow_id, e.reason) for e in ev if isinstance(e, StreamClose)]
@@ -293,7 +293,7 @@ def test_syn_retransmission_is_the_same_connection():
     ft, ev = _table()
     ft.tcp(C, S, seg(40000, 80, 100, 0, SYN), 1, 1)
     ft.tcp(C, S, seg(40000, 80, 100, 0, SYN), 2, 2)
-    ft.close_all(3, 3)
+    ft.close_all()
     assert len([e for e in ev if isinstance(e, StreamClose)]) == 1
 
 
@@ -311,9 +311,9 @@ def test_idle_and_closed_flows_expire_on_capture_time():
     ft.tcp(C, S, seg(40000, 80, 1, 0, SYN), 0, 1)
     ft.tcp(C, S, seg(40001, 80, 1, 0, SYN), 0, 2)
     ft.tcp(C, S, seg(40001, 80, 2, 0, RST), 5, 3)
-    ft.expire(50, 4)
+    ft.expire(50)
     assert [(e.flow.flow_id, e.reason) for e in ev if isinstance(e, StreamClose)] == [(1, "closed")]
-    ft.expire(500, 5)
+    ft.expire(500)
     assert [(e.flow.flow_id, e.reason) for e in ev if isinstance(e, StreamClose)] == [
         (1, "closed"),
         (0, "idle-timeout"),
@@ -331,7 +331,19 @@ def test_snaplen_cut_payload_becomes_gap():
     ft.tcp(C, S, seg(40000, 25, 100, 0, SYN), 1, 1)
     ft.tcp(C, S, seg(40000, 25, 101, 0, ACK, b"HE"), 2, 2, missing=3)
     ft.tcp(C, S, seg(40000, 25, 106, 0, ACK, b"WO"), 3, 3, missing=3)
-    ft.close_all(4, 4)
+    ft.close_all()
     assert render([e for e in ev if e.__class__ in (StreamData, StreamGap)]) == (
         b"HE[3 bytes missing]WO[3 bytes missing]"
     )
+
+
+def test_idle_flow_is_split_by_its_own_history_not_by_sweeps():
+    """No sweep runs here: the late packet itself finds its flow stale."""
+    ft, ev = _table(Limits(udp_idle_timeout_ns=100))
+    udp = struct.pack("!HHHH", 5353, 53, 9, 0) + b"x"
+    ft.udp(C, S, udp, 0, 1)
+    ft.udp(C, S, udp, 50, 2)
+    ft.udp(C, S, udp, 500, 3)
+    ft.close_all()
+    ends = [(e.flow.flow_id, e.reason, e.ts_ns) for e in ev if e.__class__.__name__ == "FlowEnd"]
+    assert ends == [(0, "idle-timeout", 50), (1, "end-of-capture", 500)]
