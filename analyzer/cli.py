@@ -199,31 +199,28 @@ def print_run_summary(results, manifest: dict, elapsed: float) -> None:
         protocols.update(r.flows_by_protocol)
         packets += r.packets
         size += r.bytes
-    t = Table(title="rows per table", header_style="bold")
-    t.add_column("table")
-    t.add_column("rows", justify="right")
-    for name, n in sorted(rows.items()):
-        t.add_row(name, f"{n:,}")
-    console.print(t)
-    t = Table(title="flows by protocol", header_style="bold")
-    t.add_column("protocol")
-    t.add_column("flows", justify="right")
-    for name, n in sorted(protocols.items()):
-        t.add_row(name, f"{n:,}")
-    console.print(t)
-    if anomalies:
-        t = Table(title="anomalies by kind", header_style="bold")
-        t.add_column("kind")
-        t.add_column("count", justify="right")
-        for name, n in sorted(anomalies.items()):
-            t.add_row(name, f"{n:,}")
-        console.print(t)
+    for title, what, counts in (
+        ("rows per table", "table", rows),
+        ("flows by protocol", "protocol", protocols),
+        ("anomalies by kind", "kind", anomalies),
+    ):
+        if counts:
+            console.print(_count_table(title, what, counts))
     secs = max(elapsed, 1e-9)
     console.print(
         f"{len(results)} capture(s), {packets:,} packets, {size / 1e6:.1f} MB in {elapsed:.2f} s "
         f"({packets / secs:,.0f} packets/s, {size / 1e6 / secs:.1f} MB/s); "
         f"status [bold]{manifest['status']}[/]"
     )
+
+
+def _count_table(title: str, what: str, counts: Counter) -> Table:
+    t = Table(title=title, header_style="bold")
+    t.add_column(what)
+    t.add_column("count", justify="right")
+    for name, n in sorted(counts.items()):
+        t.add_row(name, f"{n:,}")
+    return t
 
 
 def cmd_protocols(args: argparse.Namespace) -> int:

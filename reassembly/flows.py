@@ -58,6 +58,12 @@ def _server_by_port(sport: int, dport: int) -> bool | None:
     return sport < dport
 
 
+def _roles_by_port(sport: int, dport: int) -> tuple[bool, RoleSource]:
+    """(source is the server, how we know) when no handshake tells."""
+    hint = _server_by_port(sport, dport)
+    return bool(hint), RoleSource.FIRST_PACKET if hint is None else RoleSource.PORT
+
+
 class _Tcp:
     """Per-connection TCP state: two half streams plus close bookkeeping."""
 
@@ -299,19 +305,25 @@ class FlowTable:
         elif flags & (SYN | ACK) == SYN | ACK:
             src_is_server, source = True, RoleSource.SYN_ACK
         else:
-            hint = _server_by_port(sport, dport)
-            src_is_server = bool(hint)
-            source = RoleSource.FIRST_PACKET if hint is None else RoleSource.PORT
-        a, b = Endpoint(_ip_text(src), sport), Endpoint(_ip_text(dst), dport)
-        client, server = (b, a) if src_is_server else (a, b)
-        info = self._new_info(Transport.TCP, client, server, source, ts_ns, frame, vlans)
+            src_is_server, source = _roles_by_port(sport, dport)
+        info, keys, direction = self._create(
+            Transport.TCP, (src, sport, dst, dport), src_is_server, source, ts_ns, frame, vlans
+        )
         conn = _Tcp(info, self.limits, self.emit)
-        fwd, rev = (src, sport, dst, dport), (dst, dport, src, sport)
-        key_c2s, key_s2c = (rev, fwd) if src_is_server else (fwd, rev)
-        self._register(info, conn, key_c2s, key_s2c)
+        self._register(info, conn, *keys)
         self._open[info.flow_id] = conn
         self.counters["tcp_flows"] += 1
-        return conn, Direction.S2C if src_is_server else Direction.C2S
+        return conn, direction
+
+    def _create(self, transport, tup, src_is_server, source, ts_ns, frame, vlans):
+        """A new flow's info, its (c2s, s2c) keys and the direction of this packet."""
+        src, sport, dst, dport = tup
+        a, b = Endpoint(_ip_text(src), sport), Endpoint(_ip_text(dst), dport)
+        client, server = (b, a) if src_is_server else (a, b)
+        info = self._new_info(transport, client, server, source, ts_ns, frame, vlans)
+        rev = (dst, dport, src, sport)
+        keys = (rev, tup) if src_is_server else (tup, rev)
+        return info, keys, Direction.S2C if src_is_server else Direction.C2S
 
     def _bad_tcp(self, detail: str, ts_ns: int, frame: int) -> None:
         self.counters["tcp_bad_header"] += 1
@@ -338,17 +350,12 @@ class FlowTable:
         key = (src, sport, dst, dport)
         entry = self._stale_checked(self._by_key.get(key), ts_ns)
         if entry is None:
-            hint = _server_by_port(sport, dport)
-            src_is_server = bool(hint)
-            source = RoleSource.FIRST_PACKET if hint is None else RoleSource.PORT
-            a, b = Endpoint(_ip_text(src), sport), Endpoint(_ip_text(dst), dport)
-            client, server = (b, a) if src_is_server else (a, b)
-            info = self._new_info(Transport.UDP, client, server, source, ts_ns, frame, vlans)
-            fwd, rev = (src, sport, dst, dport), (dst, dport, src, sport)
-            self._register(info, info, *((rev, fwd) if src_is_server else (fwd, rev)))
+            info, keys, direction = self._create(
+                Transport.UDP, key, *_roles_by_port(sport, dport), ts_ns, frame, vlans
+            )
+            self._register(info, info, *keys)
             self._udp[info.flow_id] = info
             self.counters["udp_flows"] += 1
-            direction = Direction.S2C if src_is_server else Direction.C2S
         else:
             info, direction = entry  # type: ignore[assignment]
             self._udp.move_to_end(info.flow_id)
