@@ -205,7 +205,20 @@ class CaptureDissection:
             "frame_last": rec.frame_last,
         }
 
-    def _emit_records(self, fd: FlowDispatch, records: Iterable[Record], parent=None) -> None:
+    def _emit_records(self, fd: FlowDispatch, records: Iterable[Record]) -> None:
+        """Rows of one event's records, handed to the sink one list per table."""
+        pending: dict[str, list[dict]] = {}
+        self._collect(fd, records, None, pending)
+        for table, rows in pending.items():
+            self.writer.write_rows(self.tables[table], rows)
+
+    def _collect(
+        self,
+        fd: FlowDispatch,
+        records: Iterable[Record],
+        parent: int | None,
+        pending: dict[str, list[dict]],
+    ) -> None:
         name = fd.dissector.name if fd.dissector else "?"
         for rec in records:
             if rec.table == ANOMALIES.name:
@@ -238,9 +251,12 @@ class CaptureDissection:
                     "pipeline",
                 )
                 continue
-            self.writer.write_rows(spec, [row])
+            rows = pending.get(rec.table)
+            if rows is None:
+                rows = pending[rec.table] = []
+            rows.append(row)
             if rec.children:
-                self._emit_records(fd, rec.children, row["record_id"])
+                self._collect(fd, rec.children, row["record_id"], pending)
 
     def _anomaly_row(self, kind, detail, flow, direction, ts_ns, frame, offset, nbytes, source):
         self.anomalies[kind] += 1

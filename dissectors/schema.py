@@ -146,9 +146,7 @@ def spark_type(t: pa.DataType) -> SparkDataType:
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return T.ArrayType(spark_type(t.value_type), containsNull=t.value_field.nullable)
     if pa.types.is_struct(t):
-        return T.StructType(
-            [T.StructField(c.name, spark_type(c.type), c.nullable) for c in t]
-        )
+        return T.StructType([T.StructField(c.name, spark_type(c.type), c.nullable) for c in t])
     raise TypeError(f"no Spark mapping for Arrow type {t}")
 
 
@@ -189,9 +187,7 @@ def validate_batch(spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None:
                         spec.name, f.name, f"missing column (expected at position {i})"
                     )
                 if names[i] not in declared:
-                    raise SchemaError(
-                        spec.name, names[i], f"unexpected column at position {i}"
-                    )
+                    raise SchemaError(spec.name, names[i], f"unexpected column at position {i}")
                 raise SchemaError(
                     spec.name,
                     names[i],
@@ -237,10 +233,19 @@ def rows_to_batch(
     schema = arrow_schema(spec)
     if check_keys and rows:
         _check_keys(spec, rows)
+    # fill columns from the keys each row has, not every declared column per row: a
+    # protocol row sets a fraction of its table's columns (a NATS PING sets one)
+    n = len(rows)
+    columns: dict[str, list[Any]] = {f.name: [None] * n for f in spec.columns}
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            col = columns.get(k)
+            if col is not None:
+                col[i] = v
     arrays = []
     for f in spec.columns:
         name = f.name
-        values = [r.get(name) for r in rows]
+        values = columns[name]
         try:
             arrays.append(pa.array(values, type=f.type))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
