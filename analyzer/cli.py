@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -170,7 +171,17 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     except (argparse.ArgumentTypeError, KeyError) as exc:
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         return EXIT_FAILED
-    options = Options(payload_cap=args.payload_cap, decode_as=decode_as, overwrite=args.overwrite)
+    if args.keylog and not Path(args.keylog).is_file():
+        Console(stderr=True).print(
+            f"[red]error:[/] key log {args.keylog} not found (give an SSLKEYLOGFILE path)"
+        )
+        return EXIT_FAILED
+    options = Options(
+        payload_cap=args.payload_cap,
+        decode_as=decode_as,
+        overwrite=args.overwrite,
+        keylog=args.keylog,
+    )
     started = time.perf_counter()
     results = []
     if args.workers > 1 and len(args.captures) > 1:
@@ -317,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="dissect N captures at once, one process each",
+    )
+    p.add_argument(
+        "--keylog",
+        metavar="FILE",
+        help="NSS key log (SSLKEYLOGFILE format) with TLS secrets, for QUIC decryption",
     )
     p.add_argument(
         "--overwrite", action="store_true", help="replace a capture already present in OUT"

@@ -29,22 +29,27 @@ from analyzer.sink import DatasetWriter
 from dissectors.api import CarriedMessage, Dissector, Record, Span
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.dispatch import PayloadDispatcher
+from dissectors.quic.table import QUIC_PACKETS, quic_flow_values, quic_packet_row
 from dissectors.registry import Registry, discover
 from dissectors.schema import register_table
 from dissectors.tables import TableSpec
 from reassembly.capture import CaptureReader, open_capture
-from reassembly.engine import Reassembler, capture_damage_events
+from reassembly.engine import capture_events
 from reassembly.events import (
     Anomaly,
     Datagram,
     Direction,
     FlowEnd,
     FlowInfo,
+    QuicHandshake,
+    QuicPacket,
+    QuicStreamEnd,
     StreamClose,
     StreamData,
     StreamGap,
 )
 from reassembly.limits import Limits
+from reassembly.quic.keylog import KeyLog
 
 try:
     TOOL_VERSION = version("msgcap")
@@ -62,6 +67,7 @@ class Options:
     payload_cap: int = DEFAULT_PAYLOAD_CAP
     decode_as: dict[int, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
+    keylog: str | None = None  # NSS key log file (SSLKEYLOGFILE format) for QUIC/TLS
     strict: bool = False  # re-raise dissector exceptions (tests)
     validate: bool = False  # run every batch through the schema validator (tests)
     overwrite: bool = False
@@ -72,6 +78,7 @@ class Options:
         return {
             "payload_cap": self.payload_cap,
             "decode_as": {str(k): v for k, v in sorted(self.decode_as.items())},
+            "keylog": self.keylog,
             "limits": {k: getattr(lim, k) for k in lim.__slots__},
         }
 
@@ -124,7 +131,12 @@ class CaptureDissection:
         self.tables: dict[str, TableSpec] = {s.name: s for s in registry.tables()}
         self.tables[FLOWS.name] = FLOWS
         self.tables[ANOMALIES.name] = ANOMALIES
-        self._flows: dict[int, FlowDispatch] = {}
+        self.tables[QUIC_PACKETS.name] = QUIC_PACKETS
+        # (flow id, QUIC stream id or None for TCP) -> detection state / session
+        self._flows: dict[tuple[int, int | None], FlowDispatch] = {}
+        self._quic_streams: dict[int, list[int]] = {}  # QUIC stream ids seen per flow
+        self._quic_flows: set[int] = set()  # flows that carried QUIC packets
+        self._handshakes: dict[int, dict[str, Any]] = {}  # TLS facts per QUIC flow
         self._flow_rows: dict[int, int] = {}  # rows emitted so far per live flow
         self._frame_rows: OrderedDict[int, int] = OrderedDict()  # flowless rows per frame
         self.anomalies: Counter = Counter()
@@ -314,16 +326,23 @@ class CaptureDissection:
         """After a dissector bug: keep counting, stop decoding."""
         if fd.session is not None:
             fd.session = _Abandoned(fd.session)
+        else:  # it raised before the flow had a session (in session()): stop probing,
+            fd.unclaimed = True  # else every later segment would retry and raise again
+            fd.held.clear()
 
-    def _dispatch(self, flow: FlowInfo) -> FlowDispatch:
-        fd = self._flows.get(flow.flow_id)
+    def _dispatch(self, flow: FlowInfo, stream_id: int | None = None) -> FlowDispatch:
+        """The dispatch of a TCP flow, or of one QUIC stream of a QUIC flow."""
+        key = (flow.flow_id, stream_id)
+        fd = self._flows.get(key)
         if fd is None:
-            fd = self._flows[flow.flow_id] = self.detector.start(flow)
+            fd = self._flows[key] = self.detector.start(flow)
+            if stream_id is not None:
+                self._quic_streams.setdefault(flow.flow_id, []).append(stream_id)
         return fd
 
     def handle(self, ev: object) -> None:
         if isinstance(ev, StreamData):
-            fd = self._dispatch(ev.flow)
+            fd = self._dispatch(ev.flow, ev.stream_id)
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
             self._guarded(
                 fd,
@@ -332,7 +351,7 @@ class CaptureDissection:
                 ev.frame_first,
             )
         elif isinstance(ev, StreamGap):
-            fd = self._dispatch(ev.flow)
+            fd = self._dispatch(ev.flow, ev.stream_id)
             self._guarded(
                 fd,
                 lambda: self.detector.gap(fd, ev.direction, ev.offset, ev.nbytes, ev.ts_ns),
@@ -342,14 +361,23 @@ class CaptureDissection:
         elif isinstance(ev, StreamClose):
             fd = self._dispatch(ev.flow)
             self._guarded(fd, lambda: self.detector.close(fd, ev.ts_ns), ev.ts_ns, None)
-            self._flow_row(fd)
-            self._forget(ev.flow.flow_id)
-        elif isinstance(ev, Datagram):
-            self._dispatch(ev.flow)  # no UDP dissector yet: datagrams stay undecoded
+            self._flow_row(ev.flow, [fd])
+            self._forget(ev.flow.flow_id, [None])
+        elif isinstance(ev, QuicPacket):
+            self._quic_packet_row(ev)
+        elif isinstance(ev, QuicHandshake):
+            self._handshakes[ev.flow.flow_id] = quic_flow_values(ev)
+        elif isinstance(ev, Datagram | QuicStreamEnd):
+            # no UDP dissector yet: datagrams stay undecoded; QUIC stream sessions are
+            # closed with their connection (FlowEnd)
+            pass
         elif isinstance(ev, FlowEnd):
-            fd = self._dispatch(ev.flow)
-            self._flow_row(fd)
-            self._forget(ev.flow.flow_id)
+            sids = self._quic_streams.pop(ev.flow.flow_id, [])
+            fds = [self._flows[(ev.flow.flow_id, sid)] for sid in sorted(sids)]
+            for fd in fds:
+                self._guarded(fd, lambda fd=fd: self.detector.close(fd, ev.ts_ns), ev.ts_ns, None)
+            self._flow_row(ev.flow, fds)
+            self._forget(ev.flow.flow_id, sids)
         elif isinstance(ev, Anomaly):
             self._anomaly_row(
                 ev.kind,
@@ -363,27 +391,55 @@ class CaptureDissection:
                 _anomaly_source(ev.kind),
             )
 
-    def _forget(self, flow_id: int) -> None:
-        del self._flows[flow_id]
-        self._flow_rows.pop(flow_id, None)
+    def _quic_packet_row(self, ev: QuicPacket) -> None:
+        src, dst = ev.flow.endpoint(ev.direction)
+        row = {
+            "capture_id": self.capture_id,
+            "flow_id": ev.flow.flow_id,
+            "record_id": self._record_id(ev.flow.flow_id, None),
+            "direction": ev.direction.short,
+            "src_ip": src.ip,
+            "src_port": src.port,
+            "dst_ip": dst.ip,
+            "dst_port": dst.port,
+            "ts_first": ev.ts_ns,
+            "ts_last": ev.ts_ns,
+            "frame_first": ev.frame,
+            "frame_last": ev.frame,
+            **quic_packet_row(ev),
+        }
+        self._quic_flows.add(ev.flow.flow_id)
+        self.writer.write_rows(QUIC_PACKETS, [row])
 
-    def _flow_row(self, fd: FlowDispatch) -> None:
-        info = fd.flow
+    def _forget(self, flow_id: int, stream_ids: list[int | None]) -> None:
+        for sid in stream_ids:
+            self._flows.pop((flow_id, sid), None)
+        self._flow_rows.pop(flow_id, None)
+        self._handshakes.pop(flow_id, None)
+        self._quic_flows.discard(flow_id)
+
+    def _flow_row(self, info: FlowInfo, fds: list[FlowDispatch]) -> None:
+        """The flow's summary; for QUIC, accounting summed over its streams."""
         row = flow_row(info)
         row["capture_id"] = self.capture_id
         row["ts_first"] = row.pop("ts_first_ns")
         row["ts_last"] = row.pop("ts_last_ns")
-        protocol = fd.dissector.name if fd.session is not None and fd.dissector else None
+        claimed = [fd for fd in fds if fd.session is not None and fd.dissector is not None]
+        protocol = claimed[0].dissector.name if claimed else None
+        if protocol is None and info.flow_id in self._quic_flows:
+            protocol = "quic"
         row["protocol"] = protocol
         self.flows_by_protocol[protocol or "(unclaimed)"] += 1
+        quic = info.flow_id in self._quic_flows
         for d in Direction:
-            if fd.session is not None:
-                decoded = fd.session.decoded_bytes[d]
-                undecoded = fd.session.undecoded_bytes[d]
-            else:
-                decoded, undecoded = 0, info.stream_bytes[d]
+            decoded = sum(fd.session.decoded_bytes[d] for fd in claimed)
+            if claimed and not quic:
+                undecoded = sum(fd.session.undecoded_bytes[d] for fd in claimed)
+            else:  # unclaimed streams: everything delivered stayed undecoded
+                undecoded = info.stream_bytes[d] - decoded
             row[f"decoded_bytes_{d.short}"] = decoded
             row[f"undecoded_bytes_{d.short}"] = undecoded
+        row.update(self._handshakes.get(info.flow_id, {}))
         self.writer.write_rows(FLOWS, [row])
 
 
@@ -433,9 +489,8 @@ def dissect_capture(
     error: str | None = None
     with open_capture(path) as reader:
         try:
-            for ev in wrap(reader, Reassembler(options.limits).process(reader)):
-                job.handle(ev)
-            for ev in capture_damage_events(reader):
+            keylog = KeyLog.from_file(options.keylog) if options.keylog else None
+            for ev in wrap(reader, capture_events(reader, options.limits, keylog)):
                 job.handle(ev)
         except Exception as exc:
             if options.strict:
@@ -471,7 +526,7 @@ def dissect_capture(
 
 
 def tables_for(registry: Registry) -> list[TableSpec]:
-    return [FLOWS, ANOMALIES, *registry.tables()]
+    return [FLOWS, ANOMALIES, QUIC_PACKETS, *registry.tables()]
 
 
 def dissector_classes(registry: Registry) -> list[type[Dissector]]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from dissectors.quic.table import QUIC_FLOW_FIELDS, QUIC_PACKETS
 from dissectors.tables import TS, Field, TableSpec, register_table
 
-__all__ = ["ANOMALIES", "FLOWS"]
+# quic_packets is written by the pipeline itself (from QUIC layer events), like these two
+__all__ = ["ANOMALIES", "FLOWS", "QUIC_PACKETS"]
 
 _DIRECTION_COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("packets", pa.int64(), "Packets captured {dir}, including retransmissions and empty ACKs."),
@@ -125,6 +127,7 @@ FLOWS = register_table(
                 "(new SYN on the same 4-tuple), `end-of-capture`.",
                 False,
             ),
+            *QUIC_FLOW_FIELDS,
         ),
     )
 )

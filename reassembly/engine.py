@@ -17,6 +17,8 @@ from reassembly.events import Anomaly, Event
 from reassembly.flows import FlowTable
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.network import NetworkDecoder
+from reassembly.quic.keylog import KeyLog
+from reassembly.quic.layer import QuicLayer, add_capture_secrets
 
 TCP, UDP = 6, 17
 
@@ -88,8 +90,31 @@ def capture_damage_events(reader: CaptureReader) -> list[Event]:
     ]
 
 
-def read_events(path: str | os.PathLike, limits: Limits | None = None) -> Iterator[Event]:
-    """All events of one capture file, damage reported at the end."""
+def capture_events(
+    reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None
+) -> Iterator[Event]:
+    """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams
+    (keys from ``keylog`` and from pcapng Decryption Secrets Blocks as they appear), and
+    the capture's damage at the end."""
+    limits = limits or Limits()
+    out: list[Event] = []
+    quic = QuicLayer(limits, out.append, keylog)
+    info = reader.info
+
+    def frames() -> Iterator[Frame]:
+        seen = add_capture_secrets(quic, info.secrets, 0)
+        for frame in reader:
+            if len(info.secrets) != seen:
+                seen = add_capture_secrets(quic, info.secrets, seen)
+            yield frame
+
+    yield from quic.process(Reassembler(limits).process(frames()), out)
+    yield from capture_damage_events(reader)
+
+
+def read_events(
+    path: str | os.PathLike, limits: Limits | None = None, keylog: KeyLog | None = None
+) -> Iterator[Event]:
+    """All events of one capture file (see ``capture_events``)."""
     with open_capture(path) as reader:
-        yield from Reassembler(limits).process(reader)
-        yield from capture_damage_events(reader)
+        yield from capture_events(reader, limits, keylog)

@@ -175,3 +175,100 @@ class Anomaly:
 
 
 Event = StreamData | StreamGap | StreamClose | Datagram | FlowEnd | Anomaly
+
+
+# -- QUIC (reassembly.quic) -----------------------------------------------------------
+# Appended for the QUIC layer.  A UDP datagram the QUIC layer takes is not delivered as
+# a ``Datagram``; it becomes one ``QuicPacket`` per QUIC packet in it, and the data of
+# STREAM frames comes out as ``StreamData``/``StreamGap`` with ``stream_id`` set (one
+# byte stream per QUIC stream id and direction, offsets from 0 as in the frames).
+
+
+@dataclass(slots=True, frozen=True)
+class QuicPacket:
+    """One QUIC packet (a datagram may carry several, RFC 9000 §12.2).
+
+    ``flow``/``direction`` are those of the datagram.  ``conn_flow_id`` is the flow of the
+    QUIC connection the packet belongs to: the same as ``flow.flow_id`` unless the packet
+    was found on another 5-tuple by its connection ID (migration, NAT rebinding).
+    ``decrypted`` is None for packets that carry no protected payload (Version
+    Negotiation, Retry, unknown versions); ``undecrypted_reason`` says why not otherwise.
+    ``sni``/``alpn`` are set on the packet whose CRYPTO data completed the ClientHello.
+    """
+
+    flow: FlowInfo
+    direction: Direction
+    ts_ns: int
+    frame: int
+    conn_flow_id: int
+    version: int
+    packet_type: str  # initial / 0rtt / handshake / retry / vn / 1rtt / unknown
+    dcid: str  # hex; for a short header as far as it could be told ("" if not)
+    scid: str | None  # hex; long headers only
+    packet_number: int | None  # once header protection is removed
+    token_length: int | None  # Initial and Retry
+    length: int  # bytes of this packet in the datagram
+    datagram_offset: int  # where it starts in the UDP payload
+    coalesced_index: int  # 0 for the first packet of the datagram
+    frame_types: tuple[str, ...]  # in order, a run of PADDING once
+    stream_ids: tuple[int, ...]  # of STREAM frames, in order, each once
+    decrypted: bool | None
+    undecrypted_reason: str | None
+    key_phase: int | None  # 1-RTT, once header protection is removed
+    supported_versions: tuple[int, ...] = ()  # Version Negotiation
+    retry_integrity: str | None = None  # Retry: "ok" / "mismatch" / "unverified"
+    sni: str | None = None
+    alpn: tuple[str, ...] | None = None
+    close_error_code: int | None = None  # CONNECTION_CLOSE
+    close_frame_type: int | None = None  # CONNECTION_CLOSE (transport variant)
+    close_reason: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class QuicHandshake:
+    """TLS facts of a QUIC connection, emitted each time new ones are parsed.
+
+    ``stage`` is ``client_hello``, ``server_hello`` or ``encrypted_extensions``; every
+    event carries everything known so far, so the last one of a flow is its summary
+    (what goes on the flow row: ``sni``, ``alpn`` …).
+    """
+
+    flow: FlowInfo
+    direction: Direction
+    ts_ns: int
+    frame: int
+    stage: str
+    version: int  # QUIC version
+    initial_dcid: str  # hex: the DCID the Initial keys come from (the Retry SCID after a Retry)
+    client_random: str | None  # hex: the key-log lookup key
+    sni: str | None
+    alpn: tuple[str, ...]  # offered by the client, in order
+    alpn_selected: str | None  # from EncryptedExtensions (needs Handshake keys)
+    tls_versions: tuple[int, ...]  # supported_versions offered
+    tls_version: int | None  # selected by the server (0x0304 = TLS 1.3)
+    cipher_suites: tuple[int, ...]  # offered
+    cipher_suite: int | None  # selected
+    early_data: bool  # the client offered 0-RTT
+    hello_retry: bool = False  # the server sent a HelloRetryRequest
+
+
+@dataclass(slots=True, frozen=True)
+class QuicStreamEnd:
+    """One direction of a QUIC stream ended: its bytes (and gaps) were all delivered.
+
+    ``reason``: ``fin`` (FIN offset reached), ``reset`` (RESET_STREAM; ``error_code``),
+    ``connection-close`` / ``flow-end`` / ``evicted`` (the connection ended first: any
+    hole became a ``StreamGap``).  ``final_size`` is known for ``fin`` and ``reset``.
+    """
+
+    flow: FlowInfo
+    direction: Direction
+    stream_id: int
+    ts_ns: int
+    frame: int
+    reason: str
+    final_size: int | None
+    error_code: int | None = None
+
+
+QuicEvent = QuicPacket | QuicHandshake | QuicStreamEnd

@@ -48,3 +48,15 @@ class Limits:
     max_fragment_bytes: int = 65_535 + 40
     fragment_timeout_ns: int = 30 * SECOND_NS
     overlap_policy: OverlapPolicy = OverlapPolicy.FIRST
+    # QUIC (reassembly.quic).  Connections tracked at once: past it the least recently
+    # active one is closed early and its flow is no longer decoded as QUIC.
+    quic_max_connections: int = 10_000
+    # Connection IDs remembered per QUIC connection (NEW_CONNECTION_ID frames add them;
+    # peers usually offer a handful): bounds the CID → connection map.
+    quic_max_cids: int = 64
+    # CRYPTO bytes buffered per connection, encryption level and direction, and the
+    # largest TLS handshake message read (a ClientHello is a few KiB).
+    quic_max_crypto_bytes: int = 256 * 1024
+    # QUIC streams (per direction) reassembled at once per connection; each buffers
+    # like a TCP direction.  Data of further streams is reported, not reassembled.
+    quic_max_streams: int = 1024
