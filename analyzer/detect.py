@@ -26,7 +26,16 @@ PROBE_LIMIT_BYTES = 8192
 class FlowDispatch:
     """Per-flow detection state, then the locked dissector's session."""
 
-    __slots__ = ("flow", "candidates", "session", "dissector", "held", "prefix", "unclaimed")
+    __slots__ = (
+        "flow",
+        "stream_id",
+        "candidates",
+        "session",
+        "dissector",
+        "held",
+        "prefix",
+        "unclaimed",
+    )
 
     def __init__(self, flow: FlowInfo, candidates: list[type[Dissector]], forced: bool) -> None:
         self.flow = flow
@@ -60,13 +69,18 @@ class Detector:
         # called once a flow has its session, e.g. to hook payload dispatch into it
         self.on_session = on_session or (lambda fd: None)
 
-    def start(self, flow: FlowInfo) -> FlowDispatch:
+    def start(self, flow: FlowInfo, stream_id: int | None = None) -> FlowDispatch:
+        """Detection state for a TCP flow, or for one QUIC stream (``stream_id``)."""
+        fd = self._start(flow)
+        fd.stream_id = stream_id
+        return fd
+
+    def _start(self, flow: FlowInfo) -> FlowDispatch:
         forced = self.decode_as.get(flow.server.port) or self.decode_as.get(flow.client.port)
-        if forced is not None:
-            fd = FlowDispatch(flow, [forced], forced=True)
-            fd.session = forced.session(self.options)
-            self.on_session(fd)
-            return fd
+        if forced is not None and forced.transport == flow.transport:
+            # its session is made at the flow's first event (``_forced_session``), where
+            # the caller guards against dissector errors as for every other call
+            return FlowDispatch(flow, [forced], forced=True)
         port = flow.server.port
         ranked = sorted(
             (d for d in self.dissectors if d.transport == flow.transport),
@@ -74,8 +88,15 @@ class Detector:
         )
         return FlowDispatch(flow, ranked, forced=False)
 
+    def _forced_session(self, fd: FlowDispatch) -> Session | None:
+        """The flow's session; a forced flow (``--decode-as``) gets it on first use."""
+        if fd.session is None and fd.dissector is not None and not fd.unclaimed:
+            fd.session = fd.dissector.session(self.options)
+            self.on_session(fd)
+        return fd.session
+
     def data(self, fd: FlowDispatch, direction: Direction, data: bytes, span: Span) -> list[Record]:
-        if fd.session is not None:
+        if self._forced_session(fd) is not None:
             return fd.session.feed(direction, data, span)
         if fd.unclaimed:
             return []
@@ -86,14 +107,14 @@ class Detector:
         return self._probe(fd)
 
     def gap(self, fd: FlowDispatch, direction: Direction, offset: int, nbytes: int, ts_ns: int):
-        if fd.session is not None:
+        if self._forced_session(fd) is not None:
             return fd.session.gap(direction, offset, nbytes, ts_ns)
         if not fd.unclaimed:
             fd.held.append(("gap", direction, offset, nbytes, ts_ns))
         return []
 
     def close(self, fd: FlowDispatch, ts_ns: int) -> list[Record]:
-        if fd.session is not None:
+        if self._forced_session(fd) is not None:
             return fd.session.close(ts_ns)
         fd.unclaimed = True
         fd.held.clear()

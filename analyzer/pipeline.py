@@ -197,7 +197,8 @@ class CaptureDissection:
             self._frame_rows.popitem(last=False)
         return FLOWLESS_BASE + (key << 16) + k
 
-    def _envelope(self, flow: FlowInfo, rec: Record, parent: int | None) -> dict[str, Any]:
+    def _envelope(self, fd: FlowDispatch, rec: Record, parent: int | None) -> dict[str, Any]:
+        flow = fd.flow
         src, dst = flow.endpoint(rec.direction)
         return {
             "capture_id": self.capture_id,
@@ -205,6 +206,7 @@ class CaptureDissection:
             "record_id": self._record_id(flow.flow_id, None),
             "parent_record_id": parent,
             "direction": rec.direction.short,
+            "stream_id": fd.stream_id,
             "src_ip": src.ip,
             "src_port": src.port,
             "dst_ip": dst.ip,
@@ -247,7 +249,7 @@ class CaptureDissection:
                     f"dissector:{name}",
                 )
                 continue
-            row = self._envelope(fd.flow, rec, parent)
+            row = self._envelope(fd, rec, parent)
             row.update(rec.values)
             spec = self.tables.get(rec.table)
             if spec is None:
@@ -335,7 +337,7 @@ class CaptureDissection:
         key = (flow.flow_id, stream_id)
         fd = self._flows.get(key)
         if fd is None:
-            fd = self._flows[key] = self.detector.start(flow)
+            fd = self._flows[key] = self.detector.start(flow, stream_id)
             if stream_id is not None:
                 self._quic_streams.setdefault(flow.flow_id, []).append(stream_id)
         return fd

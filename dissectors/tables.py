@@ -129,6 +129,12 @@ ENVELOPE: tuple[Field, ...] = (
         "For rows decoded from inside another row's payload: that row's `record_id`.",
     ),
     Field("direction", pa.string(), "`c2s` (client to server) or `s2c`.", False),
+    Field(
+        "stream_id",
+        pa.int64(),
+        "QUIC stream id the row's bytes came from (its low two bits give the kind: 0 "
+        "client-opened bidi, 1 server bidi, 2 client uni, 3 server uni); null for TCP.",
+    ),
     Field("src_ip", pa.string(), "Source address of the bytes of this row."),
     Field("src_port", pa.int32(), "Source port."),
     Field("dst_ip", pa.string(), "Destination address."),

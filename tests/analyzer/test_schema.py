@@ -93,6 +93,14 @@ FLOWS_EXPECTED += [
     ("mid_stream_s2c", pa.bool_(), False),
     ("protocol", pa.string(), True),
     ("close_reason", pa.string(), False),
+    ("quic_version", pa.int64(), True),
+    ("tls_sni", pa.string(), True),
+    ("tls_alpn", pa.list_(pa.string()), True),
+    ("tls_alpn_selected", pa.string(), True),
+    ("tls_client_random", pa.string(), True),
+    ("tls_version", pa.string(), True),
+    ("tls_cipher_suite", pa.string(), True),
+    ("quic_initial_dcid", pa.string(), True),
 ]
 
 ANOMALIES_EXPECTED = [
