@@ -136,6 +136,16 @@ def cmd_follow(args: argparse.Namespace) -> int:
     return EXIT_DEGRADED if gaps or damage else EXIT_CLEAN
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more bytes")
+    return value
+
+
 def _parse_decode_as(items: list[str]) -> dict[int, str]:
     out: dict[int, str] = {}
     for item in items:
@@ -169,7 +179,8 @@ def cmd_dissect(args: argparse.Namespace) -> int:
         for name in decode_as.values():
             registry.get(name)
     except (argparse.ArgumentTypeError, KeyError) as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        message = exc.args[0] if exc.args else str(exc)
+        Console(stderr=True).print(f"[red]error:[/] {message}")
         return EXIT_FAILED
     if args.keylog and not Path(args.keylog).is_file():
         Console(stderr=True).print(
@@ -283,6 +294,51 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def cmd_spark_ingest(args: argparse.Namespace) -> int:
+    from analyzer.spark.cli import run_ingest  # pyspark is imported only here
+
+    return run_ingest(args)
+
+
+def cmd_spark_analyze(args: argparse.Namespace) -> int:
+    from analyzer.spark.cli import run_analyze
+
+    return run_analyze(args)
+
+
+def _add_spark_parser(sub) -> None:
+    """``msgcap spark ingest|analyze`` (docs/spark.md)."""
+    sp = sub.add_parser("spark", help="ingestion and analyses on Spark (PySpark)")
+    ssub = sp.add_subparsers(dest="spark_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--master", metavar="URL", help="Spark master (default local[*])")
+    common.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
+    )
+    p = ssub.add_parser(
+        "ingest", parents=[common], help="captures -> the dataset `dissect` writes, on Spark"
+    )
+    p.add_argument("captures", nargs="+", metavar="CAPTURE")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="dataset directory")
+    p.add_argument(
+        "--split-bytes", type=int, default=128 << 20, metavar="N",
+        help="split captures larger than N bytes into ranges of N bytes",
+    )
+    p.add_argument("--partitions", type=int, metavar="N", help="tasks of the dissection stage")
+    p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME")
+    p.add_argument("--payload-cap", type=_non_negative, default=4096, metavar="BYTES")
+    p.add_argument("--keylog", metavar="FILE", help="NSS key log for QUIC decryption")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_spark_ingest)
+    p = ssub.add_parser(
+        "analyze", parents=[common], help="cross-flow analyses of a dataset -> Parquet"
+    )
+    p.add_argument("dataset", metavar="DATASET")
+    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--only", action="append", metavar="NAME", help="run only these analyses")
+    p.set_defaults(func=cmd_spark_analyze)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="msgcap", description="Forensic analyzer for message-broker packet captures."
@@ -296,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("follow", help="write the reassembled bytes of one TCP flow to stdout")
     p.add_argument("capture", metavar="CAPTURE")
-    p.add_argument("--flow", type=int, required=True, metavar="FLOW_ID")
+    p.add_argument("--flow", type=_non_negative, required=True, metavar="FLOW_ID")
     p.add_argument("--direction", choices=("c2s", "s2c", "both"), default="both")
     p.add_argument(
         "--raw",
@@ -317,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--payload-cap",
-        type=int,
+        type=_non_negative,
         default=4096,
         metavar="BYTES",
         help="payload bytes kept per message (length and SHA-256 always kept)",
@@ -338,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace a capture already present in OUT"
     )
     p.set_defaults(func=cmd_dissect)
+
+    _add_spark_parser(sub)
 
     p = sub.add_parser("protocols", help="list the dissectors found (built-in and plugins)")
     p.set_defaults(func=cmd_protocols)

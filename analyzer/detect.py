@@ -123,12 +123,16 @@ class Detector:
     def _probe(self, fd: FlowDispatch) -> list[Record]:
         """Ask the remaining candidates; lock, give up, or keep waiting."""
         still: list[type[Dissector]] = []
+        mid = fd.flow.mid_stream
         for cand in fd.candidates:
-            verdicts = [
-                _safe_probe(cand, d, bytes(fd.prefix[d])) for d in Direction if fd.prefix[d]
-            ]
-            if Verdict.NO in verdicts:
+            verdicts = {
+                d: _safe_probe(cand, d, bytes(fd.prefix[d])) for d in Direction if fd.prefix[d]
+            }
+            # a direction captured mid-stream may begin inside a PDU: its "no" proves
+            # nothing, so only a direction seen from its start can rule a candidate out
+            if any(v == Verdict.NO and not mid[d] for d, v in verdicts.items()):
                 continue
+            verdicts = set(verdicts.values())
             if Verdict.YES in verdicts:
                 return self._lock(fd, cand)
             still.append(cand)

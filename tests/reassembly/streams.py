@@ -32,7 +32,10 @@ def reassemble(path: Path) -> Reassembled:
     r = Reassembled()
     for ev in read_events(path):
         if isinstance(ev, StreamData | StreamGap):
-            key = (ev.flow.flow_id, int(ev.direction))
+            if ev.stream_id is not None:  # a QUIC stream: its own offsets
+                key = (ev.flow.flow_id, int(ev.direction), ev.stream_id)
+            else:
+                key = (ev.flow.flow_id, int(ev.direction))
             assert ev.offset == r.ends[key], f"{path}: stream offsets not contiguous at {key}"
             if isinstance(ev, StreamData):
                 r.streams[key] += ev.data
