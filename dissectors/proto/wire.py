@@ -1,0 +1,394 @@
+"""A tolerant protobuf wire-format reader driven by our own schemas.
+
+Strategy: the official runtime is all-or-nothing (``DecodeError`` and no fields) and
+rejects proto3 strings that are not UTF-8, while the Go peers we dissect (gogoproto
+for STAN, golang/protobuf for Liftbridge) accept such strings and skip unknown fields.
+A forensic dissector needs more than a yes/no: the fields decoded before the damage,
+where the damage is, which field numbers it did not know, and whether a string was
+not UTF-8.  So this module walks the wire format itself (protobuf encoding spec,
+"Message Structure"): tag varint → wire type → value, with every read bounds-checked,
+and never raises on input bytes.
+
+Semantics follow the Go decoders: for a scalar field the last occurrence wins;
+repeated scalars are accepted packed (wire type 2) and unpacked; an unknown field is
+skipped (groups included); a known field with the wrong wire type, a field number 0,
+wire types 6/7 or a varint longer than 10 bytes stop decoding with an error, as
+gogoproto's generated ``Unmarshal`` does.  ``int32``/``enum`` keep the low 32 bits as
+a signed value and ``uint32`` the low 32 bits, like Go's conversions; ``int64`` is
+two's complement; ``uint64`` stays unsigned (the caller decides what to do with values
+above ``2**63 - 1``).  Nesting is bounded by ``MAX_DEPTH``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+__all__ = [
+    "MAX_DEPTH",
+    "Decoded",
+    "FieldSpec",
+    "Kind",
+    "MessageSchema",
+    "decode",
+    "field_keys",
+    "scan",
+]
+
+# Nested messages deeper than this are reported, not followed (our schemas nest at most
+# 4 levels; the bound only protects the stack against crafted input).
+MAX_DEPTH = 32
+
+_U64 = (1 << 64) - 1
+_U32 = (1 << 32) - 1
+
+
+class Kind(IntEnum):
+    """Field value kinds the schemas use, with their expected wire type."""
+
+    STRING = 0
+    BYTES = 1
+    INT32 = 2
+    INT64 = 3
+    UINT32 = 4
+    UINT64 = 5
+    BOOL = 6
+    ENUM = 7
+    MESSAGE = 8
+    MAP = 9  # map<K, V>: a repeated entry message {1: key, 2: value}
+
+
+_VARINT_KINDS = frozenset({Kind.INT32, Kind.INT64, Kind.UINT32, Kind.UINT64, Kind.BOOL, Kind.ENUM})
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    number: int
+    name: str
+    kind: Kind
+    repeated: bool = False
+    message: MessageSchema | None = None  # MESSAGE: the sub-schema; MAP: the entry schema
+    enum: dict[int, str] | None = None  # ENUM: number → name
+
+    @property
+    def wire_type(self) -> int:
+        return 0 if self.kind in _VARINT_KINDS else 2
+
+
+@dataclass(slots=True)
+class MessageSchema:
+    """Field number → spec for one message type (filled after construction so that
+    schemas can refer to each other)."""
+
+    full_name: str
+    fields: dict[int, FieldSpec] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.full_name.rsplit(".", 1)[-1]
+
+    def __repr__(self) -> str:
+        return f"MessageSchema({self.full_name!r}, {len(self.fields)} fields)"
+
+
+@dataclass(slots=True)
+class Decoded:
+    """What one message decoded to.
+
+    ``values`` holds only fields present on the wire (repeated → list, map → dict,
+    message → ``Decoded``).  ``error`` is the first fatal problem (decoding stopped
+    there; ``values`` holds what came before), ``truncated`` says that problem was
+    running past the end, ``error_offset`` is where it happened (relative to the
+    outermost buffer).  ``unknown`` lists the numbers of fields not in the schema
+    (dotted with the field name for nested messages, e.g. ``stream.7``);
+    ``bad_utf8`` the (dotted) names of string fields that were not valid UTF-8 (their
+    value is shown with ``\\xNN`` escapes).
+    """
+
+    schema: MessageSchema
+    values: dict[str, Any] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    bad_utf8: list[str] = field(default_factory=list)
+    error: str | None = None
+    truncated: bool = False
+    error_offset: int | None = None
+
+    @property
+    def clean(self) -> bool:
+        """Decoded to the end with no error, no unknown field and valid UTF-8, nested
+        messages included."""
+        return self.error is None and not self.unknown and not self.bad_utf8
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def to_plain(self) -> dict[str, Any]:
+        """Nested ``Decoded`` values turned into dicts (for JSON columns)."""
+        out: dict[str, Any] = {}
+        for k, v in self.values.items():
+            if isinstance(v, Decoded):
+                out[k] = v.to_plain()
+            elif isinstance(v, list):
+                out[k] = [x.to_plain() if isinstance(x, Decoded) else x for x in v]
+            else:
+                out[k] = v
+        return out
+
+
+class _Stop(Exception):
+    """Internal: decoding cannot go on (never escapes ``decode``)."""
+
+    def __init__(self, detail: str, offset: int, truncated: bool) -> None:
+        self.detail = detail
+        self.offset = offset
+        self.truncated = truncated
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    start = pos
+    while True:
+        if pos >= end:
+            raise _Stop("varint runs past the end", start, True)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result & _U64, pos
+        shift += 7
+        if shift >= 70:
+            raise _Stop("varint longer than 10 bytes", start, False)
+
+
+def _skip(buf: bytes, pos: int, end: int, wire_type: int, number: int, depth: int) -> int:
+    """Position after an unknown field's value."""
+    if wire_type == 0:
+        return _varint(buf, pos, end)[1]
+    if wire_type == 1:
+        if pos + 8 > end:
+            raise _Stop(f"fixed64 field {number} runs past the end", pos, True)
+        return pos + 8
+    if wire_type == 5:
+        if pos + 4 > end:
+            raise _Stop(f"fixed32 field {number} runs past the end", pos, True)
+        return pos + 4
+    if wire_type == 2:
+        n, p = _varint(buf, pos, end)
+        if n > end - p:
+            raise _Stop(
+                f"field {number}: length {n} runs past the end ({end - p} bytes left)", pos, True
+            )
+        return p + n
+    if wire_type == 3:  # group: skip to the matching end-group tag
+        if depth >= MAX_DEPTH:
+            raise _Stop(f"groups nested deeper than {MAX_DEPTH}", pos, False)
+        while True:
+            tag_at = pos
+            tag, pos = _varint(buf, pos, end)
+            wt = tag & 7
+            num = tag >> 3
+            if wt == 4:
+                if num != number:
+                    raise _Stop(f"end-group {num} closes group {number}", tag_at, False)
+                return pos
+            if num == 0:
+                raise _Stop("field number 0", tag_at, False)
+            pos = _skip(buf, pos, end, wt, num, depth + 1)
+    raise _Stop(f"invalid wire type {wire_type} for field {number}", pos, False)
+
+
+def _scalar(kind: Kind, v: int) -> Any:
+    if kind is Kind.INT32 or kind is Kind.ENUM:
+        v &= _U32
+        return v - (1 << 32) if v >= 1 << 31 else v
+    if kind is Kind.INT64:
+        return v - (1 << 64) if v >= 1 << 63 else v
+    if kind is Kind.UINT32:
+        return v & _U32
+    if kind is Kind.BOOL:
+        return v != 0
+    return v  # UINT64
+
+
+def decode(buf: bytes, schema: MessageSchema, *, base: int = 0, depth: int = 0) -> Decoded:
+    """Decode ``buf`` as ``schema``; never raises on input bytes.
+
+    ``base`` is added to reported offsets (used for nested messages)."""
+    out = Decoded(schema)
+    try:
+        _decode_into(out, buf, 0, len(buf), base, depth)
+    except _Stop as stop:
+        out.error = stop.detail if depth else f"{stop.detail} (at offset {stop.offset})"
+        out.truncated = stop.truncated
+        out.error_offset = stop.offset
+    return out
+
+
+def _decode_into(out: Decoded, buf: bytes, pos: int, end: int, base: int, depth: int) -> None:
+    fields = out.schema.fields
+    values = out.values
+    while pos < end:
+        tag_at = pos
+        try:
+            tag, pos = _varint(buf, pos, end)
+        except _Stop as stop:
+            detail = stop.detail.replace("varint", "tag")
+            raise _Stop(detail, base + tag_at, stop.truncated) from None
+        number = tag >> 3
+        wt = tag & 7
+        if number == 0:
+            raise _Stop("field number 0", base + tag_at, False)
+        if wt > 5 or wt == 4:
+            what = "end-group tag" if wt == 4 else f"invalid wire type {wt}"
+            raise _Stop(f"{what} for field {number}", base + tag_at, False)
+        spec = fields.get(number)
+        if spec is None:
+            try:
+                pos = _skip(buf, pos, end, wt, number, depth)
+            except _Stop as stop:
+                raise _Stop(stop.detail, base + stop.offset, stop.truncated) from None
+            out.unknown.append(str(number))
+            continue
+        kind = spec.kind
+        if wt == 0 and kind in _VARINT_KINDS:
+            try:
+                v, pos = _varint(buf, pos, end)
+            except _Stop as stop:
+                raise _Stop(
+                    f"{spec.name}: {stop.detail}", base + stop.offset, stop.truncated
+                ) from None
+            v = _scalar(kind, v)
+            if spec.repeated:
+                values.setdefault(spec.name, []).append(v)
+            else:
+                values[spec.name] = v
+            continue
+        if wt != 2:
+            raise _Stop(
+                f"{spec.name} (field {number}) has wire type {wt}, expected {spec.wire_type}",
+                base + tag_at, False,
+            )
+        len_at = pos
+        try:
+            n, pos = _varint(buf, pos, end)
+        except _Stop as stop:
+            raise _Stop(f"{spec.name}: {stop.detail}", base + stop.offset, stop.truncated) from None
+        if n > end - pos:
+            raise _Stop(
+                f"{spec.name} (field {number}): length {n} runs past the end "
+                f"({end - pos} bytes left)", base + len_at, True,
+            )
+        chunk = buf[pos : pos + n]
+        start = pos
+        pos += n
+        if kind is Kind.STRING:
+            try:
+                v = chunk.decode("utf-8")
+            except UnicodeDecodeError:
+                v = chunk.decode("utf-8", "backslashreplace")
+                out.bad_utf8.append(spec.name)
+        elif kind is Kind.BYTES:
+            v = bytes(chunk)
+        elif kind is Kind.MESSAGE or kind is Kind.MAP:
+            if depth + 1 > MAX_DEPTH:
+                raise _Stop(f"messages nested deeper than {MAX_DEPTH}", base + start, False)
+            sub = decode(chunk, spec.message, base=base + start, depth=depth + 1)  # type: ignore[arg-type]
+            _merge_child(out, spec.name, sub)
+            if kind is Kind.MAP:
+                entry = values.setdefault(spec.name, {})
+                key = sub.values.get("key")
+                if key is None:
+                    key = "" if spec.message.fields[1].kind is Kind.STRING else 0  # type: ignore[union-attr]
+                val = sub.values.get("value")
+                if val is None:
+                    val = _default(spec.message.fields[2])  # type: ignore[union-attr]
+                entry[key] = val
+            elif spec.repeated:
+                values.setdefault(spec.name, []).append(sub)
+            else:
+                values[spec.name] = sub
+            if sub.error is not None:
+                at = sub.error_offset if sub.error_offset is not None else base + start
+                raise _Stop(f"{spec.name}.{sub.error}", at, sub.truncated)
+            continue
+        else:  # packed repeated varints
+            if not spec.repeated:
+                raise _Stop(
+                    f"{spec.name} (field {number}) has wire type 2, expected 0",
+                    base + tag_at, False,
+                )
+            items = values.setdefault(spec.name, [])
+            p, e = 0, len(chunk)
+            while p < e:
+                try:
+                    raw, p = _varint(chunk, p, e)
+                except _Stop as stop:
+                    raise _Stop(
+                        f"{spec.name}: packed {stop.detail}", base + start + stop.offset,
+                        stop.truncated,
+                    ) from None
+                items.append(_scalar(kind, raw))
+            continue
+        if spec.repeated:
+            values.setdefault(spec.name, []).append(v)
+        else:
+            values[spec.name] = v
+
+
+def _merge_child(out: Decoded, name: str, sub: Decoded) -> None:
+    out.unknown.extend(f"{name}.{u}" for u in sub.unknown)
+    out.bad_utf8.extend(f"{name}.{b}" for b in sub.bad_utf8)
+
+
+def _default(spec: FieldSpec) -> Any:
+    if spec.kind is Kind.STRING:
+        return ""
+    if spec.kind is Kind.BYTES:
+        return b""
+    if spec.kind is Kind.BOOL:
+        return False
+    if spec.kind in (Kind.MESSAGE, Kind.MAP):
+        return None
+    return 0
+
+
+def scan(buf: bytes) -> frozenset[tuple[int, int]] | None:
+    """The (field number, wire type) pairs of a well-formed top-level message, or None.
+
+    A cheap schema-free pass for probes: wire types 0, 1, 2 and 5 only (no groups),
+    every length inside the buffer, the last field ending exactly at the end."""
+    pos, end = 0, len(buf)
+    seen = set()
+    try:
+        while pos < end:
+            tag, pos = _varint(buf, pos, end)
+            wt = tag & 7
+            number = tag >> 3
+            if number == 0 or wt not in (0, 1, 2, 5):
+                return None
+            seen.add((number, wt))
+            if wt == 0:
+                pos = _varint(buf, pos, end)[1]
+            elif wt == 2:
+                n, pos = _varint(buf, pos, end)
+                pos += n
+            else:
+                pos += 8 if wt == 1 else 4
+            if pos > end:
+                return None
+    except _Stop:
+        return None
+    return frozenset(seen)
+
+
+def field_keys(schema: MessageSchema) -> frozenset[tuple[int, int]]:
+    """The (field number, wire type) pairs a clean message of ``schema`` may contain
+    (repeated varints may also be packed)."""
+    keys = set()
+    for spec in schema.fields.values():
+        keys.add((spec.number, spec.wire_type))
+        if spec.repeated and spec.wire_type == 0:
+            keys.add((spec.number, 2))
+    return frozenset(keys)

@@ -1,0 +1,227 @@
+"""NATS Streaming (STAN) dissector: STAN protobufs carried in NATS messages (table ``stan``).
+
+Strategy: STAN payloads have no type tag, so a message's type comes from where it was
+sent (protocol-facts §2.1).  Three sources, strongest first:
+
+1. *Learned subjects.*  A ConnectRequest names its heartbeat inbox and its NATS reply
+   inbox (→ ConnectResponse); a ConnectResponse names the publish prefix
+   (``<pubPrefix>.>`` → PubMsg) and the subscribe/unsubscribe/close/subclose/ping
+   subjects; every request's reply inbox gets the matching response type; a
+   SubscriptionRequest names the inbox its MsgProto deliveries arrive on; a
+   SubscriptionResponse names the ack inbox (→ Ack); a PubMsg's reply (the client's
+   ``_STAN.acks.<nuid>``) → PubAck; a Heartbeat's reply → HeartbeatReply.  Learned
+   subjects are registered with the dispatcher (``Bindings``), whose scope is one
+   capture + NATS server, because the client and the STAN server use different
+   connections.  Reply inboxes are not unbound after the first response: the same
+   response is seen twice (the server's PUB and the MSG delivering it).
+2. *STAN default subjects* (``subjects``): ``_STAN.discover.>`` (ConnectRequest),
+   ``_STAN.discover.*.pings``, ``_STAN.pub.*.>``, ``_STAN.sub.*``, ``_STAN.unsub.*``,
+   ``_STAN.close.*``, ``_STAN.subclose.*``, ``_STAN.acks.>`` (PubAck) and the legacy
+   ``_STAN.subacks.>`` (Ack).  The token after the verb is the cluster ID only on
+   v0.20+ servers with new stores, so any one token matches.
+3. *Inference* (``probe_payload``): a payload nothing claimed is tried against the
+   candidate types (requests when it has a NATS reply, the rest when not); a candidate
+   must decode cleanly and look plausible (see ``decode.score``).  Such rows have
+   ``inferred`` = true.  This is how a capture that starts after the subscription
+   still yields its MsgProto, and how a custom discover prefix is learned: a
+   ConnectRequest-looking protobuf on ``<prefix>.<cluster>`` whose reply inbox then
+   carries a ConnectResponse makes ``<prefix>.*`` a discover subject for the rest of
+   the capture.
+
+Subjects learned from an inferred message carry the inference along (their rows are
+``inferred`` too), except where a STAN default subject gives the same type.
+
+Options: ``payload_cap`` (bytes of ``data`` kept per row, default 4096, None = all).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, ClassVar
+
+from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
+from dissectors.dispatch import subject_matches
+from dissectors.stan.decode import (
+    KINDS,
+    REPLY_KINDS,
+    decode_kind,
+    infer,
+    plausible_subject,
+    score,
+)
+from dissectors.stan.table import DEFAULT_PAYLOAD_CAP, MSG_TYPES, STAN_TABLE
+
+__all__ = ["MSG_TYPES", "STAN_TABLE", "StanDissector", "StanState"]
+
+NAME = "stan"
+DEFAULT_DISCOVER_PREFIX = "_STAN.discover"
+
+# static subject patterns → kind (protocol-facts §2.1)
+STATIC_SUBJECTS: tuple[tuple[str, str], ...] = (
+    ("_STAN.discover.>", "ConnectRequest"),
+    ("_STAN.discover.*.pings", "Ping"),
+    ("_STAN.pub.*.>", "PubMsg"),
+    ("_STAN.sub.*", "SubscriptionRequest"),
+    ("_STAN.unsub.*", "UnsubscribeRequest"),
+    ("_STAN.close.*", "CloseRequest"),
+    ("_STAN.subclose.*", "SubCloseRequest"),
+    ("_STAN.acks.>", "PubAck"),
+    ("_STAN.subacks.>", "Ack"),
+)
+_STATIC_TOKENS = tuple((tuple(p.split(".")), k) for p, k in STATIC_SUBJECTS)
+
+# Probe-found ConnectRequests waiting for their ConnectResponse (reply inbox → prefix).
+# Bounded: a capture of many unanswered look-alikes must not grow memory.
+MAX_PENDING_DISCOVER = 1024
+
+_LEARNED = "learned"
+_INFERRED = "inferred"
+
+
+def _static_kind(subject: str) -> str | None:
+    """The kind a STAN default subject gives ``subject`` (most specific pattern)."""
+    toks = tuple(subject.split("."))
+    if subject_matches(("_STAN", "discover", "*", "pings"), toks):
+        return "Ping"
+    for pattern, kind in _STATIC_TOKENS:
+        if subject_matches(pattern, toks):
+            return kind
+    return None
+
+
+def _option_cap(options: dict[str, Any]) -> int | None:
+    v = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
+    if v is not None and (type(v) is not int or v < 0):
+        raise ValueError(f"stan option payload_cap must be a non-negative int or None, got {v!r}")
+    return v
+
+
+class StanState:
+    """Per-scope knowledge that the dispatcher's bindings do not hold."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.payload_cap = _option_cap(options)
+        # probe-found ConnectRequests: reply inbox → (discover prefix, heartbeat inbox)
+        self.pending_discover: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        # reply inboxes of confirmed discoveries (the response is seen twice)
+        self.confirmed: OrderedDict[str, None] = OrderedDict()
+        self.discover_prefixes: set[str] = {DEFAULT_DISCOVER_PREFIX}
+
+
+class StanDissector(PayloadDissector):
+    name: ClassVar[str] = NAME
+    description: ClassVar[str] = "NATS Streaming (STAN) protobufs carried in NATS messages"
+    carriers: ClassVar[tuple[str, ...]] = ("nats",)
+    subjects: ClassVar[tuple[tuple[str, str], ...]] = STATIC_SUBJECTS
+    tables: ClassVar[tuple[TableSpec, ...]] = (STAN_TABLE,)
+
+    @classmethod
+    def probe_payload(cls, payload: bytes) -> Verdict:
+        if not payload:
+            return Verdict.NO
+        return Verdict.YES if infer(payload, None) is not None else Verdict.NO
+
+    @classmethod
+    def new_state(cls, options: dict[str, Any]) -> StanState:
+        return StanState(options)
+
+    @classmethod
+    def decode(
+        cls, state: StanState, bindings: Bindings, msg: CarriedMessage, hint: str
+    ) -> list[Record]:
+        payload = msg.payload
+        has_reply = bool(msg.reply_to)
+        alternatives: tuple[str, ...] | None = None
+        if hint:
+            kind, _, source = hint.partition("|")
+            if kind not in KINDS:
+                return [msg.anomaly("stan.internal", f"unknown binding hint {hint!r}")]
+            typed_by = "learned" if source else "default_subject"
+            inferred = source == _INFERRED
+            if inferred and _static_kind(msg.subject) == kind:
+                typed_by, inferred = "default_subject", False
+            if kind == "ConnectRequest" and msg.subject.rsplit(".", 1)[-1] == "pings":
+                kind = "Ping"  # <prefix>.<cluster id with dots>.pings
+        else:
+            decision = infer(payload, has_reply)
+            if decision is None:
+                return []
+            kind, typed_by, inferred = decision.kind, "inference", True
+            alternatives = decision.alternatives
+
+        values, decoded, problems = decode_kind(kind, payload, state.payload_cap)
+        values["typed_by"] = typed_by
+        values["inferred"] = inferred
+        values["inferred_alternatives"] = list(alternatives) if alternatives is not None else None
+        if kind in ("UnsubscribeRequest", "SubCloseRequest") and typed_by == "inference":
+            values["sub_close"] = None  # the subject that would tell was never learned
+        out = [msg.record(NAME, values)]
+        out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
+        cls._learn(state, bindings, msg, kind, values, decoded, inferred, typed_by)
+        return out
+
+    # -- learning -------------------------------------------------------------------
+
+    @classmethod
+    def _learn(
+        cls,
+        state: StanState,
+        bindings: Bindings,
+        msg: CarriedMessage,
+        kind: str,
+        values: dict[str, Any],
+        decoded: Any,
+        inferred: bool,
+        typed_by: str,
+    ) -> None:
+        suffix = _INFERRED if inferred else _LEARNED
+
+        def bind(subject: Any, k: str, sfx: str = suffix) -> None:
+            if plausible_subject(subject):
+                bindings.bind_subject(subject, NAME, f"{k}|{sfx}")
+
+        reply = msg.reply_to
+        if reply and kind in REPLY_KINDS:
+            bind(reply, REPLY_KINDS[kind])
+        if kind == "ConnectRequest":
+            bind(values.get("heartbeat_inbox"), "Heartbeat")
+            if typed_by == "inference" and reply and "." in msg.subject:
+                prefix = msg.subject.rsplit(".", 1)[0]
+                if prefix not in state.discover_prefixes:
+                    state.pending_discover[reply] = (prefix, values.get("heartbeat_inbox"))
+                    state.pending_discover.move_to_end(reply)
+                    while len(state.pending_discover) > MAX_PENDING_DISCOVER:
+                        state.pending_discover.popitem(last=False)
+        elif kind == "ConnectResponse":
+            pending = state.pending_discover.pop(msg.subject, None)
+            if pending is not None and decoded is not None and decoded.clean and \
+                    score("ConnectResponse", decoded) > 0:
+                # a ConnectRequest-looking message whose reply got a ConnectResponse:
+                # <prefix> is a discover prefix, and this client's subjects are learned
+                prefix, hb_inbox = pending
+                state.discover_prefixes.add(prefix)
+                bindings.bind_pattern(f"{prefix}.*", NAME, f"ConnectRequest|{_LEARNED}")
+                bindings.bind_pattern(f"{prefix}.*.pings", NAME, f"Ping|{_LEARNED}")
+                bind(hb_inbox, "Heartbeat", _LEARNED)
+                state.confirmed[msg.subject] = None
+                while len(state.confirmed) > MAX_PENDING_DISCOVER:
+                    state.confirmed.popitem(last=False)
+            if msg.subject in state.confirmed:
+                suffix = _LEARNED
+            pub = values.get("pub_prefix")
+            if plausible_subject(pub):
+                bindings.bind_pattern(f"{pub}.>", NAME, f"PubMsg|{suffix}")
+            for col, k in (
+                ("sub_requests", "SubscriptionRequest"),
+                ("unsub_requests", "UnsubscribeRequest"),
+                ("close_requests", "CloseRequest"),
+                ("sub_close_requests", "SubCloseRequest"),
+                ("ping_requests", "Ping"),
+            ):
+                bind(values.get(col), k, suffix)
+        elif kind == "SubscriptionRequest":
+            bind(values.get("inbox"), "MsgProto")
+        elif kind == "SubscriptionResponse":
+            bind(values.get("ack_inbox"), "Ack")
+        elif kind in ("MsgProto", "Ack") and typed_by == "inference":
+            bind(msg.subject, kind)

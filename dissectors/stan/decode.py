@@ -1,0 +1,336 @@
+"""STAN message decoding: protobuf → ``stan`` row values, and type inference.
+
+Pure functions, no state (the dissector in ``__init__`` owns bindings and learning).
+Message layouts: protocol-facts §2.2, compiled from ``dissectors/proto/stan.proto``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from dissectors.proto import Decoded, Kind, decode, enum_names, schema
+from dissectors.proto.wire import field_keys, scan
+
+__all__ = [
+    "INFER_THRESHOLD",
+    "KINDS",
+    "REPLY_KINDS",
+    "Decision",
+    "Problem",
+    "decode_kind",
+    "infer",
+    "plausible_subject",
+    "score",
+]
+
+# Internal kinds: the 15 message types plus SubCloseRequest (an UnsubscribeRequest sent
+# to subCloseRequests).  kind → (protobuf message, msg_type column)
+KINDS: dict[str, tuple[str | None, str]] = {
+    "ConnectRequest": ("msgcap.stan.ConnectRequest", "ConnectRequest"),
+    "ConnectResponse": ("msgcap.stan.ConnectResponse", "ConnectResponse"),
+    "SubscriptionRequest": ("msgcap.stan.SubscriptionRequest", "SubscriptionRequest"),
+    "SubscriptionResponse": ("msgcap.stan.SubscriptionResponse", "SubscriptionResponse"),
+    "UnsubscribeRequest": ("msgcap.stan.UnsubscribeRequest", "UnsubscribeRequest"),
+    "SubCloseRequest": ("msgcap.stan.UnsubscribeRequest", "UnsubscribeRequest"),
+    "CloseRequest": ("msgcap.stan.CloseRequest", "CloseRequest"),
+    "CloseResponse": ("msgcap.stan.CloseResponse", "CloseResponse"),
+    "PubMsg": ("msgcap.stan.PubMsg", "PubMsg"),
+    "PubAck": ("msgcap.stan.PubAck", "PubAck"),
+    "MsgProto": ("msgcap.stan.MsgProto", "MsgProto"),
+    "Ack": ("msgcap.stan.Ack", "Ack"),
+    "Ping": ("msgcap.stan.Ping", "Ping"),
+    "PingResponse": ("msgcap.stan.PingResponse", "PingResponse"),
+    "Heartbeat": (None, "Heartbeat"),
+    "HeartbeatReply": (None, "HeartbeatReply"),
+}
+
+# The response each request kind expects on its NATS reply inbox.
+REPLY_KINDS = {
+    "ConnectRequest": "ConnectResponse",
+    "SubscriptionRequest": "SubscriptionResponse",
+    "UnsubscribeRequest": "SubscriptionResponse",
+    "SubCloseRequest": "SubscriptionResponse",
+    "CloseRequest": "CloseResponse",
+    "PubMsg": "PubAck",
+    "Ping": "PingResponse",
+    "Heartbeat": "HeartbeatReply",
+}
+
+# field name → column, where they differ
+_COLUMN = {
+    "subject": "channel",
+    "ack_wait_in_secs": "ack_wait_secs",
+    "start_time_delta": "start_time_delta_ns",
+    "sha256": "pub_sha256",
+}
+_UINT64_FIELDS = frozenset({"sequence", "start_sequence"})
+_I64_MAX = (1 << 63) - 1
+_START_POSITION = enum_names("msgcap.stan.StartPosition")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    kind: str  # anomaly kind, e.g. "stan.bad_protobuf"
+    detail: str
+
+
+# ----------------------------------------------------------------------- row values
+
+
+def decode_kind(
+    kind: str, payload: bytes, payload_cap: int | None
+) -> tuple[dict[str, Any], Decoded | None, list[Problem]]:
+    """Row values (without typed_by/inferred), the decoded message, and problems."""
+    full, msg_type = KINDS[kind]
+    values: dict[str, Any] = {"msg_type": msg_type, "malformed": False, "decode_error": None,
+                              "unknown_fields": []}
+    problems: list[Problem] = []
+    if full is None:  # Heartbeat / HeartbeatReply: an empty payload
+        if payload:
+            detail = f"{msg_type} carries {len(payload)} bytes; STAN sends an empty payload"
+            values["malformed"] = True
+            values["decode_error"] = detail
+            problems.append(Problem("stan.heartbeat_not_empty", detail))
+        return values, None, problems
+    if kind == "UnsubscribeRequest":
+        values["sub_close"] = False
+    elif kind == "SubCloseRequest":
+        values["sub_close"] = True
+    d = decode(payload, schema(full))
+    clean_end = d.error is None
+    if not clean_end:
+        values["malformed"] = True
+        values["decode_error"] = d.error
+        problems.append(Problem(
+            "stan.truncated_protobuf" if d.truncated else "stan.bad_protobuf",
+            f"{msg_type}: {d.error}; {len(d.values)} field(s) decoded before it",
+        ))
+    values["unknown_fields"] = list(d.unknown)
+    if d.bad_utf8:
+        problems.append(Problem(
+            "stan.invalid_utf8",
+            f"{msg_type}: string field(s) {', '.join(d.bad_utf8)} not valid UTF-8 (shown with "
+            "\\x escapes; Go peers accept them)",
+        ))
+    sch = d.schema
+    for spec in sch.fields.values():
+        name = spec.name
+        if name in d.values:
+            v = d.values[name]
+        elif clean_end:
+            if name in ("crc32", "timestamp"):
+                continue  # absent stays null (crc_status says so; no invented 1970 time)
+            v = _default(spec.kind)
+        else:
+            continue
+        if name == "data":
+            _data_columns(values, v, payload_cap)
+            continue
+        if name in _UINT64_FIELDS and v > _I64_MAX:
+            problems.append(Problem(
+                "stan.uint64_overflow",
+                f"{msg_type}.{name} = {v} does not fit int64; column left null",
+            ))
+            continue
+        if name == "start_position":
+            v = _START_POSITION.get(v, str(v))
+        values[_COLUMN.get(name, name)] = v
+    if msg_type == "MsgProto":
+        _crc(values, d, problems)
+    elif msg_type == "PubMsg" and clean_end:
+        got = values.get("pub_sha256", b"")
+        if not got:
+            values["pub_sha256_status"] = "absent"
+        else:
+            data = d.values.get("data", b"")
+            values["pub_sha256_status"] = (
+                "ok" if got == hashlib.sha256(data).digest() else "mismatch"
+            )
+    return values, d, problems
+
+
+def _default(kind: Kind) -> Any:
+    if kind is Kind.STRING:
+        return ""
+    if kind is Kind.BYTES:
+        return b""
+    if kind is Kind.BOOL:
+        return False
+    return 0
+
+
+def _data_columns(values: dict[str, Any], data: bytes, cap: int | None) -> None:
+    values["data_len"] = len(data)
+    values["data_sha256"] = hashlib.sha256(data).hexdigest()
+    kept = data if cap is None or len(data) <= cap else data[:cap]
+    values["data"] = kept
+    values["data_truncated"] = len(kept) < len(data)
+
+
+def _crc(values: dict[str, Any], d: Decoded, problems: list[Problem]) -> None:
+    if "crc32" not in d.values:
+        values["crc_status"] = "absent" if d.error is None else None
+        return
+    if "data" not in d.values and d.error is not None:
+        values["crc_status"] = None  # cannot verify: data not decoded
+        return
+    want = d.values["crc32"]
+    got = zlib.crc32(d.values.get("data", b""))
+    if want == got:
+        values["crc_status"] = "ok"
+    else:
+        values["crc_status"] = "mismatch"
+        problems.append(Problem(
+            "stan.crc_mismatch",
+            f"MsgProto seq {d.values.get('sequence')} on {d.values.get('subject', '')!r}: "
+            f"CRC32 field 0x{want:08x}, IEEE CRC-32 of the {len(d.values.get('data', b''))} "
+            f"data bytes is 0x{got:08x}",
+        ))
+
+
+# ------------------------------------------------------------------------ inference
+
+# A candidate type must score at least this to be inferred.  Shapes that any protobuf
+# with one string field 1 has (PubAck, CloseRequest, CloseResponse, Ping, PingResponse
+# alone) score below it: too ambiguous to claim someone else's message.
+INFER_THRESHOLD = 3
+
+_CLIENT_ID = re.compile(r"[A-Za-z0-9_-]+\Z")
+_TS_MIN_NS = 946_684_800 * 10**9  # 2000-01-01
+_TS_MAX_NS = 4_102_444_800 * 10**9  # 2100-01-01
+
+# kinds that are sent as NATS requests (with a reply subject) / without one
+_WITH_REPLY = ("ConnectRequest", "SubscriptionRequest", "UnsubscribeRequest", "PubMsg",
+               "CloseRequest", "Ping")
+_NO_REPLY = ("ConnectResponse", "MsgProto", "SubscriptionResponse", "Ack", "PubAck",
+             "CloseResponse", "PingResponse")
+
+
+def plausible_subject(s: Any, literal: bool = True) -> bool:
+    """A NATS subject a STAN peer would use: non-empty tokens, no whitespace, and no
+    wildcards when ``literal``."""
+    if not isinstance(s, str) or not s or len(s) > 1024:
+        return False
+    for tok in s.split("."):
+        if not tok or (literal and tok in ("*", ">")):
+            return False
+    return not any(c.isspace() for c in s) and s.isprintable()
+
+
+def _token(s: Any, max_len: int = 128) -> bool:
+    return isinstance(s, str) and 0 < len(s) <= max_len and s.isprintable() and " " not in s
+
+
+def score(kind: str, d: Decoded) -> int:
+    """How well a cleanly decoded message fits ``kind`` (0 = not at all)."""
+    v = d.values
+    if kind == "ConnectRequest":
+        if not (_CLIENT_ID.match(v.get("client_id", "")) and
+                plausible_subject(v.get("heartbeat_inbox"))):
+            return 0
+        s = 6
+        s += 2 if v.get("protocol", 0) >= 1 else 0
+        s += 1 if v["heartbeat_inbox"].startswith("_INBOX.") else 0
+        conn = v.get("conn_id", b"")
+        s += 1 if conn and b"." not in conn else 0
+        return s
+    if kind == "SubscriptionRequest":
+        if not (_CLIENT_ID.match(v.get("client_id", "")) and plausible_subject(v.get("subject"))
+                and plausible_subject(v.get("inbox")) and v.get("max_in_flight", 0) > 0
+                and v.get("ack_wait_in_secs", 0) > 0):
+            return 0
+        return 8 if v["inbox"].startswith("_INBOX.") else 6
+    if kind == "UnsubscribeRequest":
+        if not (_CLIENT_ID.match(v.get("client_id", "")) and plausible_subject(v.get("subject"))
+                and plausible_subject(v.get("inbox"))):
+            return 0
+        return 8 if v["inbox"].startswith("_INBOX.") else 6
+    if kind == "PubMsg":
+        if not (_CLIENT_ID.match(v.get("client_id", "")) and _token(v.get("guid"))
+                and plausible_subject(v.get("subject"))):
+            return 0
+        # data / connID cannot be in an UnsubscribeRequest, which has the same fields 1-4
+        return 8 if "data" in v or "conn_id" in v else 6
+    if kind == "ConnectResponse":
+        if v.get("error") or not all(
+            plausible_subject(v.get(f))
+            for f in ("pub_prefix", "sub_requests", "unsub_requests", "close_requests")
+        ):
+            return 0
+        return 10
+    if kind == "MsgProto":
+        if not (v.get("sequence", 0) >= 1 and plausible_subject(v.get("subject"))
+                and _TS_MIN_NS <= v.get("timestamp", 0) < _TS_MAX_NS):
+            return 0
+        return 8
+    if kind == "SubscriptionResponse":
+        return 5 if plausible_subject(v.get("ack_inbox")) and not v.get("error") else 0
+    if kind == "Ack":
+        return 3 if plausible_subject(v.get("subject")) and v.get("sequence", 0) >= 1 else 0
+    if kind in ("PubAck", "CloseRequest", "Ping"):
+        first = next(iter(v.values()), None)
+        return 2 if first else 0
+    if kind in ("CloseResponse", "PingResponse"):
+        return 1 if v.get("error") else 0
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: str
+    score: int
+    alternatives: tuple[str, ...]
+
+
+def infer(payload: bytes, has_reply: bool | None) -> Decision | None:
+    """The best-fitting kind for a payload no subject knowledge typed, or None.
+
+    Candidates are the kinds sent with a reply subject (requests, PubMsg) when
+    ``has_reply``, the others when not, all when None (``probe_payload``).  A candidate
+    must decode cleanly (to the end, no unknown field, valid UTF-8) and score at least
+    ``INFER_THRESHOLD``; ties are reported as alternatives."""
+    if not payload or payload[0] not in _FIRST_BYTES:
+        return None
+    seen = scan(payload)  # one schema-free pass rules out most foreign payloads
+    if seen is None:
+        return None
+    if has_reply is None:
+        kinds = _WITH_REPLY + _NO_REPLY
+    else:
+        kinds = _WITH_REPLY if has_reply else _NO_REPLY
+    best: list[tuple[int, str]] = []
+    for kind in kinds:
+        if not seen <= _KEYS[kind]:
+            continue  # a field this type does not have: it would not decode cleanly
+        d = decode(payload, schema(KINDS[kind][0]))  # type: ignore[arg-type]
+        if not d.clean:
+            continue
+        s = score(kind, d)
+        if s:
+            best.append((s, kind))
+    if not best:
+        return None
+    top = max(s for s, _ in best)
+    if top < INFER_THRESHOLD:
+        return None
+    winners = [k for s, k in best if s == top]
+    return Decision(winners[0], top, tuple(winners[1:]))
+
+
+def _first_bytes() -> frozenset[int]:
+    out = set()
+    for full, _ in KINDS.values():
+        if full is None:
+            continue
+        for spec in schema(full).fields.values():
+            tag = (spec.number << 3) | spec.wire_type
+            out.add(tag & 0x7F | (0x80 if tag > 0x7F else 0))
+    return frozenset(out)
+
+
+_FIRST_BYTES = _first_bytes()
+_KEYS = {k: field_keys(schema(full)) for k, (full, _) in KINDS.items() if full is not None}
