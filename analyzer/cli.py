@@ -27,6 +27,11 @@ from reassembly.events import Anomaly, Direction, StreamClose, StreamData, Strea
 EXIT_CLEAN, EXIT_DEGRADED, EXIT_FAILED = 0, 1, 2
 
 
+def _wide_console() -> Console:
+    """A pipe or file gets whole tables rather than ones squeezed to 80 columns."""
+    return Console(width=None if sys.stdout.isatty() else 220)
+
+
 def _ts(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
@@ -96,8 +101,7 @@ def _print_flows(rows: list[dict]) -> None:
             str(r["overlap_conflicts_c2s"] + r["overlap_conflicts_s2c"]),
             r["role_source"],
         )
-    # a pipe or file gets the whole table rather than one squeezed to 80 columns
-    Console(width=None if sys.stdout.isatty() else 220).print(table)
+    _wide_console().print(table)
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
@@ -263,7 +267,7 @@ def cmd_protocols(args: argparse.Namespace) -> int:
             ", ".join(s.name for s in d.tables),
             reg.origins.get(name, ""),
         )
-    Console().print(t)
+    _wide_console().print(t)
     for origin, why in reg.errors:
         Console(stderr=True).print(f"[yellow]plugin {origin} not loaded:[/] {why}")
     return EXIT_DEGRADED if reg.errors else EXIT_CLEAN
@@ -290,7 +294,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
             t.add_column(col)
         for f in spec.columns:
             t.add_row(f.name, str(f.type), "yes" if f.nullable else "no", f.description)
-        Console(width=None if sys.stdout.isatty() else 200).print(t)
+        _wide_console().print(t)
     return EXIT_CLEAN
 
 
