@@ -1,0 +1,153 @@
+"""Payload decompression with a bound on the output (protocol-facts §4.1, "Compression").
+
+Pulsar compresses the whole payload (after batching) with LZ4 (raw block, not the frame
+format), ZLIB (zlib stream with header), ZSTD (a zstd frame) or SNAPPY (raw block, not
+the framed format); ``uncompressed_size`` in the metadata gives the output length.
+
+Strategy: output memory is decided *before* decompressing.  The limit is the declared
+``uncompressed_size`` (every Pulsar client sets it), or the cap when it is missing; a
+declared size above the cap is a decompression bomb and nothing is decompressed.  Each
+codec is then driven so it cannot produce more than limit + 1 bytes: LZ4 and SNAPPY
+decode into a buffer of the declared length (SNAPPY's own length prefix is checked
+first), ZLIB gets ``max_length``, ZSTD is read from a stream reader in bounded steps.
+Nothing raises: problems come back as ``(kind, detail)``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from enum import IntEnum
+from typing import NamedTuple
+
+__all__ = ["DEFAULT_MAX_UNCOMPRESSED_BYTES", "Codec", "Result", "decompress"]
+
+# Largest decompressed payload accepted (option `max_uncompressed_bytes`).  A 5 MiB frame
+# of well-compressible text (JSON logs compress 5-10x) stays below it; a payload that
+# declares or expands to more is reported as a decompression bomb, not decoded.
+DEFAULT_MAX_UNCOMPRESSED_BYTES = 64 * 1024 * 1024
+
+_ZSTD_STEP = 1 << 20
+
+
+class Codec(IntEnum):
+    """CompressionType (protocol-facts §4.3)."""
+
+    NONE = 0
+    LZ4 = 1
+    ZLIB = 2
+    ZSTD = 3
+    SNAPPY = 4
+
+
+class Result(NamedTuple):
+    data: bytes | None  # None: not decompressed (see problem)
+    problem: tuple[str, str] | None  # (anomaly kind, detail); may be set with data too
+
+
+def _bomb(name: str, nbytes: int, cap: int, declared: bool) -> Result:
+    how = "declares" if declared else "expands to more than"
+    return Result(None, ("pulsar.decompression_bomb",
+                         f"{name} payload {how} {nbytes} bytes uncompressed, above the cap of "
+                         f"{cap} bytes (option max_uncompressed_bytes); not decompressed"))
+
+
+def decompress(codec: int, data: bytes, declared: int | None, cap: int) -> Result:
+    """Decompress ``data``; ``declared`` is ``uncompressed_size`` (None or 0: absent)."""
+    if codec == Codec.NONE:
+        return Result(data, None)
+    try:
+        name = Codec(codec).name
+    except ValueError:
+        return Result(None, ("pulsar.unknown_compression",
+                             f"compression type {codec} is not one of NONE, LZ4, ZLIB, ZSTD, "
+                             "SNAPPY; payload left compressed"))
+    if declared and declared > cap:
+        return _bomb(name, declared, cap, True)
+    limit = declared if declared else cap
+    try:
+        if codec == Codec.LZ4:
+            out = _lz4(data, declared)
+        elif codec == Codec.ZLIB:
+            out = _zlib(data, limit)
+        elif codec == Codec.ZSTD:
+            out = _zstd(data, limit)
+        else:
+            n = _snappy_len(data)
+            if n > limit:
+                if not declared:
+                    return _bomb(name, n, cap, True)
+                return Result(None, ("pulsar.uncompressed_size_mismatch",
+                                     f"{name} raw block declares {n} bytes, uncompressed_size "
+                                     f"says {declared}; not kept"))
+            out = _snappy(data, n)
+    except _Problem as p:
+        return Result(None, (p.kind, f"{name}: {p.detail}"))
+    except Exception as exc:  # the codec libraries raise their own error types
+        return Result(None, ("pulsar.decompression_failed",
+                             f"{name} payload of {len(data)} bytes does not decompress: {exc}"))
+    if len(out) > limit:
+        if not declared:
+            return _bomb(name, limit, cap, False)
+        return Result(None, ("pulsar.uncompressed_size_mismatch",
+                             f"{name} payload expands to more than the declared "
+                             f"uncompressed_size {declared}; not kept"))
+    if declared and len(out) != declared:
+        return Result(out, ("pulsar.uncompressed_size_mismatch",
+                            f"{name} payload expands to {len(out)} bytes, uncompressed_size "
+                            f"says {declared} (kept as decompressed)"))
+    return Result(out, None)
+
+
+class _Problem(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+
+
+def _lz4(data: bytes, declared: int | None) -> bytes:
+    import lz4.block
+
+    if not declared:
+        raise _Problem("pulsar.decompression_failed",
+                       "a raw LZ4 block cannot be decoded without uncompressed_size")
+    return lz4.block.decompress(data, uncompressed_size=declared)
+
+
+def _zlib(data: bytes, limit: int) -> bytes:
+    d = zlib.decompressobj()
+    out = d.decompress(data, limit + 1)
+    if len(out) <= limit and not d.eof:
+        out += d.flush()
+        if not d.eof:
+            raise _Problem("pulsar.decompression_failed", "zlib stream is truncated")
+    return out
+
+
+def _zstd(data: bytes, limit: int) -> bytes:
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+    parts: list[bytes] = []
+    got = 0
+    while got <= limit:
+        chunk = reader.read(min(_ZSTD_STEP, limit + 1 - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _snappy_len(data: bytes) -> int:
+    import cramjam
+
+    return cramjam.snappy.decompress_raw_len(data)
+
+
+def _snappy(data: bytes, n: int) -> bytes:
+    """A raw snappy block starts with its uncompressed length (checked by the caller)."""
+    import cramjam
+
+    out = bytearray(n)
+    written = cramjam.snappy.decompress_raw_into(data, out)
+    return bytes(out[:written])
