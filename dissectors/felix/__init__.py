@@ -1,0 +1,43 @@
+"""Felix client wire protocol dissector (tables ``felix``, ``felix_messages``).
+
+Felix (github.com/gabloe/felix, later GetFelix/felix) speaks only QUIC: its frames are
+visible once the QUIC layer decrypts the connection with a TLS key log, and each QUIC
+stream is dissected on its own (the pipeline gives every stream its session).  The
+protocol itself is transport-agnostic, so the same session decodes a TCP stream of
+frames.  Layout after our Pulsar package: ``wire`` (pure functions over frame bytes),
+``session`` (per-stream state), ``table`` (the two tables' declarations).  Options are
+listed in ``dissectors.felix.session``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from dissectors.api import Direction, Dissector, Session, TableSpec, Transport, Verdict
+from dissectors.felix import wire
+from dissectors.felix.session import FelixSession
+from dissectors.felix.table import FELIX, FELIX_MESSAGES
+
+__all__ = ["FELIX", "FELIX_MESSAGES", "FelixDissector", "FelixSession"]
+
+
+class FelixDissector(Dissector):
+    name: ClassVar[str] = "felix"
+    description: ClassVar[str] = (
+        "Felix broker client protocol (FLX1 frames: JSON messages, binary publish / event "
+        "batches and acks) on QUIC streams (needs the TLS key log) or TCP"
+    )
+    # QUIC streams arrive on UDP flows.  The protocol is transport-agnostic: `transports`
+    # lists every transport the session can decode, for a detector that reads it.
+    transport: ClassVar[Transport] = Transport.UDP
+    transports: ClassVar[tuple[Transport, ...]] = (Transport.UDP, Transport.TCP)
+    default_ports: ClassVar[tuple[int, ...]] = (5000,)
+    tables: ClassVar[tuple[TableSpec, ...]] = (FELIX, FELIX_MESSAGES)
+
+    @classmethod
+    def probe(cls, direction: Direction, prefix: bytes) -> Verdict:
+        return wire.probe(prefix)
+
+    @classmethod
+    def session(cls, options: dict[str, Any]) -> Session:
+        return FelixSession(options)
