@@ -1,0 +1,271 @@
+"""Plugin isolation: a dissector that raises costs one flow, not the run; a plugin built for
+another API version, or one whose import fails, is refused with a clear message and the
+rest of msgcap works.
+
+The broken plugins are real distributions: a ``*.dist-info`` with ``entry_points.txt`` in
+a temporary directory put on the path (``sys.path`` in-process, ``PYTHONPATH`` for the
+CLI), which is exactly how ``importlib.metadata`` finds installed packages.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.pipeline import Options, dissect_capture
+from dissectors.api import (
+    API_VERSION,
+    Data,
+    Direction,
+    Dissector,
+    Field,
+    PcapFlow,
+    Record,
+    Session,
+    Span,
+    TableSpec,
+    Transport,
+    Verdict,
+    write_pcap,
+)
+from dissectors.registry import Registry, check_plugin, discover
+from dissectors.tables import unregister_table
+from tests.plugins.pluginhelp import msgcap
+
+C, S = Direction.C2S, Direction.S2C
+
+BOOM_TABLE = TableSpec("zz_boom", 1, "Test table of the raising plugin.",
+                       (Field("text", pa.string(), "The line."),))
+
+
+class _BoomSession(Session):
+    """Emits one row per chunk; raises on a chunk containing RAISE (a plugin bug)."""
+
+    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        if b"RAISE" in data:
+            raise RuntimeError("plugin bug")
+        self.decoded_bytes[direction] += len(data)
+        return [Record("zz_boom", direction, span.offset, span.offset + len(data),
+                       span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last,
+                       {"text": data.decode(errors="replace")})]
+
+    def gap(self, direction, offset, nbytes, ts_ns):
+        return []
+
+    def close(self, ts_ns):
+        return []
+
+
+class BoomDissector(Dissector):
+    name: ClassVar[str] = "zz_boom"
+    transport: ClassVar[Transport] = Transport.TCP
+    default_ports: ClassVar[tuple[int, ...]] = (7777,)
+    tables: ClassVar[tuple[TableSpec, ...]] = (BOOM_TABLE,)
+
+    @classmethod
+    def probe(cls, direction: Direction, prefix: bytes) -> Verdict:
+        if prefix.startswith(b"PROBE-RAISES"):
+            raise ValueError("probe bug")
+        return Verdict.YES if prefix.startswith(b"BOOM") else Verdict.NO
+
+    @classmethod
+    def session(cls, options: dict[str, Any]) -> Session:
+        return _BoomSession()
+
+
+@pytest.fixture
+def capture(tmp_path) -> Path:
+    nats = [Data(S, b'INFO {"server_id":"x","max_payload":1048576}\r\n'),
+            Data(C, b"CONNECT {}\r\nPUB a 2\r\nhi\r\n"), Data(S, b"PONG\r\n")]
+    return write_pcap(tmp_path / "mixed.pcap", [
+        PcapFlow([Data(C, b"BOOM hello"), Data(C, b"RAISE now"), Data(C, b"never seen")], 7777),
+        PcapFlow(nats, 4222),
+        PcapFlow([Data(C, b"BOOM again"), Data(S, b"fine")], 7777),
+        PcapFlow([Data(C, b"PROBE-RAISES x")], 7777),
+    ])
+
+
+@pytest.fixture
+def registry():
+    reg = discover()
+    assert reg.add(BoomDissector, "tests:BoomDissector")
+    yield reg
+    unregister_table(BOOM_TABLE.name)  # dissect_capture registered it
+
+
+def _rows(out: Path, table: str) -> list[dict]:
+    return pq.read_table(out / table).to_pylist()
+
+
+def test_raising_dissector_costs_one_flow(capture, registry, tmp_path) -> None:
+    out = tmp_path / "out"
+    result = dissect_capture(capture, out, Options(validate=True), registry=registry)
+    assert result.anomalies["pipeline.dissector_error"] == 1
+    errors = [a for a in _rows(out, "anomalies") if a["kind"] == "pipeline.dissector_error"]
+    assert errors[0]["flow_id"] == 0
+    assert "zz_boom raised RuntimeError('plugin bug')" in errors[0]["detail"]
+    flows = {f["flow_id"]: f for f in _rows(out, "flows")}
+    assert flows[0]["protocol"] == "zz_boom"
+    # what follows the error in the broken flow is counted undecoded
+    assert flows[0]["decoded_bytes_c2s"] == len(b"BOOM hello")
+    assert flows[0]["undecoded_bytes_c2s"] >= len(b"never seen")
+    # the other flows are decoded: NATS, and the same plugin on a healthy flow
+    assert [r["op"] for r in _rows(out, "nats")] == ["INFO", "CONNECT", "PUB", "PONG"]
+    boom = _rows(out, "zz_boom")
+    assert [(r["flow_id"], r["text"]) for r in boom] == [
+        (0, "BOOM hello"), (2, "BOOM again"), (2, "fine")]
+    # a probe that raises counts as "no": that flow is simply unclaimed
+    assert flows[3]["protocol"] is None
+    assert result.manifest["status"] == "degraded"
+
+
+@pytest.mark.xfail(reason="analyzer/pipeline.py: the bytes of the feed() call that raised "
+                   "are neither decoded nor undecoded (DESIGN §7 accounting)", strict=False)
+def test_raising_dissector_keeps_byte_accounting(capture, registry, tmp_path) -> None:
+    out = tmp_path / "out"
+    dissect_capture(capture, out, Options(), registry=registry)
+    flow = {f["flow_id"]: f for f in _rows(out, "flows")}[0]
+    assert flow["decoded_bytes_c2s"] + flow["undecoded_bytes_c2s"] == flow["stream_bytes_c2s"]
+
+
+def test_strict_mode_reraises(capture, registry, tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="plugin bug"):
+        dissect_capture(capture, tmp_path / "out", Options(strict=True), registry=registry)
+
+
+# ------------------------------------------------------------------ refused plugins
+
+_PLUGINS = {
+    "zz_v2_plugin.py": '''
+        from typing import ClassVar
+        from dissectors.api import Dissector, Verdict
+
+        class V2Dissector(Dissector):
+            name: ClassVar[str] = "zz_v2"
+            api_version: ClassVar[int] = 2
+
+            @classmethod
+            def probe(cls, direction, prefix):
+                return Verdict.NO
+
+            @classmethod
+            def session(cls, options):
+                raise NotImplementedError
+        ''',
+    "zz_broken_plugin.py": '''
+        import this_module_does_not_exist  # noqa: F401
+        ''',
+    "zz_half_plugin.py": '''
+        from typing import ClassVar
+        from dissectors.api import Dissector
+
+        class HalfDissector(Dissector):  # forgot probe and session
+            name: ClassVar[str] = "zz_half"
+        ''',
+    "zz_clash_plugin.py": '''
+        from typing import ClassVar
+        import pyarrow as pa
+        from dissectors.api import Dissector, Field, TableSpec, Verdict
+
+        class ClashDissector(Dissector):  # declares a different table named "nats"
+            name: ClassVar[str] = "zz_clash"
+            tables: ClassVar[tuple] = (
+                TableSpec("nats", 1, "Not ours.", (Field("x", pa.int32(), "x"),)),)
+
+            @classmethod
+            def probe(cls, direction, prefix):
+                return Verdict.NO
+
+            @classmethod
+            def session(cls, options):
+                raise NotImplementedError
+        ''',
+}
+_ENTRY_POINTS = """\
+[msgcap.dissectors]
+zz_v2 = zz_v2_plugin:V2Dissector
+zz_broken = zz_broken_plugin:Thing
+zz_half = zz_half_plugin:HalfDissector
+zz_clash = zz_clash_plugin:ClashDissector
+zz_notaclass = zz_v2_plugin:Verdict
+"""
+
+
+@pytest.fixture
+def broken_plugins(tmp_path, monkeypatch) -> Path:
+    site = tmp_path / "site"
+    dist = site / "zz_broken_plugins-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zz-broken-plugins\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(_ENTRY_POINTS)
+    for name, body in _PLUGINS.items():
+        (site / name).write_text(textwrap.dedent(body))
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_refused_plugins_are_reported_not_fatal(broken_plugins) -> None:
+    reg = discover()
+    errors = dict(reg.errors)
+    assert errors["zz_v2_plugin:V2Dissector"].startswith(
+        f"built for msgcap dissector API version 2, but this msgcap provides version "
+        f"{API_VERSION} (a newer API)")
+    assert errors["zz_broken_plugin:Thing"].startswith("import failed: ModuleNotFoundError(")
+    assert errors["zz_half_plugin:HalfDissector"] == (
+        "dissector 'zz_half' does not implement probe, session")
+    assert "table 'nats' is already declared differently by 'nats'" in errors[
+        "zz_clash_plugin:ClashDissector"]
+    assert errors["zz_v2_plugin:Verdict"] == (
+        "not a dissectors.api.Dissector or PayloadDissector")
+    assert "nats" in reg.dissectors
+    assert not {"zz_v2", "zz_half", "zz_clash"} & set(reg.dissectors)
+
+
+def test_cli_reports_refused_plugins_and_runs(broken_plugins, tmp_path) -> None:
+    env = {"PYTHONPATH": str(broken_plugins)}
+    proc = msgcap("protocols", env=env)
+    assert proc.returncode == 1  # degraded: some plugins were not loaded
+    err = " ".join(proc.stderr.split())
+    assert ("plugin zz_v2_plugin:V2Dissector not loaded: built for msgcap dissector API "
+            "version 2, but this msgcap provides version 1") in err
+    assert "plugin zz_broken_plugin:Thing not loaded: import failed" in err
+    assert " nats " in proc.stdout
+    pcap = write_pcap(tmp_path / "n.pcap", [PcapFlow([Data(C, b"CONNECT {}\r\nPING\r\n"),
+                                                      Data(S, b"PONG\r\n")], 4222)])
+    proc = msgcap("dissect", str(pcap), "-o", str(tmp_path / "out"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "zz_v2_plugin:V2Dissector not loaded" in " ".join(proc.stderr.split())
+    assert len(pq.read_table(tmp_path / "out" / "nats").to_pylist()) == 3
+
+
+@pytest.mark.parametrize(("version", "fine"), [(API_VERSION, True), (0, False), ("1", False)])
+def test_check_plugin_api_version(version, fine) -> None:
+    cls = type("X", (BoomDissector,), {"api_version": version, "name": "x"})
+    assert (check_plugin(cls) == "") is fine
+
+
+def test_default_api_version_is_current() -> None:
+    assert BoomDissector.api_version == API_VERSION == 1
+    assert check_plugin(BoomDissector) == ""
+
+
+def test_registry_refuses_a_plugin_table_named_like_a_core_table() -> None:
+    flows = type("F", (BoomDissector,), {"name": "zz_flows", "tables": (
+        TableSpec("flows", 1, "Not the flows table.", (Field("x", pa.int32(), "x"),)),)})
+    reg = Registry()
+    assert not reg.add(flows, "f")
+    assert reg.errors == [("f", "table 'flows' is already declared differently by "
+                               "'msgcap (core table)'; rename the plugin's table")]
+
+
+def test_registry_refuses_a_second_dissector_with_a_taken_name() -> None:
+    reg = Registry()
+    assert reg.add(BoomDissector, "a")
+    other = type("Other", (BoomDissector,), {})
+    assert not reg.add(other, "b")
+    assert reg.errors == [("b", "dissector name 'zz_boom' already taken")]
