@@ -1,0 +1,222 @@
+"""`msgcap follow --decoded`, `msgcap ladder` and the user-mistake contract of the new
+commands (one sentence plus the fix, exit 2, no traceback), NO_COLOR and --quiet."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from analyzer.cli import main
+from tests.report.conftest import ROOT, SAMPLES
+
+NATS = str(SAMPLES / "nats-basic.pcap")
+
+
+def flow_of(ds_flows: list[dict], port: int) -> int:
+    return next(f["flow_id"] for f in ds_flows if f["client_port"] == port)
+
+
+@pytest.fixture(scope="module")
+def flows(nats_dataset) -> list[dict]:
+    from analyzer.summary import Dataset
+
+    return Dataset(nats_dataset).read("flows", ["flow_id", "client_port"]).to_pylist()
+
+
+# ------------------------------------------------------------------ follow --decoded
+
+
+@pytest.mark.parametrize("name", ["publisher", "subscriber", "responder", "jetstream"])
+def test_follow_decoded_one_line_per_op(capsys, nats_dataset, nats_truth, flows, name):
+    """One transcript line per NATS operation: as many C→S lines as ops the client
+    sent and S→C lines as ops it received (truth)."""
+    conn = nats_truth["connections"][name]
+    flow = flow_of(flows, conn["client_port"])
+    code = main(["follow", str(nats_dataset), "--flow", str(flow), "--decoded"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert f"({name})" in lines[0]
+    c2s = [ln for ln in lines[2:] if " C→S " in ln]
+    s2c = [ln for ln in lines[2:] if " S→C " in ln]
+    assert len(c2s) == sum(conn["sent"]["ops"].values())
+    assert len(s2c) == sum(conn["received"]["ops"].values())
+    # time order
+    times = [ln.split()[0] for ln in c2s + s2c]
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{6}", t) for t in times)
+    body = [ln.split()[0] for ln in lines[2:]]
+    assert body == sorted(body)
+
+
+def test_follow_decoded_fields_and_preview(capsys):
+    """From the capture itself; the publisher's first request and its reply."""
+    code = main(["follow", NATS, "--flow", "0", "--decoded", "-q"])
+    out = capsys.readouterr().out
+    assert code == 0
+    req = next(ln for ln in out.splitlines() if "PUB" in ln and "svc.echo" in ln)
+    assert "subject=svc.echo" in req and "reply=_INBOX." in req and '"request 0.0"' in req
+    assert any("status=503" in ln for ln in out.splitlines())  # the no-responders HMSG
+    binary = next(ln for ln in out.splitlines() if "len=516" in ln)
+    assert "\\x00\\x01\\x02" in binary  # binary payload escaped, not raw
+
+
+def test_follow_decoded_direction_filter(capsys):
+    main(["follow", NATS, "--flow", "0", "--decoded", "--direction", "s2c", "-q"])
+    body = "\n".join(capsys.readouterr().out.splitlines()[2:])
+    assert " S→C " in body and " C→S " not in body
+
+
+def test_follow_decoded_children_and_anomalies(capsys, report_dataset, damaged_capture):
+    """STAN rows hang under their NATS row; anomalies are interleaved in the transcript."""
+    main(["follow", str(SAMPLES / "stan-basic.pcap"), "--flow", "2", "--decoded", "-q"])
+    out = capsys.readouterr().out
+    assert "↳ stan PubMsg" in out and "↳ stan PubAck" in out
+    code = main(["follow", str(damaged_capture), "--flow", "0", "--decoded", "-q"])
+    out = capsys.readouterr().out
+    assert code == 1  # the flow has anomalies
+    assert "!! nats.unknown_op" in out
+
+
+# ------------------------------------------------------------------ ladder
+
+
+def test_ladder_flow(capsys, nats_dataset):
+    code = main(["ladder", str(nats_dataset), "--flow", "4", "--limit", "0", "--width", "120"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert "client 127.0.0.1:51770 (responder)" in lines[1]
+    arrows = [ln for ln in lines if "▶│" in ln or "│◀" in ln]
+    assert len(arrows) == 24  # responder: 12 ops sent + 12 received (truth)
+    assert any("MSG subject=svc.echo" in ln and "│◀" in ln for ln in arrows)
+    assert any("PUB subject=_INBOX." in ln and "▶│" in ln for ln in arrows)
+
+
+def test_ladder_request_path(capsys, nats_dataset):
+    """The first svc.echo request: publisher → server → responder, the responder's reply
+    back through the server to the publisher, with latencies in time order."""
+    from analyzer.summary import Dataset, nats_request_reply
+
+    req = next(p for p in nats_request_reply(Dataset(nats_dataset)) if p.subject == "svc.echo")
+    code = main(["ladder", str(nats_dataset), "--message", str(req.record_id), "--width", "140"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert "publisher" in lines[1] and "nats-server" in lines[1] and "responder" in lines[1]
+    steps = [ln for ln in lines[3:] if "│" in ln and "ms" in ln.split("│")[0]]
+    assert len(steps) == 4
+    lat = [float(ln.split()[0].lstrip("+")) for ln in steps]
+    assert lat[0] == 0 and lat == sorted(lat)
+    assert "(reply)" in steps[2] and "(reply)" in steps[3]
+    assert f"request → reply latency {req.latency_ns / 1e6:.3f} ms" in out
+
+
+def test_ladder_fanout_and_pulsar(capsys, report_dataset):
+    from analyzer.summary import Dataset
+
+    ds = Dataset(report_dataset)
+    nats = ds.read("nats", ["capture_id", "record_id", "subject", "op"]).to_pylist()
+    cap = next(c["capture_id"] for c in ds.inputs() if c["input"]["path"].endswith(
+        "samples/nats-basic.pcap"))
+    wc = next(r for r in nats if r["subject"] == "wc.a" and r["op"] == "PUB"
+              and r["capture_id"] == cap)
+    main(["ladder", str(report_dataset), "--message", str(wc["record_id"]), "--capture", cap])
+    out = capsys.readouterr().out
+    assert "2 deliveries" in out  # wc.* and wc.> of the subscriber
+    assert out.count("MSG wc.a sid=") == 2
+    pm = ds.read("pulsar_messages", ["capture_id", "record_id", "command", "topic"]).to_pylist()
+    send = next(r for r in pm if r["command"] == "SEND" and r["topic"].endswith("/plain"))
+    code = main(["ladder", str(report_dataset), "--message", str(send["record_id"]),
+                 "--capture", send["capture_id"], "--width", "150"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "SEND persistent://public/default/plain" in out
+    assert "SEND_RECEIPT" in out and "MESSAGE ledger=" in out and "ACK" in out
+
+
+# ------------------------------------------------------------------ user mistakes
+
+MISTAKES = [
+    (["summary", "no/such.pcap"], "does not exist"),
+    (["summary", "README.md"], "is not a capture msgcap can read"),
+    (["summary", "docs"], "not a msgcap dataset"),
+    (["summary", NATS, "--keylog", "no-such.keys"], "key log no-such.keys not found"),
+    (["summary", NATS, "--decode-as", "4222"], "--decode-as wants PORT=NAME"),
+    (["summary", NATS, "--decode-as", "4222=nosuch"], "unknown dissector 'nosuch'"),
+    (["summary", NATS, "--top", "0"], "--top 0 shows nothing"),
+    (["follow", NATS, "--flow", "99", "--decoded"], "no flow 99"),
+    (["follow", NATS, "--flow", "0", "--decoded", "--raw"], "cannot be combined"),
+    (["follow", "docs", "--flow", "0"], "is a directory"),
+    (["ladder", NATS, "--message", "123456"], "no record 123456"),
+    (["ladder", NATS, "--flow", "0", "--limit", "-1"], "--limit -1 is negative"),
+    (["report", NATS, "-o", "no/such/dir/r.html"], "does not exist"),
+    (["report", NATS, "-o", "docs"], "is a directory"),
+]
+
+
+@pytest.mark.parametrize(("argv", "sentence"), MISTAKES, ids=[" ".join(m[0][:1] + m[0][2:])
+                                                              for m in MISTAKES])
+def test_user_mistake_is_one_sentence_and_a_fix(capsys, monkeypatch, argv, sentence):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("NO_COLOR", "1")
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("error: ") and sentence in lines[0]
+    assert lines[1].startswith("fix: ")
+    assert out == ""
+
+
+def test_user_mistake_in_a_real_process_has_no_traceback():
+    r = subprocess.run([sys.executable, "-m", "analyzer.cli", "ladder", "no/such/dir", "--flow",
+                        "1"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == "error: no/such/dir does not exist"
+    assert r.stderr.splitlines()[1].startswith("fix: give a capture file")
+    assert "Traceback" not in r.stderr
+
+
+def test_ambiguous_flow_asks_for_capture(capsys, report_dataset):
+    code = main(["ladder", str(report_dataset), "--flow", "0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "exists in 3 captures" in err and "--capture ID" in err
+
+
+# ------------------------------------------------------------------ NO_COLOR, --quiet
+
+_COLOR = re.compile(r"\x1b\[(?:\d+;)*(?:3\d|9\d|38)[;m]")
+
+
+def _run(argv, **env):
+    e = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    e.update(env)
+    return subprocess.run([sys.executable, "-m", "analyzer.cli", *argv], cwd=ROOT, env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_no_color_is_honoured():
+    argv = ["summary", NATS]
+    colored = _run(argv, FORCE_COLOR="1")
+    assert _COLOR.search(colored.stdout), "FORCE_COLOR should colour (else this test is void)"
+    plain = _run(argv, FORCE_COLOR="1", NO_COLOR="1")
+    assert plain.returncode == 0
+    assert not _COLOR.search(plain.stdout)
+    assert "13 requests" in plain.stdout
+
+
+def test_quiet_report_prints_nothing(tmp_path, nats_dataset):
+    out = tmp_path / "r.html"
+    r = _run(["report", str(nats_dataset), "-o", str(out), "--quiet"])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "" and r.stdout == ""
+    assert out.stat().st_size > 1_000_000  # plotly.js is inside
+    loud = _run(["report", str(nats_dataset), "-o", str(out)])
+    assert "report written to" in loud.stderr
