@@ -1,0 +1,602 @@
+"""``msgcap spark ingest``: captures → the same Parquet dataset as ``msgcap dissect``.
+
+Two shapes of work (DESIGN §6):
+
+* **Many captures**: one Spark task per file, each running the local path itself
+  (``analyzer.pipeline.dissect_capture``), so the rows, files and manifest entry are
+  those of ``msgcap dissect`` by construction.  Compressed captures, captures smaller
+  than ``split_bytes`` and captures the split path refuses (damaged ones: see below)
+  go this way.
+* **One huge capture**: split into byte ranges (``analyzer.spark.split``):
+
+  1. pass 1, one task per range: re-synchronise on record headers, walk the headers,
+     count frames; the driver verifies that the ranges chain (re-scanning any range
+     whose re-synchronisation was fooled), and prefix-sums the frame counts so every
+     frame keeps its global number;
+  2. pass 2, one task per range: the facts the local run derives from the whole
+     capture (``analyzer.spark.task.range_stats``): the idle-sweep clock, the last
+     fragment time, the first snaplen cut, the first frame of each unknown link type,
+     and the transport endpoints of each IP pair;
+  3. pass 3: each range task emits its frames as Arrow batches keyed by the unordered
+     IP address pair (``flow_key``); ``repartition(key)`` + ``sortWithinPartitions
+     (frame)`` give each task whole IP pairs in capture order; ``mapInArrow`` runs the
+     very same ``Reassembler`` (clocked by the global schedule) and
+     ``CaptureDissection`` on them and writes each table's rows as sorted Arrow runs to
+     a staging directory under OUT;
+  4. the driver ranks every flow by its first frame (the local path numbers flows in
+     that order), remaps ``flow_id`` and the flow part of every record id (``flow_id <<
+     32 | n``; rows tied to no flow are numbered by frame and need nothing), merges the
+     sorted runs of each table and writes them through the same ``DatasetWriter``
+     (``OUT/<table>/capture=<id>/part-0.parquet``), then records the manifest entry.
+
+  Rows are those of the local path, ordered by record id (``flows``: by flow id).
+
+Payload dissectors (STAN, Liftbridge) learn bindings on one connection and use them on
+another of the same server (``dissectors.dispatch``).  When any is registered, IP
+pairs that share a transport endpoint are put under one key (connected components), so
+a server's connections stay in one task; without payload dissectors every IP pair is
+its own key.
+
+What is global by nature and may differ from the local path: the flow-table cap
+(``max_flows`` eviction picks the stalest flow of the whole table; a task only sees
+its own) and the fragment-table cap (``max_fragment_datagrams``), and, in a capture
+whose timestamps go backwards, which flows an idle sweep finds first.  A capture the
+split path cannot read exactly as the local reader (damage, unknown layout, simple
+packet blocks across ranges) is dissected whole.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from analyzer.manifest import CaptureRun, InputInfo, update_manifest
+from analyzer.pipeline import (
+    FLOWLESS_BASE,
+    TOOL_VERSION,
+    CaptureDissection,
+    CaptureResult,
+    Options,
+    dissect_capture,
+    file_sha256,
+)
+from analyzer.sink import DatasetWriter
+from analyzer.spark.split import (
+    Layout,
+    RangePlan,
+    iter_range_frames,
+    link_types,
+    plan_ranges,
+    probe_layout,
+    scan_range,
+    verify_chain,
+)
+from analyzer.spark.task import (
+    RunSink,
+    TaskReassembler,
+    flow_key,
+    range_stats,
+    sweep_schedule,
+)
+from dissectors.registry import Registry, discover
+from dissectors.schema import register_table, rows_to_batch
+from dissectors.tables import PARTITION_KEY, TableSpec
+from reassembly.capture import Frame
+from reassembly.events import Anomaly
+from reassembly.ip import KIND_TRUNCATED
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_SPLIT_BYTES", "IngestReport", "ingest"]
+
+DEFAULT_SPLIT_BYTES = 128 << 20
+_BLOB_SCHEMA = "idx long, blob binary"
+_PACKET_SCHEMA = (
+    "key binary, frame long, ts long, linktype int, data binary, orig_len long, iface int"
+)
+_PACKET_BATCH = 8192
+_STAGING_PREFIX = ".msgcap-spark-staging-"
+
+
+@dataclass
+class IngestReport:
+    """What ``ingest`` did: one ``CaptureResult`` per capture plus how it was run."""
+
+    results: list[CaptureResult] = field(default_factory=list)
+    how: dict[str, str] = field(default_factory=dict)  # path -> "file" | "split:N" | "whole: why"
+    # split captures: seconds per phase (scan, stats, dissect, merge) by path
+    timings: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def manifest(self) -> dict[str, Any] | None:
+        return self.results[-1].manifest if self.results else None
+
+
+def _blobs(spark: SparkSession, n: int, fn) -> list[Any]:
+    """Run ``fn(i)`` for i in range(n), one Spark task each; results unpickled, in order."""
+
+    def run(batches):
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield pa.RecordBatch.from_pydict(
+                    {"idx": [i], "blob": [pickle.dumps(fn(i), protocol=5)]},
+                    schema=pa.schema([("idx", pa.int64()), ("blob", pa.binary())]),
+                )
+
+    rows = spark.range(0, n, 1, max(n, 1)).mapInArrow(run, _BLOB_SCHEMA).toArrow()
+    out: list[Any] = [None] * n
+    for i, blob in zip(rows.column("idx").to_pylist(), rows.column("blob").to_pylist(),
+                       strict=True):
+        out[i] = pickle.loads(blob)
+    return out
+
+
+def _whole_file_task(path: str, out: str, options: Options) -> dict[str, Any]:
+    try:
+        return {"result": dissect_capture(path, out, options)}
+    except Exception as exc:  # shipped back to the driver and raised there
+        return {"error": exc}
+
+
+def _check_free(out: Path, capture_id: str, overwrite: bool) -> None:
+    if overwrite or not out.is_dir():
+        return
+    existing = sorted(out.glob(f"*/{PARTITION_KEY}={capture_id}"))
+    if existing:
+        raise FileExistsError(
+            f"capture {capture_id} is already in {out} ({existing[0].relative_to(out)}); "
+            "pass overwrite=True (--overwrite) to replace it"
+        )
+
+
+def ingest(
+    spark: SparkSession,
+    captures: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    options: Options | None = None,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    partitions: int | None = None,
+    merge_scopes: bool | None = None,
+) -> IngestReport:
+    """Dissect ``captures`` into the dataset at ``out`` with Spark (see the module doc).
+
+    ``split_bytes``: captures larger than this are split into ranges of this size.
+    ``partitions``: tasks of the dissection stage of a split capture (default: twice
+    the default parallelism).  ``merge_scopes``: key IP pairs that share an endpoint
+    together (default: only when payload dissectors are registered)."""
+    options = options or Options()
+    registry = discover()
+    out_path = Path(out)
+    out_path.mkdir(parents=True, exist_ok=True)
+    report = IngestReport()
+    whole: list[str] = []
+    split: list[tuple[str, Layout]] = []
+    for c in captures:
+        path = os.fspath(c)
+        size = os.path.getsize(path)
+        layout = probe_layout(path, size) if size > split_bytes else None
+        if layout is None:
+            whole.append(path)
+            report.how[path] = "file" if size <= split_bytes else "whole: not splittable"
+        else:
+            split.append((path, layout))
+    results: dict[str, CaptureResult] = {}
+    for path, layout in split:
+        timing: dict[str, float] = {}
+        res, how = _ingest_split(spark, layout, out_path, options, registry, split_bytes,
+                                 partitions, merge_scopes, timing)
+        report.timings[path] = timing
+        report.how[path] = how
+        if res is None:
+            whole.append(path)
+        else:
+            results[path] = res
+    if whole:
+        outs = _blobs(spark, len(whole),
+                      lambda i: _whole_file_task(whole[i], str(out_path), options))
+        for path, got in zip(whole, outs, strict=True):
+            if "error" in got:
+                raise got["error"]
+            results[path] = got["result"]
+    order = [os.fspath(c) for c in captures]
+    report.results = [results[p] for p in order if p in results]
+    return report
+
+
+# ------------------------------------------------------------------------ split path
+
+
+def _union_pairs(pairs: Sequence[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    """IP-pair key -> representative key, merging pairs that share an endpoint."""
+    parent: dict[bytes, bytes] = {}
+
+    def find(x: bytes) -> bytes:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    by_endpoint: dict[bytes, bytes] = {}
+    for endpoint, key in pairs:
+        other = by_endpoint.setdefault(endpoint, key)
+        a, b = find(other), find(key)
+        if a != b:
+            lo, hi = (a, b) if a < b else (b, a)
+            parent[hi] = lo
+    return {k: find(k) for k in list(parent) if find(k) != k}
+
+
+def _ingest_split(
+    spark: SparkSession,
+    layout: Layout,
+    out: Path,
+    options: Options,
+    registry: Registry,
+    split_bytes: int,
+    partitions: int | None,
+    merge_scopes: bool | None,
+    timing: dict[str, float],
+) -> tuple[CaptureResult | None, str]:
+    path = layout.path
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timing[name] = round(now - clock, 3)
+        clock = now
+
+    sha = file_sha256(path)
+    lap("sha256")
+    capture_id = sha[:16]
+    _check_free(out, capture_id, options.overwrite)
+
+    # pass 1: record boundaries and frame counts per range
+    ranges = plan_ranges(layout, split_bytes)
+    scans = _blobs(spark, len(ranges), lambda i: scan_range(layout, i, *ranges[i]))
+    plans, why = verify_chain(
+        layout, scans, lambda i, a, b, first: scan_range(layout, i, a, b, first)
+    )
+    lap("scan")
+    if why:
+        return None, f"whole: {why}"
+
+    # pass 2: the facts that depend on the whole capture
+    if merge_scopes is None:
+        merge_scopes = bool(registry.payload)
+    limits = options.limits
+
+    def stats_task(i: int) -> dict[str, Any]:
+        problems: list[str] = []
+        st = range_stats(iter_range_frames(layout, plans[i], problems), limits, merge_scopes)
+        if st["frames"] != plans[i].frames:
+            problems.append(f"range {i}: {st['frames']} frames, pass 1 counted {plans[i].frames}")
+        st["problems"] = problems
+        return st
+
+    stats = _blobs(spark, len(plans), stats_task)
+    problems = [p for st in stats for p in st["problems"]]
+    if problems:
+        return None, f"whole: {problems[0]}"
+    schedule = sweep_schedule(stats)
+    snap = [st["snaplen_first"] for st in stats if st["snaplen_first"] is not None]
+    snaplen_first = min(snap) if snap else None
+    snaplen_cuts = sum(st["snaplen_cuts"] for st in stats)
+    unknown_first: dict[int, int] = {}
+    for st in stats:
+        for lt, fr in st["unknown_first"].items():
+            unknown_first[lt] = min(fr, unknown_first.get(lt, fr))
+    frags = [st["frag_max"] for st in stats if st["frag_max"] is not None]
+    frag_max = max(frags) if frags else None
+    rep = _union_pairs([p for st in stats for p in st["pairs"]]) if merge_scopes else {}
+    packets = sum(p.frames for p in plans)
+    lap("stats")
+
+    # pass 3: frames keyed by IP pair → whole pairs per task → reassembly + dissection
+    staging = out / f"{_STAGING_PREFIX}{capture_id}-{uuid.uuid4().hex[:12]}"
+    staging.mkdir(parents=True)
+    nparts = partitions or max(2, 2 * spark.sparkContext.defaultParallelism)
+    pschema = pa.schema(
+        [("key", pa.binary()), ("frame", pa.int64()), ("ts", pa.int64()),
+         ("linktype", pa.int32()), ("data", pa.binary()), ("orig_len", pa.int64()),
+         ("iface", pa.int32())]
+    )
+
+    def packets_task(batches):
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                cols: list[list] = [[] for _ in range(7)]
+                for fr in iter_range_frames(layout, plans[i]):
+                    key = flow_key(fr.linktype, fr.data)
+                    cols[0].append(rep.get(key, key))
+                    cols[1].append(fr.number)
+                    cols[2].append(fr.ts_ns)
+                    cols[3].append(fr.linktype)
+                    cols[4].append(fr.data)
+                    cols[5].append(fr.orig_len)
+                    cols[6].append(fr.interface)
+                    if len(cols[1]) >= _PACKET_BATCH:
+                        yield pa.RecordBatch.from_arrays(cols, schema=pschema)
+                        cols = [[] for _ in range(7)]
+                if cols[1]:
+                    yield pa.RecordBatch.from_arrays(cols, schema=pschema)
+
+    staging_s = str(staging)
+
+    def dissect_task(batches):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        piece = ctx.partitionId() if ctx else 0
+        attempt = ctx.attemptNumber() if ctx else 0
+        summary = _dissect_partition(
+            _frames_of(batches), capture_id, options, schedule, snaplen_first, unknown_first,
+            frag_max, os.path.join(staging_s, f"p{piece:05d}-a{attempt}"), piece,
+        )
+        if summary is not None:
+            yield pa.RecordBatch.from_pydict(
+                {"idx": [piece], "blob": [pickle.dumps(summary, protocol=5)]},
+                schema=pa.schema([("idx", pa.int64()), ("blob", pa.binary())]),
+            )
+
+    try:
+        df = (
+            spark.range(0, len(plans), 1, max(len(plans), 1))
+            .mapInArrow(packets_task, _PACKET_SCHEMA)
+            .repartition(nparts, "key")
+            .sortWithinPartitions("frame")
+            .mapInArrow(dissect_task, _BLOB_SCHEMA)
+        )
+        got = df.toArrow()
+        summaries = [pickle.loads(b) for b in got.column("blob").to_pylist()]
+        lap("dissect")
+        errors = [s["error"] for s in summaries if s.get("error")]
+        if errors and options.strict:
+            raise RuntimeError(f"split ingest of {path} failed: {errors[0]}")
+        result = _finish_split(
+            layout, plans, scans, out, capture_id, sha, options, registry, summaries,
+            packets, snaplen_cuts, errors[0] if errors else None,
+        )
+        lap("merge")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result, f"split:{len(plans)}"
+
+
+def _frames_of(batches) -> Iterator[Frame]:
+    new = tuple.__new__
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        cols = [batch.column(name).to_pylist()
+                for name in ("frame", "ts", "linktype", "data", "orig_len", "iface")]
+        for row in zip(*cols, strict=True):
+            yield new(Frame, row)
+
+
+def task_events(reasm: TaskReassembler, frames, options: Options) -> Iterator:
+    """The layers of ``reassembly.engine.capture_events`` over a task's frames: TCP/UDP
+    reassembly, then QUIC, TLS and WebSocket (keys from ``options.keylog``; captures with
+    Decryption Secrets Blocks are not split, so no key comes from the capture itself)."""
+    from reassembly.engine import stream_layers
+    from reassembly.quic.keylog import KeyLog
+    from reassembly.quic.layer import QuicLayer
+
+    keylog = KeyLog.from_file(options.keylog) if getattr(options, "keylog", None) else None
+    out: list = []
+    quic = QuicLayer(options.limits, out.append, keylog)
+    return stream_layers(quic.process(reasm.process(frames), out), options.limits, quic.keylog)
+
+
+def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unknown_first,
+                       frag_max, staging, piece) -> dict[str, Any] | None:
+    """One dissection task: whole IP pairs, frames in capture order → sorted runs."""
+    registry = discover()
+    for spec in registry.tables():
+        register_table(spec)
+    it = iter(frames)
+    first = next(it, None)
+    if first is None:
+        return None
+    sink = RunSink(staging, piece, validate=options.validate)
+    job = CaptureDissection(capture_id, sink, registry, options)
+    reasm = TaskReassembler(options.limits, schedule, snaplen_first=snaplen_first,
+                            unknown_first=unknown_first, frag_max=frag_max)
+
+    def chained():
+        yield first
+        yield from it
+
+    error = None
+    try:
+        for ev in task_events(reasm, chained(), options):
+            job.handle(ev)
+    except Exception as exc:
+        if options.strict:
+            raise
+        error = f"{type(exc).__name__}: {exc}"
+    sink.close()
+    return {
+        "piece": piece,
+        "files": list(sink.files),
+        "flows": sink.flows_seen,
+        "rows": dict(sink.rows),
+        "anomalies": Counter(job.anomalies),
+        "flows_by_protocol": Counter(job.flows_by_protocol),
+        "truncated": reasm.network.counters["truncated"],
+        "error": error,
+    }
+
+
+# ------------------------------------------------------------------------ merge
+
+
+class _ListSink:
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def write_rows(self, spec: TableSpec, rows) -> None:
+        self.rows.setdefault(spec.name, []).extend(rows)
+
+
+def _fill(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    mask = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+    vals = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return vals, mask
+
+
+def _remap(batch: pa.RecordBatch, lut: np.ndarray) -> pa.RecordBatch:
+    """Task-local flow ids → capture-wide ones in every flow-id / record-id column."""
+    cols = []
+    top = len(lut) - 1
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        if name == "flow_id" or name.endswith("_flow_id"):
+            v, mask = _fill(col)
+            col = pa.array(lut[np.clip(v, 0, top)], type=pa.int64(), mask=mask)
+        elif name == "record_id" or name.endswith("_record_id"):
+            v, mask = _fill(col)
+            flow = v < FLOWLESS_BASE
+            hi = np.clip(np.where(flow, v >> 32, 0), 0, top)
+            new = np.where(flow, (lut[hi] << 32) | (v & 0xFFFFFFFF), v)
+            col = pa.array(new, type=pa.int64(), mask=mask)
+        cols.append(col)
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+
+
+class _Run:
+    def __init__(self, batches: Iterator[pa.RecordBatch], key: str) -> None:
+        self._it = batches
+        self._key = key
+        self.table: pa.Table | None = None
+        self.keys = np.empty(0, dtype=np.int64)
+        self.exhausted = False
+        self.load()
+
+    def load(self) -> None:
+        while not self.exhausted and (self.table is None or self.table.num_rows == 0):
+            batch = next(self._it, None)
+            if batch is None:
+                self.exhausted = True
+                break
+            self.table = pa.Table.from_batches([batch])
+            self.keys = self.table.column(self._key).to_numpy()
+
+    @property
+    def live(self) -> bool:
+        return self.table is not None and self.table.num_rows > 0
+
+
+def merge_runs(runs: list[_Run], key: str) -> Iterator[pa.Table]:
+    """k-way merge of runs sorted by ``key`` (unique), in vectorised rounds: each round
+    emits every buffered row not above the smallest "last buffered key" among runs that
+    still have rows to load."""
+    while True:
+        live = [r for r in runs if r.live]
+        if not live:
+            return
+        bounds = [int(r.keys[-1]) for r in live if not r.exhausted]
+        limit = min(bounds) if bounds else None
+        parts, keys = [], []
+        for r in live:
+            n = len(r.keys) if limit is None else int(np.searchsorted(r.keys, limit, "right"))
+            if n:
+                parts.append(r.table.slice(0, n))
+                keys.append(r.keys[:n])
+                r.table = r.table.slice(n)
+                r.keys = r.keys[n:]
+            if r.table.num_rows == 0:
+                r.load()
+        table = pa.concat_tables(parts)
+        if len(parts) > 1:
+            table = table.take(pa.array(np.argsort(np.concatenate(keys), kind="stable")))
+        yield table
+
+
+def _file_batches(path: str, lut: np.ndarray) -> Iterator[pa.RecordBatch]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+        if batch.num_rows:
+            yield _remap(batch, lut)
+
+
+def _finish_split(layout, plans: list[RangePlan], scans, out: Path, capture_id: str, sha: str,
+                  options: Options, registry: Registry, summaries: list[dict[str, Any]],
+                  packets: int, snaplen_cuts: int, error: str | None) -> CaptureResult:
+    # flow ids: rank of the first frame over the whole capture
+    owners = [(ff, s["piece"], lid) for s in summaries for lid, ff in s["flows"]]
+    owners.sort()
+    luts: dict[int, np.ndarray] = {}
+    sizes = Counter(piece for _ff, piece, _lid in owners)
+    for s in summaries:
+        luts[s["piece"]] = np.zeros(max(sizes[s["piece"]], 1), dtype=np.int64)
+    for gid, (_ff, piece, lid) in enumerate(owners):
+        luts[piece][lid] = gid
+
+    # a dissection with no input: the same table set as the local run, and the rows
+    # the whole-capture decoder writes once at the end
+    sink = _ListSink()
+    job = CaptureDissection(capture_id, sink, registry, options)  # type: ignore[arg-type]
+    tables = list(job.tables.values())
+    anomalies: Counter = Counter()
+    protocols: Counter = Counter()
+    truncated = 0
+    for s in summaries:
+        anomalies.update(s["anomalies"])
+        protocols.update(s["flows_by_protocol"])
+        truncated += s["truncated"]
+    if snaplen_cuts > 1:
+        n = snaplen_cuts - 1
+        job.handle(Anomaly(
+            KIND_TRUNCATED,
+            f"{n} more packets were cut by the capture snaplen ({truncated} truncated "
+            "packets in all); only the first was reported individually",
+            None, None, nbytes=n,
+        ))
+        anomalies.update(job.anomalies)
+    extra = sink.rows
+
+    writer = DatasetWriter(out, capture_id, sha, TOOL_VERSION, options.as_json(),
+                           validate=options.validate, overwrite=options.overwrite)
+    try:
+        for spec in tables:
+            key = "record_id" if "record_id" in spec.column_names else "flow_id"
+            runs = []
+            for s in summaries:
+                lut = luts[s["piece"]]
+                for f in s["files"]:
+                    if Path(f).parent.name == spec.name:
+                        runs.append(_Run(_file_batches(f, lut), key))
+            if extra.get(spec.name):
+                batch = rows_to_batch(spec, extra[spec.name])
+                runs.append(_Run(iter([batch]), key))
+            for table in merge_runs(runs, key):
+                writer.write_batch(spec, table)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close(ensure_tables=tables)
+    run = CaptureRun.from_writer(
+        writer,
+        InputInfo(layout.path, layout.size, sha, layout.format,
+                  [str(lt) for lt in link_types(layout, scans)], packets, []),
+        error,
+    )
+    manifest = update_manifest(out, run)
+    return CaptureResult(capture_id, layout.path, run.rows, anomalies, protocols, packets,
+                         layout.size, manifest)
+
+

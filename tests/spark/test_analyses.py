@@ -1,0 +1,183 @@
+"""The analyses on the real nats-py + nats-server capture against its client-side truth
+(samples/nats-basic.truth.json; per-subscription numbers come from the workload code,
+samples/nats_workload.py ``basic_round``), run through the CLI end to end."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.cli import main
+from analyzer.spark import analyses as A
+
+pytestmark = pytest.mark.spark
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+TRUTH = json.loads((SAMPLES / "nats-basic.truth.json").read_text())
+CONNS = TRUTH["connections"]
+
+
+@pytest.fixture(scope="module")
+def dataset(spark, tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("analyses")
+    out, an = base / "ds", base / "an"
+    # one task for the file (the split path is proven equal in test_ingest.py)
+    assert main(["spark", "ingest", str(SAMPLES / "nats-basic.pcap"), "-o", str(out)]) == 0
+    assert main(["spark", "analyze", str(out), "-o", str(an)]) == 0
+    return out, an
+
+
+def _rows(an: Path, name: str) -> list[dict]:
+    return pq.read_table(an / name).to_pylist()
+
+
+def _by_name(rows, key="client_name"):
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r[key], []).append(r)
+    return out
+
+
+def test_request_reply_matches_truth(dataset) -> None:
+    out, an = dataset
+    rr = _by_name(_rows(an, "nats_request_reply"))
+    pub = rr["publisher"]
+    app = CONNS["publisher"]["app"]
+    assert len(pub) == app["request"] == 5
+    assert sum(r["answered"] for r in pub) == app["request_replied"] == 4
+    assert sum(r["no_responders"] for r in pub) == app["request_no_responders"] == 1
+    assert sum(r["replies"] for r in pub) == CONNS["responder"]["app"]["responded"] == 4
+    assert sum(r["responder_pubs"] for r in pub) == CONNS["responder"]["app"]["responded"]
+    # every message the publisher received is a reply or the no-responders status
+    received = CONNS["publisher"]["received"]["messages"]
+    assert sum(r["replies"] + r["no_responders"] for r in pub) == received
+    assert {r["request_subject"] for r in pub if r["no_responders"]} == {"svc.nobody"}
+    assert all(r["responder_flow_id"] is not None for r in pub if r["answered"])
+    # latency = first reply's last byte - request's first byte, from the nats rows
+    nats = pq.read_table(out / "nats")
+    rid = nats.column("record_id").to_pylist()
+    last = dict(zip(rid, pc.cast(nats.column("ts_last"), "int64").to_pylist(), strict=True))
+    first = dict(zip(rid, pc.cast(nats.column("ts_first"), "int64").to_pylist(), strict=True))
+    answered = [r for rows in rr.values() for r in rows if r["answered"]]
+    assert len(answered) == 12  # + 8 JetStream API/publish/fetch requests, all answered
+    for r in answered:
+        assert r["latency_ns"] >= 0
+        assert r["latency_ns"] == last[r["first_reply_record_id"]] - first[r["request_record_id"]]
+        assert r["request_ts_ns"] == first[r["request_record_id"]]
+    # the JetStream pull request is answered by the 3 fetched messages (by subscription)
+    fetch = [r for r in rr["jetstream"] if "MSG.NEXT" in r["request_subject"]]
+    assert [r["replies"] for r in fetch] == [CONNS["jetstream"]["app"]["js_ack"]]
+
+
+def test_delivery_fanout_matches_truth(spark, dataset) -> None:
+    out, an = dataset
+    fan = _rows(an, "delivery_fanout")
+    by = _by_name(fan)
+    for name, conn in CONNS.items():
+        assert len(by.get(name, [])) == conn["sent"]["messages"], name
+    t = A.load(spark, str(out))
+    matches = A.delivery_matches(t).toPandas()
+    names = {r["flow_id"]: r["client_name"] for r in
+             A._client_names(t).toPandas().to_dict("records")}
+    per_conn = Counter(names[f] for f in matches["delivery_flow_id"])
+    # every delivery to the subscribers is a message published in the capture
+    for name in ("subscriber", "queue-a", "queue-b", "responder"):
+        assert per_conn[name] == CONNS[name]["app"]["callback_msgs"], name
+    assert per_conn["queue-a"] + per_conn["queue-b"] == 6  # work.jobs, one each
+    assert per_conn["publisher"] == CONNS["publisher"]["app"]["request_replied"]
+    assert per_conn["jetstream"] == CONNS["jetstream"]["app"]["js_ack"]  # fetched messages
+    assert sum(r["deliveries"] for r in fan) == len(matches)
+    # per subscription of the subscriber (workload: basic_round)
+    nats = pq.read_table(out / "nats").to_pylist()
+    sub_flow = next(f for f, n in names.items() if n == "subscriber")
+    subject_of = {r["sid"]: r["subject"] for r in nats
+                  if r["flow_id"] == sub_flow and r["op"] == "SUB"}
+    per_sub = Counter(subject_of[s] for f, s in zip(matches["delivery_flow_id"],
+                                                     matches["sid"], strict=True)
+                      if f == sub_flow)
+    assert per_sub == {"demo.plain": 8, "demo.hdr": 3, "wc.*": 1, "wc.>": 2,
+                       "demo.limited.0": 3, "demo.temp.0": 1}
+    assert sum(per_sub.values()) == CONNS["subscriber"]["app"]["callback_msgs"]
+    # published but never delivered: 2 beyond the auto-unsubscribe limit, 1 after UNSUB
+    lost = Counter(r["subject"] for r in by["publisher"]
+                   if not r["delivered"] and not r["subject"].startswith("svc."))
+    assert lost == {"demo.limited.0": 2, "demo.temp.0": 1}
+    lat = [r["first_latency_ns"] for r in fan if r["delivered"]]
+    assert lat and all(x >= 0 for x in lat)
+    assert all(r["last_latency_ns"] >= r["first_latency_ns"] for r in fan if r["delivered"])
+    assert all(r["subscriptions"] >= r["connections"] >= 1 for r in fan if r["delivered"])
+    wc = [r for r in fan if r["subject"] == "wc.a"]
+    assert [(r["subscriptions"], r["connections"]) for r in wc] == [(2, 1)]
+
+
+def test_jetstream_acks_and_sequences(dataset) -> None:
+    _out, an = dataset
+    js = CONNS["jetstream"]["app"]
+    acks = [r for r in _rows(an, "publish_ack_latency") if r["protocol"] == "jetstream"]
+    assert len(acks) == js["js_publish"] == 3
+    assert all(r["acked"] and r["stream"] == "ORDERS" for r in acks)
+    assert sorted(r["sequence"] for r in acks) == [1, 2, 3]
+    assert all(r["latency_ns"] >= 0 for r in acks)
+    seq = [r for r in _rows(an, "sequence_gaps") if r["protocol"] == "jetstream"]
+    assert len(seq) == 1
+    s = seq[0]
+    assert (s["stream"], s["consumer"]) == ("ORDERS", "proc")
+    assert s["messages"] == js["js_ack"] and (s["first_seq"], s["last_seq"]) == (1, 3)
+    assert s["gaps"] == s["missing"] == s["redeliveries"] == 0
+
+
+def test_rates_talkers_errors(dataset) -> None:
+    _out, an = dataset
+    rates = _rows(an, "rates")
+    assert sum(r["published"] for r in rates) == sum(c["sent"]["messages"]
+                                                     for c in CONNS.values())
+    assert sum(r["delivered"] for r in rates) == sum(c["received"]["messages"]
+                                                     for c in CONNS.values())
+    assert all(r["window_end"] > r["window_start"] for r in rates)
+    talkers = _by_name(_rows(an, "top_talkers"))
+    for name, conn in CONNS.items():
+        (row,) = talkers[name]
+        assert row["published"] == conn["sent"]["messages"]
+        assert row["delivered"] == conn["received"]["messages"]
+        assert row["stream_bytes_c2s"] == conn["sent"]["stream_bytes"]
+    errors = {(r["source"], r["kind"]): r["count"] for r in _rows(an, "error_counts")}
+    assert errors[("nats status", "503")] == 1
+    assert errors[("flow close", "closed")] == len(CONNS)
+    assert not [k for k in errors if k[0] in ("anomaly", "nats -ERR")]
+
+
+def test_analyses_on_empty_and_missing_tables(spark, tmp_path: Path) -> None:
+    t = A.Tables(spark, str(tmp_path))
+    for name, fn in A.ANALYSES.items():
+        assert fn(t).count() == 0, name
+
+
+def test_stan_liftbridge_pulsar_acks_and_sequences(spark, tmp_path: Path) -> None:
+    """The tables other dissectors write, against their samples' sender-side truth."""
+    from analyzer.pipeline import Options, dissect_capture
+
+    names = ("stan-basic", "liftbridge-basic", "pulsar-client")
+    if not all((SAMPLES / f"{n}.pcap").exists() for n in names):
+        pytest.skip("protocol samples missing")
+    for n in names:
+        dissect_capture(SAMPLES / f"{n}.pcap", tmp_path, Options())
+    t = A.load(spark, str(tmp_path))
+    acks = _by_name([r.asDict() for r in A.publish_ack_latency(t).collect()], "protocol")
+    stan = json.loads((SAMPLES / "stan-basic.truth.json").read_text())
+    published = sum(c["data"].get("sent.PubMsg", {}).get("messages", 0)
+                    for c in stan["connections"].values())
+    assert len(acks["stan"]) == published
+    assert all(r["ack_record_id"] is not None for r in acks["stan"])
+    assert acks["pulsar"] and all(r["acked"] for r in acks["pulsar"])
+    assert sum(r["acked"] for r in acks["liftbridge"]) > 0
+    for rows in acks.values():
+        assert all(r["latency_ns"] >= 0 for r in rows if r["ack_record_id"] is not None)
+    seq = [r.asDict() for r in A.sequence_gaps(t).collect()]
+    per_sub = sorted(r["messages"] for r in seq if r["protocol"] == "stan")
+    assert per_sub == sorted(stan["deliveries"].values())
+    assert any(r["protocol"] == "pulsar" for r in seq)

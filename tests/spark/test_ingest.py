@@ -1,0 +1,132 @@
+"""``spark ingest`` writes the dataset ``msgcap dissect`` writes: same tables, rows, ids,
+values and manifest, for many captures at once (one task per file) and for one capture
+split into byte ranges (flows spanning the cuts, fragments, idle expiry, snaplen cuts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzer.cli import main
+from analyzer.pipeline import Options, dissect_capture
+from analyzer.spark.ingest import ingest
+from reassembly.limits import SECOND_NS, Limits
+from tests.spark.helpers import assert_same_dataset, read_tables
+from tests.spark.synth import write_nats_capture
+
+pytestmark = pytest.mark.spark
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SHARED_CAPTURES = [
+    "arkime/socks5-http-302-frag.pcap",  # TCP carried in IPv4 fragments
+    "arkime/tcpseq_synthetic.pcap",  # 6 flows, garbage frames, out-of-order, wraps
+    "spicy-nats/nats-storage.pcap",  # NATS over IPv6 and IPv4: two address pairs
+    "ntop-nDPI/dns_fragmented.pcap",  # 21 UDP flows, fragmented datagrams
+    "ntop-nDPI/badpackets.pcap",  # broken fragments: only anomaly rows
+    "zeek/pcapng-multi-interface.pcapng",
+]
+
+
+def _opts(**kw) -> Options:
+    return Options(strict=True, validate=True, **kw)
+
+
+def _local(paths, out: Path, options: Options) -> Path:
+    for p in paths:
+        dissect_capture(p, out, options)
+    return out
+
+
+def _captures(shared: Path) -> list[Path]:
+    paths = [shared / "captures" / c for c in SHARED_CAPTURES]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        pytest.skip(f"missing shared captures: {missing}")
+    return [SAMPLES / "nats-basic.pcap", *paths]
+
+
+def test_many_files_one_task_each(spark, shared: Path, tmp_path: Path) -> None:
+    paths = _captures(shared)
+    expected = _local(paths, tmp_path / "local", _opts())
+    report = ingest(spark, paths, tmp_path / "spark", options=_opts(), split_bytes=1 << 30)
+    assert set(report.how.values()) == {"file"}
+    assert len(report.results) == len(paths)
+    rows = assert_same_dataset(expected, tmp_path / "spark")
+    assert rows["nats"] > 200 and rows["flows"] > 30
+
+
+def _spanning_flows(out: Path, plans_frames: list[int]) -> int:
+    """Flows whose first and last frames fall in different ranges."""
+    bounds = []
+    total = 0
+    for n in plans_frames:
+        total += n
+        bounds.append(total)
+
+    def rng(frame: int) -> int:
+        return next(i for i, b in enumerate(bounds) if frame <= b)
+
+    flows = read_tables(out)["flows"].to_pylist()
+    return sum(1 for f in flows if rng(f["frame_first"]) != rng(f["frame_last"]))
+
+
+def _range_frames(path: Path, split: int) -> list[int]:
+    from analyzer.spark.split import plan_ranges, probe_layout, scan_range, verify_chain
+
+    layout = probe_layout(str(path), path.stat().st_size)
+    scans = [scan_range(layout, i, a, b) for i, (a, b) in enumerate(plan_ranges(layout, split))]
+    plans, why = verify_chain(layout, scans, lambda i, a, b, f: scan_range(layout, i, a, b, f))
+    assert why is None
+    return [p.frames for p in plans]
+
+
+def test_split_capture_equals_local(spark, shared: Path, tmp_path: Path) -> None:
+    """Each capture cut into at least 4 ranges; at least one flow spans a cut."""
+    for i, path in enumerate(_captures(shared)):
+        split = max(path.stat().st_size // 5, 64)
+        local = _local([path], tmp_path / f"l{i}", _opts())
+        report = ingest(spark, [path], tmp_path / f"s{i}", options=_opts(), split_bytes=split)
+        how = report.how[str(path)]
+        assert how.startswith("split:") and int(how.split(":")[1]) >= 4, (path, how)
+        assert_same_dataset(local, tmp_path / f"s{i}")
+        if path.name == "nats-basic.pcap":
+            assert _spanning_flows(local, _range_frames(path, split)) == 6
+
+
+def test_split_synthetic_multi_host(spark, tmp_path: Path) -> None:
+    """Many hosts (many keys, several dissection tasks), idle expiry driven by the
+    global sweep clock, snaplen cuts (one summary row), lost fragments, and the merging
+    of IP pairs that share a server endpoint."""
+    path = tmp_path / "synth.pcap"
+    write_nats_capture(path, clients=9, rounds=60, idle_gap_s=12, snap_every=53, frag_every=7)
+    limits = Limits(tcp_idle_timeout_ns=5 * SECOND_NS, fragment_timeout_ns=3 * SECOND_NS)
+    local = _local([path], tmp_path / "local", _opts(limits=limits))
+    split = path.stat().st_size // 6
+    for merge in (False, True):
+        out = tmp_path / f"spark-{merge}"
+        report = ingest(spark, [path], out, options=_opts(limits=limits), split_bytes=split,
+                        partitions=3, merge_scopes=merge)
+        assert report.how[str(path)].startswith("split:")
+        rows = assert_same_dataset(local, out)
+    tables = read_tables(local)
+    kinds = tables["anomalies"].column("kind").to_pylist()
+    assert "ip.frag_incomplete" in kinds and kinds.count("ip.truncated") == 2
+    reasons = set(tables["flows"].column("close_reason").to_pylist())
+    assert {"idle-timeout", "end-of-capture", "closed"} <= reasons
+    assert rows["flows"] > 20
+    assert _spanning_flows(local, _range_frames(path, split)) >= 9
+
+
+def test_cli_split_and_overwrite(spark, tmp_path: Path) -> None:
+    path = SAMPLES / "nats-basic.pcap"
+    out = tmp_path / "out"
+    argv = ["spark", "ingest", str(path), "-o", str(out), "--split-bytes", "8000"]
+    assert main(argv) == 0  # clean
+    assert main(argv) == 2  # the capture is already there
+    with pytest.raises(FileExistsError):
+        ingest(spark, [path], out, options=_opts(), split_bytes=8000)
+    ingest(spark, [path], out, options=_opts(overwrite=True), split_bytes=8000)
+    assert not [p for p in out.iterdir() if p.name.startswith(".msgcap-spark")]
+    local = _local([path], tmp_path / "local", _opts())
+    assert_same_dataset(local, out)
