@@ -75,15 +75,21 @@ class Detector:
         fd.stream_id = stream_id
         return fd
 
+    def _options_for(self, fd: FlowDispatch) -> dict[str, Any]:
+        """Session options; a QUIC stream's session also learns its stream id."""
+        if fd.stream_id is None:
+            return self.options
+        return {**self.options, "stream_id": fd.stream_id}
+
     def _start(self, flow: FlowInfo) -> FlowDispatch:
         forced = self.decode_as.get(flow.server.port) or self.decode_as.get(flow.client.port)
-        if forced is not None and forced.transport == flow.transport:
+        if forced is not None and flow.transport in forced.carried_on():
             # its session is made at the flow's first event (``_forced_session``), where
             # the caller guards against dissector errors as for every other call
             return FlowDispatch(flow, [forced], forced=True)
         port = flow.server.port
         ranked = sorted(
-            (d for d in self.dissectors if d.transport == flow.transport),
+            (d for d in self.dissectors if flow.transport in d.carried_on()),
             key=lambda d: (port not in d.default_ports, d.name),
         )
         return FlowDispatch(flow, ranked, forced=False)
@@ -91,7 +97,7 @@ class Detector:
     def _forced_session(self, fd: FlowDispatch) -> Session | None:
         """The flow's session; a forced flow (``--decode-as``) gets it on first use."""
         if fd.session is None and fd.dissector is not None and not fd.unclaimed:
-            fd.session = fd.dissector.session(self.options)
+            fd.session = fd.dissector.session(self._options_for(fd))
             self.on_session(fd)
         return fd.session
 
@@ -145,7 +151,7 @@ class Detector:
 
     def _lock(self, fd: FlowDispatch, cand: type[Dissector]) -> list[Record]:
         fd.dissector = cand
-        fd.session = session = cand.session(self.options)
+        fd.session = session = cand.session(self._options_for(fd))
         self.on_session(fd)
         records: list[Record] = []
         for item in fd.held:

@@ -12,9 +12,12 @@ import pyarrow as pa
 
 from dissectors.quic.table import QUIC_FLOW_FIELDS, QUIC_PACKETS
 from dissectors.tables import TS, Field, TableSpec, register_table
+from dissectors.tls_table import LAYER_FLOW_FIELDS, TLS_TABLE
+from dissectors.websocket_table import WEBSOCKET_TABLE
 
-# quic_packets is written by the pipeline itself (from QUIC layer events), like these two
-__all__ = ["ANOMALIES", "FLOWS", "QUIC_PACKETS"]
+# quic_packets, tls and websocket are written by the pipeline itself (from the QUIC, TLS
+# and WebSocket layers' events), like these two
+__all__ = ["ANOMALIES", "FLOWS", "QUIC_PACKETS", "TLS_TABLE", "WEBSOCKET_TABLE"]
 
 _DIRECTION_COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("packets", pa.int64(), "Packets captured {dir}, including retransmissions and empty ACKs."),
@@ -102,7 +105,8 @@ FLOWS = register_table(
                 "role_source", pa.string(),
                 "How client and server were decided, most to least reliable: `syn` (client's "
                 "SYN seen), `syn-ack` (server's SYN-ACK seen), `port` (well-known or lower "
-                "port taken as the server), `first-packet` (first sender taken as client).",
+                "port taken as the server), `first-packet` (first sender taken as client), "
+                "`quic-initial` (the sender of the QUIC connection's first Initial).",
                 False,
             ),
             Field(
@@ -128,6 +132,7 @@ FLOWS = register_table(
                 False,
             ),
             *QUIC_FLOW_FIELDS,
+            *LAYER_FLOW_FIELDS,
         ),
     )
 )

@@ -19,6 +19,7 @@ from reassembly.limits import SECOND_NS, Limits
 from reassembly.network import NetworkDecoder
 from reassembly.quic.keylog import KeyLog
 from reassembly.quic.layer import QuicLayer, add_capture_secrets
+from reassembly.tls import TlsLayer
 
 TCP, UDP = 6, 17
 
@@ -90,15 +91,40 @@ def capture_damage_events(reader: CaptureReader) -> list[Event]:
     ]
 
 
+def stream_layers(events: Iterable[Event], limits: Limits, keylog: KeyLog) -> Iterator[Event]:
+    """The layers above TCP: TLS decryption (``reassembly.tls``), then WebSocket
+    (``reassembly.websocket``); each replaces the stream events of the flows it takes."""
+    from reassembly.websocket import WebSocketLayer
+
+    return WebSocketLayer(limits).process(TlsLayer(limits, keylog).process(events))
+
+
+def keylog_problems(keylog: KeyLog) -> list[Event]:
+    """Lines of a ``--keylog`` file that did not parse, or were dropped past the limit,
+    as anomalies (shown redacted: see ``reassembly.quic.keylog.redacted_line``)."""
+    out: list[Event] = []
+    if keylog.bad_lines:
+        out.append(Anomaly("quic.keylog", f"{keylog.bad_lines} key-log line(s) of the key log "
+                           f"file do not parse (first: {keylog.first_bad!r})", None, None))
+    if keylog.dropped:
+        out.append(Anomaly("limit.keylog", f"{keylog.dropped} key-log line(s) of the key log "
+                           f"file dropped: more than {len(keylog)} client randoms", None, None))
+    return out
+
+
 def capture_events(
     reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None
 ) -> Iterator[Event]:
-    """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams
-    (keys from ``keylog`` and from pcapng Decryption Secrets Blocks as they appear), and
-    the capture's damage at the end."""
+    """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
+    TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
+    Secrets Blocks as they appear), and the capture's damage at the end."""
     limits = limits or Limits()
+    if keylog is not None:
+        # a key log file's own bad lines (pcapng DSBs are checked as they come)
+        yield from keylog_problems(keylog)
     out: list[Event] = []
-    quic = QuicLayer(limits, out.append, keylog)
+    reassembler = Reassembler(limits)
+    quic = QuicLayer(limits, out.append, keylog, reassembler.flows.swap_roles)
     info = reader.info
 
     def frames() -> Iterator[Frame]:
@@ -108,7 +134,8 @@ def capture_events(
                 seen = add_capture_secrets(quic, info.secrets, seen)
             yield frame
 
-    yield from quic.process(Reassembler(limits).process(frames()), out)
+    quic_events = quic.process(reassembler.process(frames()), out)
+    yield from stream_layers(quic_events, limits, quic.keylog)
     yield from capture_damage_events(reader)
 
 

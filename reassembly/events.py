@@ -42,6 +42,7 @@ class RoleSource(IntEnum):
     SYN_ACK = 1  # we saw the server's SYN-ACK (SYN missing or captured later)
     PORT = 2  # no handshake: the well-known / lower port is taken as the server
     FIRST_PACKET = 3  # ports gave no hint: the first sender is taken as the client
+    QUIC_INITIAL = 4  # the sender of a QUIC connection's first Initial is the client
 
     @property
     def label(self) -> str:
@@ -272,3 +273,106 @@ class QuicStreamEnd:
 
 
 QuicEvent = QuicPacket | QuicHandshake | QuicStreamEnd
+
+
+# -- TLS over TCP (reassembly.tls) and WebSocket (reassembly.websocket) ----------------
+# Appended for the TLS and WebSocket layers.  Each takes the ``StreamData``/``StreamGap``
+# of the TCP flows it recognises and emits, in their place, ``StreamData``/``StreamGap``
+# of the bytes it carries (decrypted application data; joined, unmasked, inflated
+# WebSocket message payloads) in a new offset space per direction, stamped with the
+# times and frames of the packets that carried the TLS records / WebSocket frames.
+# ``FlowInfo.stream_bytes``/``gap_bytes`` of such a flow then count the carried bytes
+# (what dissectors see), not the TCP bytes; ``TlsConnection`` keeps the TCP-level
+# counts.  A flow whose TLS cannot be decrypted is passed through unchanged.
+
+
+@dataclass(slots=True, frozen=True)
+class TlsConnection:
+    """One TLS connection on a TCP flow, emitted once, just before its ``StreamClose``.
+
+    ``start_offsets`` are the TCP stream offsets (c2s, s2c) where TLS began (0 unless a
+    plaintext exchange such as NATS's INFO came first); ``decrypted`` says whether its
+    records were decrypted, ``undecrypted_reason`` why not (or why some were not).  The
+    per-direction tuples are (c2s, s2c).  ``ts_ns``/``frame`` are those of its first
+    record.
+    """
+
+    flow: FlowInfo
+    ts_ns: int
+    frame: int
+    ts_last_ns: int
+    frame_last: int
+    start_offsets: tuple[int | None, int | None]
+    end_offsets: tuple[int | None, int | None]
+    client_random: str | None
+    sni: str | None
+    alpn: tuple[str, ...]  # offered by the client
+    alpn_selected: str | None
+    tls_versions: tuple[int, ...]  # supported_versions offered
+    tls_version: int | None  # negotiated (0x0303 = TLS 1.2, 0x0304 = TLS 1.3)
+    cipher_suites: tuple[int, ...]  # offered
+    cipher_suite: int | None  # selected
+    early_data: bool
+    hello_retry: bool
+    resumption: bool  # the client offered a PSK / session id (1.3 PSK, 1.2 ticket or id)
+    decrypted: bool
+    undecrypted_reason: str | None
+    records: tuple[int, int]
+    record_bytes: tuple[int, int]  # TCP bytes of TLS records (headers included)
+    app_bytes: tuple[int, int]  # decrypted application data delivered
+    undecrypted_records: tuple[int, int]  # encrypted records that could not be opened
+    lost_bytes: tuple[int, int]  # TCP bytes of TLS lost to gaps or skipped while resyncing
+    key_updates: tuple[int, int]
+    alerts: tuple[str, ...]  # "c2s warning close_notify", "s2c encrypted" ...
+
+
+@dataclass(slots=True, frozen=True)
+class WebSocketHandshake:
+    """An HTTP/1.1 upgrade to WebSocket (RFC 6455 §4) seen on a flow, emitted when the
+    server's response has been read (``status`` 101 when accepted).  Offsets/provenance
+    are those of the request (c2s) in the stream below WebSocket (TCP or decrypted TLS)."""
+
+    flow: FlowInfo
+    offset: int
+    nbytes: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+    method: str
+    path: str
+    host: str | None
+    origin: str | None
+    user_agent: str | None
+    key: str | None
+    protocols: tuple[str, ...]  # Sec-WebSocket-Protocol offered
+    extensions: str | None  # Sec-WebSocket-Extensions offered
+    status: int | None
+    accept_ok: bool | None  # Sec-WebSocket-Accept matches the key (RFC 6455 §4.2.2)
+    protocol: str | None  # selected
+    extensions_accepted: str | None
+    deflate: bool  # permessage-deflate in use
+    response_offset: int | None
+    response_nbytes: int | None
+
+
+@dataclass(slots=True, frozen=True)
+class WebSocketControl:
+    """A WebSocket control frame (RFC 6455 §5.5): ``opcode`` 8 close, 9 ping, 10 pong.
+    Offsets are those of the frame in the stream below WebSocket."""
+
+    flow: FlowInfo
+    direction: Direction
+    offset: int
+    nbytes: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+    opcode: int
+    payload: bytes
+    close_code: int | None = None
+    close_reason: str | None = None
+
+
+LayerEvent = TlsConnection | WebSocketHandshake | WebSocketControl

@@ -292,6 +292,22 @@ class FlowTable:
         self._end(state, "closed" if isinstance(state, _Tcp) and state.closing else "idle-timeout")
         return None
 
+    def swap_roles(self, info: FlowInfo, source: RoleSource) -> None:
+        """A layer above learned the roles better than the port hint did (QUIC: who sent
+        the first Initial): swap client and server of a UDP flow in place."""
+        keys = self._keys.get(info.flow_id)
+        if keys is None or info.transport is not Transport.UDP:
+            return
+        info.client, info.server = info.server, info.client
+        for counts in (info.packets, info.payload_bytes, info.stream_bytes, info.gap_bytes,
+                       info.overlap_conflicts, info.mid_stream):
+            counts.reverse()
+        info.role_source = source
+        key_c2s, key_s2c = keys[1], keys[0]
+        self._keys[info.flow_id] = (key_c2s, key_s2c)
+        self._by_key[key_c2s] = (info, Direction.C2S)
+        self._by_key[key_s2c] = (info, Direction.S2C)
+
     def _is_new_connection(self, conn: _Tcp, direction: Direction, seq: int) -> bool:
         """A bare SYN on a known 4-tuple starts a new connection unless it repeats the SYN."""
         if conn.closing:

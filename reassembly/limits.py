@@ -60,3 +60,14 @@ class Limits:
     # QUIC streams (per direction) reassembled at once per connection; each buffers
     # like a TCP direction.  Data of further streams is reported, not reassembled.
     quic_max_streams: int = 1024
+    # TLS over TCP (reassembly.tls).  Bytes of one direction held while it is not yet
+    # known whether a connection can be decrypted (from the ClientHello to the
+    # ServerHello), and the largest TLS handshake message read (certificate chains are
+    # a few KiB; a bigger one is skipped, the record layer goes on).
+    tls_max_held_bytes: int = 256 * 1024
+    tls_max_handshake_bytes: int = 256 * 1024
+    # WebSocket (reassembly.websocket).  Largest HTTP upgrade request/response header
+    # block read, and the most bytes one permessage-deflate message may inflate to
+    # (a decompression bomb is cut there: the rest of the message becomes a gap).
+    ws_max_handshake_bytes: int = 16 * 1024
+    ws_max_inflated_bytes: int = 64 * 1024 * 1024

@@ -31,7 +31,11 @@ NATS_TABLE = register_table(
         "One row per NATS client-protocol operation (INFO, CONNECT, PUB, HPUB, SUB, UNSUB, "
         "MSG, HMSG, PING, PONG, +OK, -ERR), in stream order per direction. A row's offsets "
         "cover its control line, headers, payload and trailing CRLF. Malformed or "
-        "unrecognised bytes produce `anomalies` rows (kinds `nats.*`), never silent skips.",
+        "unrecognised bytes produce `anomalies` rows (kinds `nats.*`), never silent skips. "
+        "NATS over TLS (decrypted with a key log) or over WebSocket lands here too: the "
+        "flow's `layers` (`flows` table) names the transport, and the offsets then count "
+        "the decrypted / unframed byte stream the rows were read from. Route, gateway and "
+        "leaf-node links are in `nats_cluster`.",
         (
             Field(
                 "op", _STR,
@@ -167,17 +171,22 @@ NATS_TABLE = register_table(
             ),
             Field(
                 "client_user", _STR,
-                "CONNECT `user` (the password, if any, is only in `json_raw`).",
+                "CONNECT `user` (an account name, kept; the password is not).",
             ),
             Field(
                 "auth_fields", pa.list_(_STR),
                 "CONNECT: names of the credential fields present, among user, pass, "
-                "auth_token, jwt, nkey, sig (values only in `json_raw`).",
+                "auth_token, jwt, nkey, sig (their values: see `json_raw`).",
             ),
             Field(
                 "json_raw", _STR,
                 "INFO/CONNECT: the JSON argument exactly as sent (also when it does not "
-                "parse; a `nats.bad_json` anomaly says why). May contain credentials.",
+                "parse; a `nats.bad_json` anomaly says why), except that the values of "
+                "CONNECT's pass, auth_token, jwt, sig and nkey (names matched like nats-server "
+                "does: any case, escapes resolved) are replaced by the JSON string "
+                "`<redacted len=N sha256=HEX>` (UTF-8 length and SHA-256 of the value) unless "
+                "`msgcap dissect --keep-secrets`; if a secret cannot be located, the whole "
+                "text is one such marker.",
             ),
             Field(
                 "max_payload_exceeded", _BOOL,

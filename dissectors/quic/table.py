@@ -195,24 +195,29 @@ _TLS_VERSIONS = {0x0304: "TLS 1.3", 0x0303: "TLS 1.2"}
 
 QUIC_FLOW_FIELDS: tuple[Field, ...] = (
     Field("quic_version", _I64, "QUIC flows: QUIC version of the connection (see quic_packets)."),
-    Field("tls_sni", _STR, "QUIC flows: server name (SNI) from the ClientHello."),
+    Field("tls_sni", _STR, "QUIC and TLS flows: server name (SNI) from the ClientHello."),
     Field(
-        "tls_alpn", pa.list_(_STR), "QUIC flows: ALPN protocols the ClientHello offers, in order."
+        "tls_alpn", pa.list_(_STR),
+        "QUIC and TLS flows: ALPN protocols the ClientHello offers, in order."
     ),
     Field(
         "tls_alpn_selected", _STR,
-        "QUIC flows: ALPN protocol the server chose (EncryptedExtensions; needs the "
-        "Handshake secrets).",
+        "QUIC and TLS flows: ALPN protocol the server chose (EncryptedExtensions, which "
+        "needs the Handshake secrets; TLS 1.2: the ServerHello).",
     ),
     Field(
         "tls_client_random", _STR,
-        "QUIC flows: ClientHello random, hex: the key the connection's secrets are filed "
+        "QUIC and TLS flows: ClientHello random, hex: the key the connection's secrets are filed "
         "under in an SSLKEYLOGFILE.",
     ),
-    Field("tls_version", _STR, "QUIC flows: TLS version the ServerHello selects (`TLS 1.3`)."),
+    Field(
+        "tls_version", _STR,
+        "QUIC and TLS flows: TLS version the ServerHello selects (`TLS 1.3`, `TLS 1.2`).",
+    ),
     Field(
         "tls_cipher_suite", _STR,
-        "QUIC flows: cipher suite the ServerHello selects, e.g. TLS_AES_128_GCM_SHA256.",
+        "QUIC and TLS flows: cipher suite the ServerHello selects, e.g. "
+        "TLS_AES_128_GCM_SHA256 (TLS over TCP: see the `tls` table).",
     ),
     Field(
         "quic_initial_dcid", _STR,

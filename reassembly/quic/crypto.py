@@ -12,15 +12,20 @@ labels and Retry integrity key; pre-RFC drafts use older salts with the v1 label
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
-from enum import IntEnum
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+# HKDF, HKDF-Expand-Label, the TLS 1.3 suites and the AEAD keys of a traffic secret are
+# shared with TLS over TCP (``reassembly.tlscommon``); re-exported here for QUIC's users
+from reassembly.tlscommon import (
+    AeadKeys,
+    CipherSuite,
+    hkdf_expand_label,
+    hkdf_extract,
+    suites_for_secret,
+)
 
 __all__ = [
     "VERSION_1",
@@ -34,6 +39,7 @@ __all__ = [
     "initial_protections",
     "initial_secrets",
     "retry_integrity_tag",
+    "suites_for_secret",
     "version_params",
 ]
 
@@ -42,37 +48,6 @@ VERSION_2 = 0x6B3343CF
 
 AEAD_TAG_BYTES = 16
 SAMPLE_BYTES = 16  # RFC 9001 §5.4.2: the header-protection sample
-
-
-class CipherSuite(IntEnum):
-    """TLS 1.3 cipher suites QUIC can use (RFC 8446 §B.4; CCM_8 is not allowed)."""
-
-    AES_128_GCM_SHA256 = 0x1301
-    AES_256_GCM_SHA384 = 0x1302
-    CHACHA20_POLY1305_SHA256 = 0x1303
-    AES_128_CCM_SHA256 = 0x1304
-
-    @property
-    def label(self) -> str:
-        """IANA name, e.g. ``TLS_AES_128_GCM_SHA256``."""
-        return f"TLS_{self.name}"
-
-
-# suite -> (hash, AEAD key length)
-_SUITES: dict[int, tuple[type[hashes.HashAlgorithm], int]] = {
-    CipherSuite.AES_128_GCM_SHA256: (hashes.SHA256, 16),
-    CipherSuite.AES_256_GCM_SHA384: (hashes.SHA384, 32),
-    CipherSuite.CHACHA20_POLY1305_SHA256: (hashes.SHA256, 32),
-}
-
-
-def suites_for_secret(secret_len: int) -> tuple[CipherSuite, ...]:
-    """Suites whose hash output has this length (to try when the ServerHello is unknown)."""
-    if secret_len == 32:
-        return (CipherSuite.AES_128_GCM_SHA256, CipherSuite.CHACHA20_POLY1305_SHA256)
-    if secret_len == 48:
-        return (CipherSuite.AES_256_GCM_SHA384,)
-    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,29 +113,6 @@ def is_greased(version: int) -> bool:
     return version & 0x0F0F0F0F == 0x0A0A0A0A
 
 
-# -- HKDF (RFC 5869 via ``cryptography``; TLS 1.3 labels RFC 8446 §7.1) --------------
-
-
-def hkdf_extract(salt: bytes, ikm: bytes, hash_cls: type[hashes.HashAlgorithm] = hashes.SHA256):
-    """HKDF-Extract(salt, IKM) = HMAC-Hash(salt, IKM) (RFC 5869 §2.2)."""
-    h = hmac.HMAC(salt, hash_cls())
-    h.update(ikm)
-    return h.finalize()
-
-
-def hkdf_expand_label(
-    secret: bytes,
-    label: bytes,
-    context: bytes,
-    length: int,
-    hash_cls: type[hashes.HashAlgorithm] = hashes.SHA256,
-) -> bytes:
-    """TLS 1.3 HKDF-Expand-Label (RFC 8446 §7.1): the label is prefixed with "tls13 "."""
-    full = b"tls13 " + label
-    info = struct.pack("!HB", length, len(full)) + full + bytes([len(context)]) + context
-    return HKDFExpand(hash_cls(), length, info).derive(secret)
-
-
 def initial_secrets(version: int, dcid: bytes) -> tuple[bytes, bytes]:
     """(client_initial_secret, server_initial_secret) for a client DCID (RFC 9001 §5.2)."""
     params = _VERSIONS[version]
@@ -175,30 +127,29 @@ def initial_secrets(version: int, dcid: bytes) -> tuple[bytes, bytes]:
 
 
 class PacketProtection:
-    """Keys of one sender at one level and key generation (RFC 9001 §5.1, §6)."""
+    """Keys of one sender at one level and key generation (RFC 9001 §5.1, §6): the
+    TLS 1.3 traffic keys (``AeadKeys``) under the version's label prefix, plus the
+    header-protection key."""
 
-    __slots__ = ("suite", "secret", "key", "iv", "hp", "params", "_aead", "_hp_ecb", "_hash")
+    __slots__ = ("suite", "secret", "key", "iv", "hp", "params", "_keys", "_hp_ecb")
 
     def __init__(
         self, suite: int, secret: bytes, params: VersionParams, hp: bytes | None = None
     ) -> None:
-        hash_cls, key_len = _SUITES[suite]
         prefix = params.label_prefix
-        self.suite = CipherSuite(suite)
+        keys = self._keys = AeadKeys(suite, secret, prefix)
+        self.suite = keys.suite
         self.secret = secret
         self.params = params
-        self._hash = hash_cls
-        self.key = hkdf_expand_label(secret, prefix + b"key", b"", key_len, hash_cls)
-        self.iv = hkdf_expand_label(secret, prefix + b"iv", b"", 12, hash_cls)
+        self.key = keys.key
+        self.iv = keys.iv
         # header-protection keys survive key updates (RFC 9001 §6: "hp" is not updated)
         self.hp = hp if hp is not None else hkdf_expand_label(
-            secret, prefix + b"hp", b"", key_len, hash_cls
+            secret, prefix + b"hp", b"", len(keys.key), keys.hash_cls
         )
         if suite == CipherSuite.CHACHA20_POLY1305_SHA256:
-            self._aead = ChaCha20Poly1305(self.key)
             self._hp_ecb = None
         else:
-            self._aead = AESGCM(self.key)
             # ECB is stateless block by block, so one encryptor serves every sample
             self._hp_ecb = Cipher(algorithms.AES(self.hp), modes.ECB()).encryptor()
 
@@ -213,23 +164,15 @@ class PacketProtection:
 
     def open(self, packet_number: int, header: bytes, ciphertext: bytes) -> bytes | None:
         """AEAD-decrypt a payload (RFC 9001 §5.3); None when the tag does not verify."""
-        iv = self.iv
-        nonce = (int.from_bytes(iv, "big") ^ packet_number).to_bytes(len(iv), "big")
-        try:
-            return self._aead.decrypt(nonce, ciphertext, header)
-        except InvalidTag:
-            return None
+        return self._keys.open(packet_number, header, ciphertext)
 
     def seal(self, packet_number: int, header: bytes, plaintext: bytes) -> bytes:
         """AEAD-encrypt a payload (the inverse of :meth:`open`; tests and tools)."""
-        iv = self.iv
-        nonce = (int.from_bytes(iv, "big") ^ packet_number).to_bytes(len(iv), "big")
-        return self._aead.encrypt(nonce, plaintext, header)
+        return self._keys.seal(packet_number, header, plaintext)
 
     def next_generation(self) -> PacketProtection:
         """Keys after a key update: secret <- HKDF-Expand-Label(secret, "quic ku") (§6.1)."""
-        ku = self.params.label_prefix + b"ku"
-        nxt = hkdf_expand_label(self.secret, ku, b"", len(self.secret), self._hash)
+        nxt = self._keys.updated_secret(self.params.label_prefix + b"ku")
         return PacketProtection(self.suite, nxt, self.params, self.hp)
 
 

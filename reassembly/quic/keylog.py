@@ -1,7 +1,8 @@
 """NSS key log files (SSLKEYLOGFILE), as Wireshark reads them.
 
 Each line is ``LABEL <client random, 64 hex> <secret, hex>``; ``#`` starts a comment.
-TLS 1.3 (and so QUIC) writes CLIENT_EARLY_TRAFFIC_SECRET, CLIENT/SERVER_HANDSHAKE_
+TLS 1.2 writes ``CLIENT_RANDOM <client random> <master secret>``; TLS 1.3 (and so
+QUIC) writes CLIENT_EARLY_TRAFFIC_SECRET, CLIENT/SERVER_HANDSHAKE_
 TRAFFIC_SECRET, CLIENT/SERVER_TRAFFIC_SECRET_0 and EXPORTER_SECRET per connection,
 keyed by the ClientHello's random.  Lines can arrive in pieces (pcapng Decryption
 Secrets Blocks appear mid-capture), so :meth:`KeyLog.add` accepts any amount of text
@@ -10,7 +11,9 @@ and remembers an unfinished last line until the rest comes.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 
 __all__ = ["MAX_CLIENT_RANDOMS", "KeyLog", "Labels"]
 
@@ -21,6 +24,25 @@ MAX_CLIENT_RANDOMS = 1_000_000
 # Longest line kept while waiting for its end (a real line is < 300 bytes).
 MAX_LINE_BYTES = 4096
 
+_LABEL = re.compile(r"[A-Z0-9_]{1,64}")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_RANDOM = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def redacted_line(line: str) -> str:
+    """A key-log line fit for a report: the label and the client random (public: it is
+    in the ClientHello) are kept, every other token becomes ``<redacted len=N
+    sha256=HEX>``, so a malformed line never puts a secret into the output."""
+    out = []
+    for i, tok in enumerate(line.split()):
+        label = i == 0 and _LABEL.fullmatch(tok) and not _HEX.fullmatch(tok)
+        if label or (i == 1 and _RANDOM.fullmatch(tok)):
+            out.append(tok)
+        else:
+            raw = tok.encode("utf-8", "surrogateescape")
+            out.append(f"<redacted len={len(raw)} sha256={hashlib.sha256(raw).hexdigest()}>")
+    return " ".join(out)
+
 
 class Labels:
     CLIENT_EARLY = "CLIENT_EARLY_TRAFFIC_SECRET"
@@ -28,6 +50,8 @@ class Labels:
     SERVER_HANDSHAKE = "SERVER_HANDSHAKE_TRAFFIC_SECRET"
     CLIENT_TRAFFIC_0 = "CLIENT_TRAFFIC_SECRET_0"
     SERVER_TRAFFIC_0 = "SERVER_TRAFFIC_SECRET_0"
+    # TLS 1.2 and earlier (TLS over TCP): the 48-byte master secret
+    CLIENT_RANDOM = "CLIENT_RANDOM"
 
 
 class KeyLog:
@@ -88,7 +112,7 @@ class KeyLog:
     def _note_bad(self, line: str) -> None:
         self.bad_lines += 1
         if self.first_bad is None:
-            self.first_bad = line[:120]
+            self.first_bad = redacted_line(line[:MAX_LINE_BYTES])[:400]
 
     def _line(self, line: str) -> int:
         line = line.strip()

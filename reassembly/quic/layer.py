@@ -46,14 +46,17 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 from reassembly.events import (
     Anomaly,
     Datagram,
+    Direction,
     Event,
     FlowEnd,
     FlowInfo,
     QuicPacket,
+    RoleSource,
 )
 from reassembly.limits import Limits
 from reassembly.quic.connection import (
@@ -88,8 +91,15 @@ class QuicLayer:
     """Datagram → QUIC events adapter (see the module docstring)."""
 
     def __init__(
-        self, limits: Limits, emit: Callable[[Event], None], keylog: KeyLog | None = None
+        self,
+        limits: Limits,
+        emit: Callable[[Event], None],
+        keylog: KeyLog | None = None,
+        swap_roles: Callable[[FlowInfo, RoleSource], None] | None = None,
     ) -> None:
+        """``swap_roles`` (the flow table's) fixes a UDP flow whose port hint named the
+        wrong side: the sender of a connection's first Initial is the client."""
+        self._swap_roles = swap_roles
         self.limits = limits
         self._emit = emit
         self.keylog = keylog if keylog is not None else KeyLog()
@@ -156,6 +166,7 @@ class QuicLayer:
                     return False
                 conn = self._path_by_long_header(ev)
                 if conn is None:
+                    ev = self._client_sent(ev)
                     conn = self._new_connection(flow, ev.ts_ns, ev.frame)
             else:
                 conn = self._path_by_short_header(ev)
@@ -167,6 +178,17 @@ class QuicLayer:
         self._datagram(conn, ev)
         self._drain()
         return True
+
+    def _client_sent(self, ev: Datagram) -> Datagram:
+        """A connection's first packet comes from its client: make the flow say so."""
+        flow = ev.flow
+        if self._swap_roles is None or flow.role_source in (RoleSource.SYN, RoleSource.SYN_ACK):
+            return ev
+        if ev.direction is Direction.S2C:
+            self._swap_roles(flow, RoleSource.QUIC_INITIAL)
+            return replace(ev, direction=Direction.C2S)
+        flow.role_source = RoleSource.QUIC_INITIAL
+        return ev
 
     def close_flow(self, flow: FlowInfo, ts_ns: int) -> None:
         """A UDP flow ended (``FlowEnd``): a connection started on it ends too."""
@@ -340,6 +362,7 @@ class QuicLayer:
         n = len(data)
         pos = 0
         index = 0
+        first_dcid = b""
         while pos < n:
             if data[pos] & FORM_LONG:
                 try:
@@ -347,11 +370,21 @@ class QuicLayer:
                 except HeaderError as exc:
                     self._bad(ev, pos, index, str(exc))
                     return
+                if not index:
+                    first_dcid = hdr.dcid
                 conn = self._long_packet(conn, ev, hdr, index)
                 pos = hdr.end
             else:
                 if index and not any(data[pos:]):
                     return  # zero bytes padding the datagram after its last packet
+                if index and data[pos + 1 : pos + 1 + len(first_dcid)] != first_dcid:
+                    # not a short-header packet of this datagram's connection: packets
+                    # coalesced in one datagram share their DCID (RFC 9000 §12.2), so
+                    # what follows is trailing junk, not 1-RTT data (the fixed bit says
+                    # nothing: peers may grease it, RFC 9287)
+                    self._bad(ev, pos, index, "trailing bytes after the last packet (their "
+                              "DCID differs from the first packet's, RFC 9000 §12.2)")
+                    return
                 self._short_packet(conn, ev, pos, index)
                 pos = n
             index += 1

@@ -101,6 +101,7 @@ FLOWS_EXPECTED += [
     ("tls_version", pa.string(), True),
     ("tls_cipher_suite", pa.string(), True),
     ("quic_initial_dcid", pa.string(), True),
+    ("layers", pa.list_(pa.string()), True),
 ]
 
 ANOMALIES_EXPECTED = [

@@ -1,0 +1,543 @@
+"""NATS server-to-server protocols: routes, gateways, leaf nodes (table ``nats_cluster``).
+
+Facts (nats-io/nats-server ``server/parser.go``, ``route.go``, ``leafnode.go``,
+``gateway.go``; restated, and checked against nats-server 2.15 on the wire):
+
+* Same text framing as the client protocol: a control line ending in CRLF, ops
+  case-insensitive, arguments separated by runs of spaces/tabs, a message's payload is
+  exactly the declared size followed by CRLF.  Both sides send ``INFO <json>``; the side
+  that opened the connection also sends ``CONNECT <json>``.  ``PING``/``PONG``/``+OK``/
+  ``-ERR`` as for clients.
+* Routes (default port 6222) and gateways (7222): ``RS+ <account> <subject> [<queue>
+  <weight>]``, ``RS- <account> <subject> [<queue>]``, ``RMSG <account> <subject>
+  [<reply>] <size>``, ``HMSG <account> <subject> [<reply>] <hdr size> <size>``; with
+  queue subscribers the reply position holds ``+ <reply>`` or ``|`` followed by the
+  queue names.  A route dedicated to one account (2.10+ pinned accounts, the system
+  account's route) leaves the account out.  Leaf-node interest crossing a route carries
+  its origin cluster: ``LS+ <origin> <account> <subject> [<queue> <weight>]``, ``LS-
+  <origin> <account> <subject> [<queue>]``, ``LMSG <origin> <account> <subject> [...]
+  <hdr size> <size>`` (always with a header size).  Gateways also send ``A+ <account>`` /
+  ``A- <account>`` (account interest).
+* Leaf-node connections (7422) are bound to one account, which is not on the wire:
+  ``LS+ <subject> [<queue> <weight>]``, ``LS- <subject> [<queue>]``, ``LMSG <subject>
+  [...] <size>``, ``HMSG <subject> [...] <hdr size> <size>``.  Leaf connections of
+  2.10+ servers negotiate S2 compression by default (``"compression":"s2_auto"``); a
+  compressed direction cannot be read (one ``nats_cluster.compressed`` anomaly).
+
+The kind of link is learned from the INFO/CONNECT JSON (``gateway`` → gateway;
+``remote_account``/``info_on_connect`` → leaf; ``route_pool_size``/``lnoc``/a CONNECT with
+``cluster`` → route) and, failing that, from the ops themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from dissectors.api import (
+    Direction,
+    Dissector,
+    Field,
+    Record,
+    Session,
+    Span,
+    TableSpec,
+    Transport,
+    Verdict,
+    payload_fields,
+    register_table,
+)
+from dissectors.framing import (
+    NEED_MORE,
+    Block,
+    Dropped,
+    Line,
+    LineFramer,
+    Oversize,
+    Resynced,
+    TrailerStatus,
+)
+from dissectors.nats import parser as nats_parser
+
+__all__ = ["NATS_CLUSTER_TABLE", "NatsClusterDissector", "NatsClusterSession", "is_cluster_json"]
+
+DEFAULT_PAYLOAD_CAP = 4096
+# Control lines of server links are bounded by nats-server's max_control_line (4 KiB by
+# default) except INFO, which lists URLs; this bound only caps memory.
+MAX_LINE_BYTES = 65536
+_TABLE = "nats_cluster"
+_STR = pa.string()
+_CLUSTER_OPS = ("RS+", "RS-", "LS+", "LS-", "RMSG", "LMSG", "A+", "A-")
+_ALL_OPS = (*_CLUSTER_OPS, "HMSG", "INFO", "CONNECT", "PING", "PONG", "+OK", "-ERR")
+_OP_BYTES = {op.encode(): op for op in _ALL_OPS}
+# JSON members only server links send (see the module docstring)
+_ROUTE_KEYS = ("route_pool_size", "lnoc", "lnocu", "ln", "route_account")
+_LEAF_KEYS = ("remote_account", "info_on_connect", "leafnode", "compress_mode")
+_GATEWAY_KEYS = ("gateway", "gateway_url", "gateway_urls", "gateway_cmd")
+
+NATS_CLUSTER_TABLE = register_table(
+    TableSpec(
+        _TABLE,
+        1,
+        "One row per operation on a NATS server-to-server connection: routes within a "
+        "cluster, gateways between clusters, leaf-node connections (INFO, CONNECT, RS+, "
+        "RS-, LS+, LS-, RMSG, LMSG, HMSG, A+, A-, PING, PONG, +OK, -ERR). A message "
+        "published by a client is found here on its way to subscribers on other servers "
+        "(same subject, payload_sha256 as its `nats` PUB row); interest propagation "
+        "(RS+/LS+) shows which server asked for which subjects. Malformed lines are "
+        "`anomalies` (kinds `nats_cluster.*`).",
+        (
+            Field("op", _STR, "Operation, canonical upper case.", False),
+            Field("link", _STR, "Kind of server link: `route`, `gateway`, `leaf`, or "
+                  "`unknown` when nothing told yet (learned from INFO/CONNECT and the ops)."),
+            Field("origin", _STR, "LS+/LS-/LMSG on a route: the cluster the leaf-node "
+                  "interest or message came from."),
+            Field("account", _STR, "Account of the subscription or message (`$G` is the "
+                  "global account). Leaf connections: the account the link is bound to "
+                  "when the CONNECT said (`remote_account`), else null; pinned-account "
+                  "routes do not send it."),
+            Field("subject", _STR, "RS±/LS±: subject of interest (wildcards as sent); "
+                  "RMSG/LMSG/HMSG: subject the message was published to."),
+            Field("reply_to", _STR, "RMSG/LMSG/HMSG: reply subject; null if none."),
+            Field("queue", _STR, "RS±/LS±: queue group of the interest; null for a plain "
+                  "subscription."),
+            Field("queue_weight", pa.int32(), "RS+/LS+: number of queue members behind "
+                  "this interest."),
+            Field("queues", pa.list_(_STR), "RMSG/LMSG/HMSG: queue groups the message is "
+                  "for (after the `+ reply` / `|` marker); empty when none."),
+            Field("header_len", pa.int64(), "HMSG/LMSG: declared header size (bytes)."),
+            *payload_fields(),
+            Field("headers", pa.map_(_STR, pa.list_(_STR)), "HMSG/LMSG with headers: the "
+                  "header fields, name to values in order."),
+            Field("server_id", _STR, "INFO/CONNECT: `server_id` (CONNECT of a route: "
+                  "`name`) of the sending server."),
+            Field("server_name", _STR, "INFO: `server_name`; CONNECT of a leaf: `name`."),
+            Field("cluster", _STR, "INFO/CONNECT: `cluster` name of the sending server."),
+            Field("gateway", _STR, "INFO/CONNECT of a gateway: its `gateway` name."),
+            Field("error", _STR, "-ERR: the error text without quotes."),
+            Field("json_raw", _STR, "INFO/CONNECT: the JSON argument as sent."),
+            Field("incomplete", pa.bool_(), "True when a gap or the stream end cut the "
+                  "message after its control line (payload columns null).", False),
+        ),
+    )
+)
+
+
+def is_cluster_json(line: bytes) -> bool:
+    """Does an ``INFO {...}`` / ``CONNECT {...}`` line come from a server link?"""
+    try:
+        op, _, rest = line.strip().partition(b" ")
+        obj = json.loads(rest)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    if not isinstance(obj, dict):
+        return False
+    keys = (*_ROUTE_KEYS, *_LEAF_KEYS, *_GATEWAY_KEYS)
+    if any(k in obj for k in keys):
+        return True
+    return op.upper() == b"CONNECT" and "cluster" in obj
+
+
+def _link_of(obj: dict[str, Any], op: str) -> str | None:
+    if any(k in obj for k in _GATEWAY_KEYS):
+        return "gateway"
+    if any(k in obj for k in _LEAF_KEYS):
+        return "leaf"
+    if any(k in obj for k in _ROUTE_KEYS) or (op == "CONNECT" and "cluster" in obj):
+        return "route"
+    return None
+
+
+def _verb(line: bytes) -> tuple[str | None, list[bytes]]:
+    args = nats_parser.split_args(line)
+    if not args:
+        return None, args
+    return _OP_BYTES.get(args[0].upper()), args
+
+
+def resync(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
+    """The next line that starts with an op of server links (``framing.ResyncFn``)."""
+    p: int | None = 0
+    if prev_byte is not None and prev_byte != 0x0A:
+        lf = buf.find(b"\n")
+        p = lf + 1 if lf >= 0 else None
+    while p is not None and p < len(buf):
+        head = bytes(buf[p : p + 8]).upper()
+        for op in _OP_BYTES:
+            if head.startswith(op) or op.startswith(head):
+                if len(head) < len(op) + 1 and op.startswith(head):
+                    return p, False  # too short to tell
+                return p, True
+        lf = buf.find(b"\n", p)
+        p = lf + 1 if lf >= 0 else None
+    return len(buf), False
+
+
+class _Dir:
+    __slots__ = ("framer", "values", "line", "stage", "hdr_len", "pay_len", "compressed")
+
+    def __init__(self) -> None:
+        self.framer = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync)
+        self.values: dict[str, Any] | None = None
+        self.line: Line | None = None
+        self.stage = 0
+        self.hdr_len = -1
+        self.pay_len = -1
+        self.compressed = False
+
+
+class NatsClusterSession(Session):
+    """One route / gateway / leaf-node connection (both directions)."""
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        options = options or {}
+        cap = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
+        self.payload_cap = cap if cap is None or (type(cap) is int and cap >= 0) else 4096
+        self._dirs = (_Dir(), _Dir())
+        self.link: str | None = None
+        self.pinned: bool | None = None  # a route that does not send the account
+        self.bound_account: str | None = None  # leaf: the account of the link
+
+    # -- Session API ----------------------------------------------------------------------
+
+    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        st = self._dirs[direction]
+        st.framer.feed(data, span)
+        return self._drain(direction, st)
+
+    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
+        st = self._dirs[direction]
+        out: list[Record] = []
+        for ev in st.framer.gap(offset, nbytes):
+            self._flushed(direction, st, ev, out, False)
+        self._account(direction, st)
+        return out
+
+    def close(self, ts_ns: int) -> list[Record]:
+        out: list[Record] = []
+        for d in (Direction.C2S, Direction.S2C):
+            st = self._dirs[d]
+            for ev in st.framer.close():
+                self._flushed(d, st, ev, out, True)
+            self._account(d, st)
+        return out
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _account(self, direction: Direction, st: _Dir) -> None:
+        self.decoded_bytes[direction] = st.framer.decoded_bytes
+        self.undecoded_bytes[direction] = st.framer.undecoded_bytes
+
+    def _drain(self, direction: Direction, st: _Dir) -> list[Record]:
+        out: list[Record] = []
+        while True:
+            ev = st.framer.next_event()
+            if ev is NEED_MORE:
+                break
+            t = type(ev)
+            if t is Line:
+                self._on_line(direction, st, ev, out)
+            elif t is Block:
+                self._on_block(direction, st, ev, out)
+            elif t is Oversize:
+                self._anomaly(out, "nats_cluster.line_too_long",
+                              f"control line of {ev.nbytes} bytes skipped", direction, ev)
+                st.framer.start_resync()
+            elif t is Resynced:
+                self._anomaly(out, "nats_cluster.resync",
+                              f"skipped {ev.end - ev.start} bytes", direction, ev)
+        self._account(direction, st)
+        return out
+
+    def _flushed(self, direction: Direction, st: _Dir, ev: Any, out: list[Record],
+                 at_close: bool) -> None:
+        t = type(ev)
+        if t is Block:
+            self._on_block(direction, st, ev, out)
+        elif t is Resynced:
+            self._anomaly(out, "nats_cluster.resync", f"skipped {ev.end - ev.start} bytes",
+                          direction, ev)
+        elif t is Dropped:
+            if ev.kind == "block" and st.values is not None and st.line is not None:
+                values, line = st.values, st.line
+                values["incomplete"] = True
+                values["payload_len"] = st.pay_len if st.pay_len >= 0 else None
+                if st.hdr_len >= 0:
+                    values["header_len"] = st.hdr_len
+                out.append(Record(_TABLE, direction, line.start, max(ev.end, line.end),
+                                  line.ts_first_ns, ev.ts_last_ns, line.frame_first,
+                                  ev.frame_last, values))
+                st.values = st.line = None
+                st.stage = 0
+            where = "the end of the stream" if at_close else "a gap"
+            self._anomaly(out, "nats_cluster.gap" if not at_close else "nats_cluster.eof",
+                          f"partial {ev.kind} of {ev.end - ev.start} bytes cut by {where}",
+                          direction, ev)
+
+    def _anomaly(self, out: list[Record], kind: str, detail: str, direction: Direction,
+                 ev: Any) -> None:
+        out.append(Record.anomaly(kind, detail, direction, ev.start, ev.end, ev.ts_first_ns,
+                                  ev.ts_last_ns, ev.frame_first, ev.frame_last))
+
+    def _on_line(self, direction: Direction, st: _Dir, ev: Line, out: list[Record]) -> None:
+        line = ev.data
+        if line[:4] == b"\xff\x06\x00\x00":  # S2 stream identifier chunk: compressed
+            st.framer.reject(ev.end - ev.start)
+            self._anomaly(out, "nats_cluster.compressed",
+                          "S2-compressed stream (the link negotiated compression); the rest "
+                          "of this direction is left undecoded", direction, ev)
+            st.framer.abandon()
+            return
+        op, args = _verb(line)
+        if op is None:
+            st.framer.reject(ev.end - ev.start)
+            self._anomaly(out, "nats_cluster.unknown_op",
+                          f"not an operation of server links: {nats_parser.show(line)}",
+                          direction, ev)
+            st.framer.start_resync()
+            return
+        values: dict[str, Any] = {"op": op, "incomplete": False}
+        try:
+            hdr, total = self._parse(op, args, line, values)
+        except ValueError as exc:
+            st.framer.reject(ev.end - ev.start)
+            self._anomaly(out, "nats_cluster.bad_args", f"{exc}: {nats_parser.show(line)}",
+                          direction, ev)
+            st.framer.start_resync()
+            return
+        values["link"] = self.link or "unknown"
+        if total < 0:
+            out.append(Record(_TABLE, direction, ev.start, ev.end, ev.ts_first_ns,
+                              ev.ts_last_ns, ev.frame_first, ev.frame_last, values))
+            return
+        st.values, st.line = values, ev
+        st.hdr_len = hdr
+        st.pay_len = total - max(hdr, 0)
+        if hdr > 0:
+            st.stage = 1
+            st.framer.read_exact(hdr, keep_bytes=65536)
+        else:
+            st.stage = 2
+            if hdr == 0:
+                values["header_len"] = 0
+            st.framer.read_exact(st.pay_len, keep_bytes=self.payload_cap, sha256=True,
+                                 trailer=b"\r\n", lenient_trailers=(b"\n",))
+
+    def _on_block(self, direction: Direction, st: _Dir, ev: Block, out: list[Record]) -> None:
+        values, line = st.values, st.line
+        if values is None or line is None:  # pragma: no cover - framer/session out of step
+            return
+        if st.stage == 1:
+            values["header_len"] = ev.nbytes
+            headers, _code, _desc, _problems = nats_parser.parse_headers(ev.data)
+            values["headers"] = headers
+            st.stage = 2
+            st.framer.read_exact(st.pay_len, keep_bytes=self.payload_cap, sha256=True,
+                                 trailer=b"\r\n", lenient_trailers=(b"\n",))
+            return
+        data = ev.data
+        values["payload"] = data
+        values["payload_len"] = ev.nbytes
+        values["payload_sha256"] = ev.sha256
+        values["payload_truncated"] = len(data) < ev.nbytes
+        out.append(Record(_TABLE, direction, line.start, ev.end, line.ts_first_ns,
+                          ev.ts_last_ns, line.frame_first, ev.frame_last, values))
+        st.values = st.line = None
+        st.stage = 0
+        if ev.trailer not in (TrailerStatus.OK, TrailerStatus.LENIENT):
+            self._anomaly(out, "nats_cluster.bad_trailer",
+                          f"{values['op']} payload of {ev.nbytes} bytes not followed by CRLF",
+                          direction, ev)
+            if ev.trailer is not TrailerStatus.MISSING:
+                st.framer.start_resync()
+
+    # -- parsing --------------------------------------------------------------------------
+
+    def _learn(self, link: str | None) -> None:
+        if link is not None and self.link is None:
+            self.link = link
+
+    def _parse(self, op: str, args: list[bytes], line: bytes, v: dict[str, Any]) -> tuple[int, int]:
+        """Fill ``v``; returns (header size or -1, total size or -1)."""
+        txt = nats_parser.text
+        rest = args[1:]
+        if op in ("PING", "PONG", "+OK"):
+            return -1, -1
+        if op == "-ERR":
+            v["error"] = txt(line[4:].strip().strip(b"'"))
+            return -1, -1
+        if op in ("INFO", "CONNECT"):
+            raw = line.split(None, 1)[1] if len(args) > 1 else b""
+            v["json_raw"] = txt(raw)
+            try:
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                obj = None
+            if isinstance(obj, dict):
+                self._learn(_link_of(obj, op))
+                if "route_account" in obj:
+                    self.pinned = True
+                for col, key in (("server_id", "server_id"), ("server_name", "server_name"),
+                                 ("cluster", "cluster"), ("gateway", "gateway")):
+                    val = obj.get(key)
+                    if isinstance(val, str):
+                        v[col] = val
+                if op == "CONNECT" and isinstance(obj.get("name"), str):
+                    v.setdefault("server_id", obj["name"])
+                acc = obj.get("remote_account")
+                if isinstance(acc, str) and acc:
+                    self.bound_account = acc
+            return -1, -1
+        if op in ("A+", "A-"):
+            self._learn("gateway")
+            if len(rest) != 1:
+                raise ValueError(f"{op} takes 1 argument, got {len(rest)}")
+            v["account"] = txt(rest[0])
+            return -1, -1
+        if op in ("RS+", "RS-"):
+            self._learn("route")
+            return self._sub(op, rest, v, origin=False)
+        if op in ("LS+", "LS-"):
+            if self.link is None:
+                # on a route LS± carries origin + account; on a leaf neither
+                self._learn("route" if len(rest) in (3, 5) and not rest[-1].isdigit()
+                            or len(rest) == 5 else "leaf")
+            return self._sub(op, rest, v, origin=self.link in ("route", "gateway"))
+        # messages
+        if op == "RMSG":
+            self._learn("route")
+        lead = 0
+        with_hdr = op == "HMSG"
+        if op == "LMSG" and self.link is None:
+            self._learn("route" if len(rest) >= 5 and rest[-2].isdigit() else "leaf")
+        if self.link in ("route", "gateway"):
+            lead = 0 if self.pinned and self.link == "route" else 1
+            if op == "LMSG":
+                lead += 1
+                with_hdr = True
+        return self._msg(op, rest, lead, with_hdr, v)
+
+    def _sub(self, op: str, rest: list[bytes], v: dict[str, Any], origin: bool) -> tuple[int, int]:
+        txt = nats_parser.text
+        plus = op.endswith("+")
+        if origin:
+            if not rest:
+                raise ValueError(f"{op} without arguments")
+            v["origin"] = txt(rest[0])
+            rest = rest[1:]
+        n = len(rest)
+        # [account] subject [queue [weight]]: the count tells whether the account is there
+        if plus:
+            if n not in (1, 2, 3, 4):
+                raise ValueError(f"{op} takes 1 to 4 arguments, got {n}")
+            has_acc = n in (2, 4)
+        else:
+            if n not in (1, 2, 3):
+                raise ValueError(f"{op} takes 1 to 3 arguments, got {n}")
+            # 2 arguments: "account subject", or "subject queue" where no account is sent
+            has_acc = n == 3 or (n == 2 and not self.pinned and self.link != "leaf")
+        if self.link == "route" and not origin and plus:
+            self.pinned = not has_acc
+        if has_acc:
+            v["account"] = txt(rest[0])
+            rest = rest[1:]
+        elif self.link == "leaf" and self.bound_account:
+            v["account"] = self.bound_account
+        v["subject"] = txt(rest[0])
+        if len(rest) >= 2:
+            v["queue"] = txt(rest[1])
+        if plus and len(rest) >= 3:
+            w = nats_parser.parse_size(rest[2])
+            if w < 0:
+                raise ValueError(f"bad queue weight {rest[2]!r}")
+            v["queue_weight"] = w
+        return -1, -1
+
+    def _msg(self, op: str, rest: list[bytes], lead: int, with_hdr: bool,
+             v: dict[str, Any]) -> tuple[int, int]:
+        txt = nats_parser.text
+        nsizes = 2 if with_hdr else 1
+        if len(rest) < lead + 1 + nsizes:
+            raise ValueError(f"{op} with too few arguments ({len(rest)})")
+        fixed = rest[:lead]
+        if lead == 2:
+            v["origin"], v["account"] = txt(fixed[0]), txt(fixed[1])
+        elif lead == 1:
+            if op == "LMSG" and self.link in ("route", "gateway"):
+                v["origin"] = txt(fixed[0])
+            else:
+                v["account"] = txt(fixed[0])
+        elif self.link == "leaf" and self.bound_account:
+            v["account"] = self.bound_account
+        v["subject"] = txt(rest[lead])
+        middle = rest[lead + 1 : len(rest) - nsizes]
+        sizes = rest[len(rest) - nsizes :]
+        queues: list[str] = []
+        if len(middle) == 1:
+            v["reply_to"] = txt(middle[0])
+        elif len(middle) >= 2:
+            mark = middle[0]
+            if mark == b"+":
+                v["reply_to"] = txt(middle[1])
+                queues = [txt(q) for q in middle[2:]]
+            elif mark == b"|":
+                queues = [txt(q) for q in middle[1:]]
+            else:
+                raise ValueError(f"bad reply indicator {nats_parser.show(mark, 20)!r}")
+        v["queues"] = queues
+        total = nats_parser.parse_size(sizes[-1])
+        hdr = nats_parser.parse_size(sizes[0]) if with_hdr else -1
+        if total < 0 or (with_hdr and (hdr < 0 or hdr > total)):
+            raise ValueError("bad size")
+        return hdr, total
+
+
+class NatsClusterDissector(Dissector):
+    name: ClassVar[str] = "nats_cluster"
+    description: ClassVar[str] = (
+        "NATS route / gateway / leaf-node protocol (RS+/RS-/LS+/LS-/RMSG/LMSG/HMSG/A+/A-)"
+    )
+    transport: ClassVar[Transport] = Transport.TCP
+    default_ports: ClassVar[tuple[int, ...]] = (6222, 7222, 7422)
+    tables: ClassVar[tuple[TableSpec, ...]] = (NATS_CLUSTER_TABLE,)
+
+    @classmethod
+    def probe(cls, direction: Direction, prefix: bytes) -> Verdict:
+        """YES on a cluster op, on an INFO/CONNECT whose JSON only server links send, or
+        on an INFO sent by the connecting side (clients never send INFO)."""
+        try:
+            p = 0
+            for _ in range(8):
+                if p >= len(prefix):
+                    return Verdict.NEED_MORE
+                lf = prefix.find(b"\n", p)
+                line = prefix[p:] if lf < 0 else prefix[p:lf]
+                op, args = _verb(line if lf >= 0 else line + b" ")
+                if op is None:
+                    head = bytes(line[:8]).upper()
+                    if lf < 0 and any(o.startswith(head) for o in _OP_BYTES) and head:
+                        return Verdict.NEED_MORE
+                    return Verdict.NO
+                if op in _CLUSTER_OPS:
+                    return Verdict.YES
+                if op in ("INFO", "CONNECT"):
+                    if lf < 0:
+                        return Verdict.NEED_MORE if len(prefix) < 8192 else Verdict.NO
+                    if is_cluster_json(line):
+                        return Verdict.YES
+                    if op == "INFO" and direction == Direction.C2S:
+                        return Verdict.YES
+                    return Verdict.NO
+                if lf < 0:
+                    return Verdict.NEED_MORE
+                p = lf + 1
+            return Verdict.NEED_MORE
+        except Exception:  # a probe never raises
+            return Verdict.NO
+
+    @classmethod
+    def session(cls, options: dict[str, Any]) -> Session:
+        return NatsClusterSession(options)

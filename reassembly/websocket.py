@@ -1,0 +1,634 @@
+"""The WebSocket layer: stream events in, WebSocket message payload streams out.
+
+Strategy (sans-IO, after wsproto; one ``_Conn`` per WebSocket flow):
+
+* **Upgrade** (RFC 6455 §4).  A TCP flow whose client direction, as this layer sees it
+  (raw TCP, or the decrypted stream of the TLS layer below: ``wss``), starts with
+  ``GET `` is held until the request's header block is complete (at most
+  ``Limits.ws_max_handshake_bytes``).  A request with ``Upgrade: websocket`` waits for
+  the response; ``101`` makes the flow WebSocket from the byte after each header block,
+  anything else lets both directions through unchanged.  Either way one
+  ``WebSocketHandshake`` event records the exchange.  Any port; a flow captured after
+  its upgrade is not recognised (nothing in a frame header says "WebSocket").
+* **Frames** (RFC 6455 §5).  Headers are read as they come (up to 14 bytes); payloads
+  are unmasked as they arrive (the mask position carries across chunks), so a large
+  frame is never buffered.  Data frames (text, binary, continuation) of a message are
+  joined: their payload bytes form one byte stream per direction, in a new offset space
+  from 0, delivered as ``StreamData`` stamped with the packets that carried them.
+  Control frames (close, ping, pong: at most 125 bytes) are collected and emitted as
+  ``WebSocketControl``; they may arrive between the fragments of a message.
+* **permessage-deflate** (RFC 7692).  When the response accepted it, a message whose
+  first frame has RSV1 set is inflated (raw DEFLATE, the ``00 00 ff ff`` tail added at
+  the message end), with the sliding window kept across messages unless the
+  ``*_no_context_takeover`` parameter of that direction was agreed.  One message may
+  inflate to ``Limits.ws_max_inflated_bytes`` at most: the rest is cut (a gap).
+* **Loss.**  A gap inside an uncompressed frame's payload becomes a gap of the same
+  size in the message stream and reading goes on.  A gap in a frame header, or across
+  frames, loses the framing; a gap in a compressed message loses the inflate window
+  (unless there is no context takeover, then only that message).  A direction that lost
+  its framing delivers the rest of its bytes as one gap per chunk
+  (``websocket-unreadable``) with one ``websocket.lost_sync`` anomaly.
+
+Byte accounting: as for TLS, ``FlowInfo.stream_bytes``/``gap_bytes`` of a WebSocket flow
+count the message stream (what dissectors see), not the frames.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zlib
+from collections.abc import Iterable, Iterator
+
+from reassembly.events import (
+    Anomaly,
+    Direction,
+    Event,
+    FlowInfo,
+    StreamClose,
+    StreamData,
+    StreamGap,
+    WebSocketControl,
+    WebSocketHandshake,
+)
+from reassembly.limits import Limits
+
+__all__ = ["WebSocketLayer", "accept_key", "parse_extensions"]
+
+_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
+_GET = b"GET "
+_TAIL = b"\x00\x00\xff\xff"  # RFC 7692 §7.2.2
+MAX_CONTROL_PAYLOAD = 125  # RFC 6455 §5.5
+OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
+_OP_NAMES = {OP_CLOSE: "close", OP_PING: "ping", OP_PONG: "pong"}
+_C2S, _S2C = Direction.C2S, Direction.S2C
+# side modes
+_FRAMES, _DEAD = 1, 2
+
+
+def accept_key(key: str) -> str:
+    """Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 §4.2.2 item 5.4)."""
+    return base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
+
+
+def parse_extensions(value: str | None) -> dict[str, dict[str, str]]:
+    """``permessage-deflate; client_max_window_bits`` → {name: {param: value}} (the
+    first offer of each extension)."""
+    out: dict[str, dict[str, str]] = {}
+    if not value:
+        return out
+    for ext in value.split(","):
+        parts = [p.strip() for p in ext.split(";") if p.strip()]
+        if not parts:
+            continue
+        params = {}
+        for p in parts[1:]:
+            k, _, v = p.partition("=")
+            params[k.strip().lower()] = v.strip().strip('"')
+        out.setdefault(parts[0].lower(), params)
+    return out
+
+
+def _head(block: bytes) -> tuple[str, dict[str, str]]:
+    """First line and headers (lower-case names; repeated ones joined by ", ")."""
+    lines = block.decode("latin-1").split("\r\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            continue
+        name = name.strip().lower()
+        value = value.strip()
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return lines[0], headers
+
+
+def _unmask(data: bytes, mask: bytes, pos: int) -> bytes:
+    """XOR with the 4-byte mask starting at mask position ``pos`` (RFC 6455 §5.3)."""
+    n = len(data)
+    if not n:
+        return data
+    rot = mask[pos % 4 :] + mask[: pos % 4]
+    key = (rot * (n // 4 + 1))[:n]
+    return (int.from_bytes(data, "little") ^ int.from_bytes(key, "little")).to_bytes(n, "little")
+
+
+class _Side:
+    __slots__ = (
+        "direction", "mode", "out_off", "hdr", "hdr_off", "hdr_ts", "hdr_frame", "remaining",
+        "mask", "mask_pos", "opcode", "fin", "control", "msg_op", "msg_deflate", "inflater",
+        "inflated", "no_context", "skip_msg", "masked_reported", "frames", "messages",
+    )
+
+    def __init__(self, direction: Direction) -> None:
+        self.direction = direction
+        self.mode = _FRAMES
+        self.out_off = 0
+        self.hdr = bytearray()
+        self.hdr_off = 0  # offset (below) of the current frame's first byte
+        self.hdr_ts = 0
+        self.hdr_frame = 0
+        self.remaining = -1  # payload bytes left in the current frame; -1: reading a header
+        self.mask: bytes | None = None
+        self.mask_pos = 0
+        self.opcode = 0
+        self.fin = True
+        self.control = bytearray()
+        self.msg_op: int | None = None  # opcode of the data message in progress
+        self.msg_deflate = False
+        self.inflater = None
+        self.inflated = 0
+        self.no_context = False
+        self.skip_msg = False  # the rest of this message is lost (inflate cut or gap)
+        self.masked_reported = False
+        self.frames = 0
+        self.messages = 0
+
+
+class _Conn:
+    __slots__ = ("flow", "state", "req", "req_events", "req_bytes", "resp", "resp_events",
+                 "resp_bytes", "request", "sides", "deflate", "reported")
+
+    def __init__(self, flow: FlowInfo) -> None:
+        self.flow = flow
+        self.state = "request"  # request → response → ws
+        self.req = bytearray()
+        self.req_events: list[StreamData] = []
+        self.req_bytes = 0
+        self.resp = bytearray()
+        self.resp_events: list[Event] = []
+        self.resp_bytes = 0
+        self.request: dict | None = None
+        self.sides = (_Side(_C2S), _Side(_S2C))
+        self.deflate = False
+        self.reported: set[str] = set()
+
+
+class WebSocketLayer:
+    """Stream events → WebSocket message streams (see the module docstring)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._out: list[Event] = []
+        self._conns: dict[int, _Conn] = {}
+        self._seen: set[int] = set()  # flows whose first client chunk was looked at
+        self.counters = {"connections": 0, "frames": 0}
+
+    def process(self, events: Iterable[Event]) -> Iterator[Event]:
+        out = self._out
+        for ev in events:
+            t = type(ev)
+            if (t is StreamData or t is StreamGap) and ev.stream_id is None:  # type: ignore[union-attr]
+                self.stream(ev)  # type: ignore[arg-type]
+            elif t is StreamClose:
+                self.close(ev)  # type: ignore[arg-type]
+            else:
+                out.append(ev)
+            if out:
+                yield from out
+                out.clear()
+
+    # -- routing --------------------------------------------------------------------------
+
+    def stream(self, ev: StreamData | StreamGap) -> None:
+        fid = ev.flow.flow_id
+        conn = self._conns.get(fid)
+        if conn is None:
+            if fid not in self._seen:
+                self._seen.add(fid)
+                if (ev.direction == _C2S and type(ev) is StreamData
+                        and _GET.startswith(ev.data[:4])):  # type: ignore[union-attr]
+                    conn = self._conns[fid] = _Conn(ev.flow)
+                    self._request(conn, ev)  # type: ignore[arg-type]
+                    return
+            self._out.append(ev)
+            return
+        if conn.state == "ws":
+            self._frames_input(conn, conn.sides[ev.direction], ev)
+        elif conn.state == "request":
+            if ev.direction == _C2S:
+                if type(ev) is StreamGap:
+                    self._release(conn)
+                    self._out.append(ev)
+                else:
+                    self._request(conn, ev)  # type: ignore[arg-type]
+            else:  # the server spoke before the request was complete: not WebSocket
+                self._release(conn)
+                self._out.append(ev)
+        else:  # waiting for the response
+            if ev.direction == _C2S:
+                conn.req_events.append(ev)  # type: ignore[arg-type]
+                if type(ev) is StreamData:
+                    conn.req_bytes += len(ev.data)  # type: ignore[union-attr]
+                if conn.req_bytes > self.limits.ws_max_handshake_bytes + (1 << 20):
+                    self._release(conn)
+            elif type(ev) is StreamGap:
+                conn.resp_events.append(ev)
+                self._release(conn)
+            else:
+                self._response(conn, ev)  # type: ignore[arg-type]
+
+    def close(self, ev: StreamClose) -> None:
+        fid = ev.flow.flow_id
+        self._seen.discard(fid)
+        conn = self._conns.pop(fid, None)
+        if conn is not None and conn.state != "ws":
+            self._release(conn)
+        self._out.append(ev)
+
+    def _release(self, conn: _Conn) -> None:
+        """Not (or no longer possibly) WebSocket: everything held goes on unchanged."""
+        if conn.state == "response" and conn.request is not None:
+            self._handshake_event(conn, None, {}, None)
+        self._conns.pop(conn.flow.flow_id, None)
+        self._out.extend(conn.req_events)
+        self._out.extend(conn.resp_events)
+        conn.req_events, conn.resp_events = [], []
+        conn.state = "none"
+
+    # -- handshake ------------------------------------------------------------------------
+
+    def _request(self, conn: _Conn, ev: StreamData) -> None:
+        conn.req_events.append(ev)
+        conn.req_bytes += len(ev.data)
+        conn.req += ev.data
+        if len(conn.req) < 4:
+            return
+        if conn.req[:4] != _GET:
+            self._release(conn)
+            return
+        end = conn.req.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.req) > self.limits.ws_max_handshake_bytes:
+                self._release(conn)
+            return
+        line, headers = _head(bytes(conn.req[:end]))
+        if "websocket" not in headers.get("upgrade", "").lower():
+            self._release(conn)
+            return
+        parts = line.split(" ")
+        first = conn.req_events[0]
+        conn.request = {
+            "end": end + 4,
+            "method": parts[0],
+            "path": parts[1] if len(parts) > 1 else "",
+            "headers": headers,
+            "offset": first.offset,
+            "ts_first": first.ts_first_ns,
+            "frame_first": first.frame_first,
+            "ts_last": ev.ts_last_ns,
+            "frame_last": ev.frame_last,
+        }
+        conn.state = "response"
+        conn.req = bytearray()
+
+    def _response(self, conn: _Conn, ev: StreamData) -> None:
+        conn.resp_events.append(ev)
+        conn.resp_bytes += len(ev.data)
+        conn.resp += ev.data
+        if len(conn.resp) >= 5 and conn.resp[:5] != b"HTTP/":
+            self._release(conn)
+            return
+        end = conn.resp.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.resp) > self.limits.ws_max_handshake_bytes:
+                self._release(conn)
+            return
+        line, headers = _head(bytes(conn.resp[:end]))
+        parts = line.split(" ")
+        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        first = conn.resp_events[0]
+        resp = {"offset": first.offset, "nbytes": end + 4}
+        if status != 101 or "websocket" not in headers.get("upgrade", "").lower():
+            self._handshake_event(conn, status, headers, resp)
+            conn.request = None
+            self._release(conn)
+            return
+        self._handshake_event(conn, status, headers, resp)
+        self._upgrade(conn, end + 4, headers)
+
+    def _handshake_event(self, conn: _Conn, status: int | None, headers: dict[str, str],
+                         resp: dict | None) -> None:
+        req = conn.request
+        if req is None:
+            return
+        rh = req["headers"]
+        key = rh.get("sec-websocket-key")
+        accept = headers.get("sec-websocket-accept")
+        exts = parse_extensions(headers.get("sec-websocket-extensions"))
+        deflate = status == 101 and "permessage-deflate" in exts
+        conn.deflate = deflate
+        if deflate:
+            params = exts["permessage-deflate"]
+            conn.sides[_C2S].no_context = "client_no_context_takeover" in params
+            conn.sides[_S2C].no_context = "server_no_context_takeover" in params
+        self._out.append(WebSocketHandshake(
+            conn.flow, req["offset"], req["end"], req["ts_first"], req["ts_last"],
+            req["frame_first"], req["frame_last"], req["method"], req["path"], rh.get("host"),
+            rh.get("origin"), rh.get("user-agent"), key,
+            tuple(p.strip() for p in rh.get("sec-websocket-protocol", "").split(",")
+                  if p.strip()),
+            rh.get("sec-websocket-extensions"), status,
+            None if key is None or accept is None else accept == accept_key(key),
+            headers.get("sec-websocket-protocol"), headers.get("sec-websocket-extensions"),
+            deflate, resp["offset"] if resp else None, resp["nbytes"] if resp else None,
+        ))
+        if status is not None and status != 101:
+            self._out.append(Anomaly(
+                "websocket.refused",
+                f"WebSocket upgrade of {req['path']!r} answered with HTTP {status}; the flow "
+                "is passed on as it is", req["ts_first"], req["frame_first"], conn.flow, _S2C,
+            ))
+        self.counters["connections"] += status == 101
+
+    def _upgrade(self, conn: _Conn, resp_end: int, headers: dict[str, str]) -> None:
+        conn.state = "ws"
+        flow = conn.flow
+        req = conn.request
+        assert req is not None
+        req_events, resp_events = conn.req_events, conn.resp_events
+        conn.req_events, conn.resp_events = [], []
+        for side, events, hdr_end in ((conn.sides[_C2S], req_events, req["end"]),
+                                      (conn.sides[_S2C], resp_events, resp_end)):
+            base = events[0].offset if events else 0
+            for ev in events:
+                if type(ev) is StreamData:
+                    flow.stream_bytes[side.direction] -= len(ev.data)  # type: ignore[union-attr]
+                    # the bytes after the header block are the first frames
+                    cut = base + hdr_end - ev.offset
+                    if cut < len(ev.data):  # type: ignore[union-attr]
+                        part = ev.data[max(cut, 0):]  # type: ignore[union-attr]
+                        flow.stream_bytes[side.direction] += len(part)
+                        self._frames_input(conn, side, StreamData(
+                            flow, ev.direction, ev.offset + max(cut, 0), part, ev.ts_first_ns,
+                            ev.ts_last_ns, ev.frame_first, ev.frame_last))
+                else:
+                    self._frames_input(conn, side, ev)
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def _frames_input(self, conn: _Conn, side: _Side, ev: StreamData | StreamGap) -> None:
+        flow = conn.flow
+        d = side.direction
+        if type(ev) is StreamGap:
+            flow.gap_bytes[d] -= ev.nbytes  # type: ignore[union-attr]
+            self._gap(conn, side, ev)  # type: ignore[arg-type]
+            return
+        data = ev.data  # type: ignore[union-attr]
+        flow.stream_bytes[d] -= len(data)
+        if side.mode == _DEAD:
+            self._emit_gap(conn, side, len(data), ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
+                           "websocket-unreadable")
+            return
+        out = bytearray()
+        i, n = 0, len(data)
+        off = ev.offset
+        while i < n and side.mode == _FRAMES:
+            if side.remaining < 0:
+                i = self._header(conn, side, data, i, ev, out)
+                continue
+            take = min(side.remaining, n - i)
+            chunk = data[i : i + take]
+            if side.mask is not None:
+                chunk = _unmask(chunk, side.mask, side.mask_pos)
+            side.mask_pos += take
+            side.remaining -= take
+            i += take
+            op = side.opcode
+            if op >= 8:
+                side.control += chunk
+            elif op in (OP_CONT, OP_TEXT, OP_BINARY) and side.msg_op is not None:
+                self._payload(conn, side, chunk, ev, out)
+            if side.remaining == 0:
+                self._frame_end(conn, side, ev, out, off + i)
+        if side.mode == _DEAD and i < n:
+            self._flush(conn, side, out, ev)
+            self._emit_gap(conn, side, n - i, ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
+                           "websocket-unreadable")
+            return
+        self._flush(conn, side, out, ev)
+
+    def _header(self, conn: _Conn, side: _Side, data: bytes, i: int, ev: StreamData,
+                out: bytearray) -> int:
+        hdr = side.hdr
+        if not hdr:
+            side.hdr_off = ev.offset + i
+            side.hdr_ts, side.hdr_frame = ev.ts_first_ns, ev.frame_first
+        need = 2
+        while True:
+            if len(hdr) < need:
+                take = min(need - len(hdr), len(data) - i)
+                hdr += data[i : i + take]
+                i += take
+                if len(hdr) < need:
+                    return i
+            b1 = hdr[1]
+            ln = b1 & 0x7F
+            full = 2 + (2 if ln == 126 else 8 if ln == 127 else 0) + (4 if b1 & 0x80 else 0)
+            if need == full:
+                break
+            need = full
+        b0 = hdr[0]
+        fin, rsv, op = bool(b0 & 0x80), (b0 >> 4) & 7, b0 & 0x0F
+        masked = bool(b1 & 0x80)
+        pos = 2
+        if ln == 126:
+            ln = int.from_bytes(hdr[2:4], "big")
+            pos = 4
+        elif ln == 127:
+            ln = int.from_bytes(hdr[2:10], "big")
+            pos = 10
+        mask = bytes(hdr[pos : pos + 4]) if masked else None
+        side.hdr = bytearray()
+        side.frames += 1
+        self.counters["frames"] += 1
+        problem = None
+        if ln >> 63:
+            problem = f"frame length {ln} has its most significant bit set"
+        elif op in (3, 4, 5, 6, 7) or op > 10:
+            problem = f"reserved opcode {op}"
+        elif op >= 8 and (ln > MAX_CONTROL_PAYLOAD or not fin):
+            problem = f"control frame (opcode {op}) of {ln} bytes{'' if fin else ', fragmented'}"
+        elif rsv & 3 or (rsv & 4 and (not conn.deflate or op == OP_CONT or op >= 8)):
+            problem = f"RSV bits {rsv:03b} set on opcode {op} without an extension defining them"
+        elif op == OP_CONT and side.msg_op is None:
+            problem = "continuation frame without a message in progress"
+        if problem is not None:
+            self._lost(conn, side, f"bad frame header at offset {side.hdr_off}: {problem}",
+                       ev, out)
+            return i
+        if masked != (side.direction == _C2S) and not side.masked_reported:
+            side.masked_reported = True
+            self._anomaly(conn, side, "websocket.masking",
+                          f"{side.direction.short} frame {'with' if masked else 'without'} a "
+                          "mask (RFC 6455 §5.1: clients mask, servers do not); read anyway",
+                          side.hdr_ts, side.hdr_frame, side.hdr_off)
+        if op in (OP_TEXT, OP_BINARY):
+            if side.msg_op is not None:
+                self._anomaly(conn, side, "websocket.bad_frame",
+                              f"new data frame at offset {side.hdr_off} while a fragmented "
+                              "message was still open; the open message ends here",
+                              side.hdr_ts, side.hdr_frame, side.hdr_off)
+                self._message_end(conn, side, ev, out)
+            side.msg_op = op
+            side.msg_deflate = bool(rsv & 4)
+            side.inflated = 0
+            side.skip_msg = False
+        side.opcode, side.fin, side.mask, side.mask_pos = op, fin, mask, 0
+        side.remaining = ln
+        side.control = bytearray()
+        if ln == 0:
+            self._frame_end(conn, side, ev, out, ev.offset + i)
+        return i
+
+    def _payload(self, conn: _Conn, side: _Side, chunk: bytes, ev: StreamData,
+                 out: bytearray) -> None:
+        if side.skip_msg:
+            return
+        if not side.msg_deflate:
+            out += chunk
+            return
+        self._inflate(conn, side, chunk, ev, out)
+
+    def _inflate(self, conn: _Conn, side: _Side, chunk: bytes, ev: StreamData,
+                 out: bytearray) -> None:
+        if side.inflater is None:
+            side.inflater = zlib.decompressobj(-15)
+        cap = self.limits.ws_max_inflated_bytes
+        room = cap - side.inflated
+        try:
+            got = side.inflater.decompress(chunk, room + 1)
+        except zlib.error as exc:
+            self._inflate_lost(conn, side, f"permessage-deflate data does not inflate ({exc})",
+                               ev, out)
+            return
+        if len(got) > room:
+            got = got[:room]
+            out += got
+            side.inflated += len(got)
+            self._anomaly(conn, side, "limit.websocket_inflate",
+                          f"a {side.direction.short} message inflates to more than {cap} bytes "
+                          "(limit ws_max_inflated_bytes); the rest of it is cut",
+                          ev.ts_first_ns, ev.frame_first, side.hdr_off)
+            self._inflate_lost(conn, side, None, ev, out)
+            return
+        side.inflated += len(got)
+        out += got
+
+    def _inflate_lost(self, conn: _Conn, side: _Side, why: str | None, ev: StreamData,
+                      out: bytearray) -> None:
+        """The inflate window is gone: the rest of the message (and, with context
+        takeover, of the direction) cannot be read."""
+        if side.no_context:
+            if why:
+                self._anomaly(conn, side, "websocket.inflate_error",
+                              f"{why}; the rest of the message is lost", ev.ts_first_ns,
+                              ev.frame_first, side.hdr_off)
+            side.skip_msg = True
+            side.inflater = None
+            return
+        self._lost(conn, side, (why or "a message was cut") + " and the inflate window is "
+                   "shared across messages (context takeover)", ev, out)
+
+    def _frame_end(self, conn: _Conn, side: _Side, ev: StreamData, out: bytearray,
+                   end_off: int) -> None:
+        op = side.opcode
+        side.remaining = -1
+        if op >= 8:
+            self._flush(conn, side, out, ev)
+            payload = bytes(side.control)
+            code = reason = None
+            if op == OP_CLOSE and len(payload) >= 2:
+                code = int.from_bytes(payload[:2], "big")
+                reason = payload[2:].decode("utf-8", "backslashreplace")
+            self._out.append(WebSocketControl(
+                conn.flow, side.direction, side.hdr_off, end_off - side.hdr_off, side.hdr_ts,
+                ev.ts_last_ns, side.hdr_frame, ev.frame_last, op, payload, code, reason,
+            ))
+            side.control = bytearray()
+            return
+        if side.fin and side.msg_op is not None:
+            self._message_end(conn, side, ev, out)
+
+    def _message_end(self, conn: _Conn, side: _Side, ev: StreamData, out: bytearray) -> None:
+        if side.msg_deflate and not side.skip_msg:
+            self._inflate(conn, side, _TAIL, ev, out)
+        if side.msg_deflate and side.no_context:
+            side.inflater = None
+        side.msg_op = None
+        side.skip_msg = False
+        side.messages += 1
+
+    def _flush(self, conn: _Conn, side: _Side, out: bytearray, ev: StreamData) -> None:
+        if not out:
+            return
+        data = bytes(out)
+        out.clear()
+        d = side.direction
+        self._out.append(StreamData(conn.flow, d, side.out_off, data, ev.ts_first_ns,
+                                    ev.ts_last_ns, ev.frame_first, ev.frame_last))
+        conn.flow.stream_bytes[d] += len(data)
+        side.out_off += len(data)
+
+    def _emit_gap(self, conn: _Conn, side: _Side, n: int, ts: int, frame: int,
+                  reason: str) -> None:
+        if n <= 0:
+            return
+        d = side.direction
+        self._out.append(StreamGap(conn.flow, d, side.out_off, n, ts, frame, reason))
+        conn.flow.gap_bytes[d] += n
+        side.out_off += n
+
+    def _lost(self, conn: _Conn, side: _Side, why: str, ev: StreamData | StreamGap,
+              out: bytearray | None) -> None:
+        if out is not None and type(ev) is StreamData:
+            self._flush(conn, side, out, ev)  # type: ignore[arg-type]
+        side.mode = _DEAD
+        ts = ev.ts_first_ns if type(ev) is StreamData else ev.ts_ns  # type: ignore[union-attr]
+        frame = ev.frame_first if type(ev) is StreamData else ev.frame  # type: ignore[union-attr]
+        self._anomaly(conn, side, "websocket.lost_sync",
+                      f"{side.direction.short}: {why}; the rest of this direction is not "
+                      "read (delivered as gaps)", ts, frame, side.hdr_off)
+
+    def _gap(self, conn: _Conn, side: _Side, ev: StreamGap) -> None:
+        n = ev.nbytes
+        if side.mode == _DEAD:
+            self._emit_gap(conn, side, n, ev.ts_ns, ev.frame, ev.reason)
+            return
+        op = side.opcode
+        in_data = side.remaining >= 0 and op < 8 and side.msg_op is not None
+        if in_data and n <= side.remaining:
+            side.remaining -= n
+            side.mask_pos += n
+            if side.msg_deflate and not side.skip_msg:
+                if side.no_context:
+                    side.skip_msg = True
+                    side.inflater = None
+                    self._anomaly(conn, side, "websocket.gap",
+                                  f"a gap of {n} bytes in a compressed message: the rest of the "
+                                  "message is lost", ev.ts_ns, ev.frame, ev.offset)
+                else:
+                    self._lost(conn, side, f"a gap of {n} bytes in a compressed message",
+                               ev, None)
+                self._emit_gap(conn, side, n, ev.ts_ns, ev.frame, ev.reason)
+                return
+            if not side.skip_msg:
+                self._emit_gap(conn, side, n, ev.ts_ns, ev.frame, ev.reason)
+            if side.remaining == 0:
+                side.remaining = -1
+                if side.fin:
+                    self._message_end(conn, side, _as_data(ev), bytearray())
+            return
+        self._lost(conn, side, f"a gap of {n} bytes at offset {ev.offset} cut a frame header "
+                   "or spans frames", ev, None)
+        self._emit_gap(conn, side, n, ev.ts_ns, ev.frame, ev.reason)
+
+    def _anomaly(self, conn: _Conn, side: _Side, kind: str, detail: str, ts: int, frame: int,
+                 offset: int | None = None) -> None:
+        self._out.append(Anomaly(kind, detail, ts or None, frame or None, conn.flow,
+                                 side.direction, offset))
+
+
+def _as_data(ev: StreamGap) -> StreamData:
+    return StreamData(ev.flow, ev.direction, ev.offset, b"", ev.ts_ns, ev.ts_ns, ev.frame,
+                      ev.frame)
