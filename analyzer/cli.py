@@ -105,6 +105,22 @@ def _print_flows(rows: list[dict]) -> None:
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
+    if args.decoded:
+        if args.raw:
+            Console(stderr=True).print(
+                "[red]error:[/] --raw and --decoded cannot be combined\n"
+                "[bold]fix:[/] --raw writes captured bytes, --decoded decoded messages: give one"
+            )
+            return EXIT_FAILED
+        from analyzer.transcript import run_follow_decoded
+
+        return run_follow_decoded(args)
+    if Path(args.capture).is_dir():
+        Console(stderr=True).print(
+            f"[red]error:[/] {args.capture} is a directory; raw bytes come from a capture\n"
+            "[bold]fix:[/] give the capture file, or add --decoded to follow a dataset's flow"
+        )
+        return EXIT_FAILED
     wanted = {"c2s": {Direction.C2S}, "s2c": {Direction.S2C}, "both": set(Direction)}[
         args.direction
     ]
@@ -178,6 +194,8 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     from dissectors.registry import discover
 
     registry = discover()
+    for origin, why in registry.errors:
+        Console(stderr=True).print(f"[yellow]plugin {origin} not loaded:[/] {why}")
     try:
         decode_as = _parse_decode_as(args.decode_as)
         for name in decode_as.values():
@@ -195,6 +213,7 @@ def cmd_dissect(args: argparse.Namespace) -> int:
         payload_cap=args.payload_cap,
         decode_as=decode_as,
         overwrite=args.overwrite,
+        keep_secrets=args.keep_secrets,
         keylog=args.keylog,
     )
     started = time.perf_counter()
@@ -298,6 +317,75 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def cmd_summary(args: argparse.Namespace) -> int:
+    from analyzer.summary import run_summary
+
+    return run_summary(args)
+
+
+def cmd_ladder(args: argparse.Namespace) -> int:
+    from analyzer.transcript import run_ladder
+
+    return run_ladder(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analyzer.report import run_report
+
+    return run_report(args)
+
+
+def _add_view_options(p: argparse.ArgumentParser, decoded: bool = False) -> None:
+    """Options shared by summary / follow --decoded / ladder / report."""
+    if decoded:
+        p.add_argument(
+            "--decoded",
+            action="store_true",
+            help="a transcript of the decoded messages (one line each) instead of bytes; "
+            "CAPTURE may then also be a dataset directory",
+        )
+    p.add_argument(
+        "--capture", dest="capture_id", metavar="ID",
+        help="capture id (prefix) when a dataset holds several captures",
+    )
+    p.add_argument("--keylog", metavar="FILE", help="NSS key log for QUIC decryption (captures)")
+    p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress or notes on stderr")
+
+
+def _add_view_parsers(sub) -> None:
+    """``msgcap summary|ladder|report`` (analyzer/summary.py, transcript.py, report/)."""
+    src = "a capture (dissected into a temporary dataset first) or a dataset directory"
+    p = sub.add_parser("summary", help="overview of a capture or dataset")
+    p.add_argument("source", metavar="CAPTURE|DATASET", help=src)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="subjects / topics / streams listed (default 10)")
+    _add_view_options(p)
+    p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("ladder", help="arrow diagram of a flow or of one message's path")
+    p.add_argument("source", metavar="CAPTURE|DATASET", help=src)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--flow", type=_non_negative, metavar="ID", help="client ↔ server")
+    which.add_argument("--message", type=_non_negative, metavar="RECORD_ID",
+                       help="publisher → server → subscribers (NATS, Pulsar)")
+    p.add_argument("--limit", type=int, default=200, metavar="N",
+                   help="messages drawn for --flow (0: all; default 200)")
+    p.add_argument("--width", type=int, metavar="COLS", help="diagram width (default: terminal)")
+    _add_view_options(p)
+    p.set_defaults(func=cmd_ladder)
+
+    p = sub.add_parser("report", help="one self-contained HTML report with plots")
+    p.add_argument("source", metavar="DATASET", help=src)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
+    p.add_argument("--flow", type=_non_negative, metavar="ID",
+                   help="conversation the sequence diagram opens with")
+    p.add_argument("--title", help="page title")
+    _add_view_options(p)
+    p.set_defaults(func=cmd_report)
+
+
 def cmd_spark_ingest(args: argparse.Namespace) -> int:
     from analyzer.spark.cli import run_ingest  # pyspark is imported only here
 
@@ -329,6 +417,11 @@ def _add_spark_parser(sub) -> None:
         help="split captures larger than N bytes into ranges of N bytes",
     )
     p.add_argument("--partitions", type=int, metavar="N", help="tasks of the dissection stage")
+    p.add_argument(
+        "--merge-scopes", action=argparse.BooleanOptionalAction, default=None,
+        help="dissect IP pairs that share a server endpoint in one task (default: when "
+        "payload dissectors such as STAN are installed; see docs/spark.md)",
+    )
     p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME")
     p.add_argument("--payload-cap", type=_non_negative, default=4096, metavar="BYTES")
     p.add_argument("--keylog", metavar="FILE", help="NSS key log for QUIC decryption")
@@ -341,6 +434,21 @@ def _add_spark_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     p.add_argument("--only", action="append", metavar="NAME", help="run only these analyses")
     p.set_defaults(func=cmd_spark_analyze)
+
+
+def cmd_new_dissector(args: argparse.Namespace) -> int:
+    from analyzer.scaffold import ScaffoldError, scaffold
+
+    try:
+        root = scaffold(args.name, args.transport, args.output)
+    except ScaffoldError as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        return EXIT_FAILED
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    console = Console()
+    console.print(f"wrote {root}/: {', '.join(files)}")
+    console.print(f"next: cd {root} && pip install -e . && pytest && msgcap protocols")
+    return EXIT_CLEAN
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -363,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write only captured bytes; list gaps on stderr instead of inline",
     )
+    _add_view_options(p, decoded=True)
     p.set_defaults(func=cmd_follow)
 
     p = sub.add_parser("dissect", help="decode captures into a Parquet dataset")
@@ -397,9 +506,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite", action="store_true", help="replace a capture already present in OUT"
     )
+    p.add_argument(
+        "--keep-secrets",
+        action="store_true",
+        help="keep credentials (NATS CONNECT pass, auth_token, jwt, sig, nkey) in the "
+        "tables; by default each is replaced by its length and SHA-256",
+    )
     p.set_defaults(func=cmd_dissect)
 
     _add_spark_parser(sub)
+    _add_view_parsers(sub)
 
     p = sub.add_parser("protocols", help="list the dissectors found (built-in and plugins)")
     p.set_defaults(func=cmd_protocols)
@@ -407,6 +523,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the declared columns of the output tables")
     p.add_argument("table", nargs="?")
     p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser(
+        "new-dissector", help="write an installable plugin package to start a dissector from"
+    )
+    p.add_argument("name", metavar="NAME", help="protocol name (also its table's name)")
+    p.add_argument(
+        "--transport",
+        choices=("tcp", "udp", "nats-payload"),
+        default="tcp",
+        help="byte stream, datagrams, or a payload format carried in NATS messages",
+    )
+    p.add_argument(
+        "-o", "--output", default=".", metavar="DIR", help="where msgcap-NAME/ is created"
+    )
+    p.set_defaults(func=cmd_new_dissector)
     return parser
 
 

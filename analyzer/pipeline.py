@@ -33,6 +33,12 @@ from dissectors.quic.table import QUIC_PACKETS, quic_flow_values, quic_packet_ro
 from dissectors.registry import Registry, discover
 from dissectors.schema import register_table
 from dissectors.tables import TableSpec
+from dissectors.tls_table import TLS_TABLE, tls_envelope, tls_flow_values, tls_row
+from dissectors.websocket_table import (
+    WEBSOCKET_TABLE,
+    websocket_control_row,
+    websocket_handshake_row,
+)
 from reassembly.capture import CaptureReader, open_capture
 from reassembly.engine import capture_events
 from reassembly.events import (
@@ -47,6 +53,9 @@ from reassembly.events import (
     StreamClose,
     StreamData,
     StreamGap,
+    TlsConnection,
+    WebSocketControl,
+    WebSocketHandshake,
 )
 from reassembly.limits import Limits
 from reassembly.quic.keylog import KeyLog
@@ -71,6 +80,9 @@ class Options:
     strict: bool = False  # re-raise dissector exceptions (tests)
     validate: bool = False  # run every batch through the schema validator (tests)
     overwrite: bool = False
+    # keep credentials (NATS CONNECT pass/auth_token/jwt/sig/nkey) in the tables; by
+    # default they are replaced by their length and SHA-256 (dissectors.redaction)
+    keep_secrets: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """What goes into the manifest and Parquet metadata (reproducibility)."""
@@ -79,6 +91,7 @@ class Options:
             "payload_cap": self.payload_cap,
             "decode_as": {str(k): v for k, v in sorted(self.decode_as.items())},
             "keylog": self.keylog,
+            "keep_secrets": self.keep_secrets,
             "limits": {k: getattr(lim, k) for k in lim.__slots__},
         }
 
@@ -121,7 +134,8 @@ class CaptureDissection:
         self.writer = writer
         self.options = options
         decode_as = {port: registry.get(name) for port, name in options.decode_as.items()}
-        session_options = {"payload_cap": options.payload_cap}
+        session_options = {"payload_cap": options.payload_cap,
+                           "keep_secrets": options.keep_secrets}
         self.payloads = PayloadDispatcher(
             list(registry.payload.values()), session_options, strict=options.strict
         )
@@ -132,6 +146,9 @@ class CaptureDissection:
         self.tables[FLOWS.name] = FLOWS
         self.tables[ANOMALIES.name] = ANOMALIES
         self.tables[QUIC_PACKETS.name] = QUIC_PACKETS
+        self.tables[TLS_TABLE.name] = TLS_TABLE
+        self.tables[WEBSOCKET_TABLE.name] = WEBSOCKET_TABLE
+        self._layers: dict[int, list[str]] = {}  # TLS / WebSocket layers per TCP flow
         # (flow id, QUIC stream id or None for TCP) -> detection state / session
         self._flows: dict[tuple[int, int | None], FlowDispatch] = {}
         self._quic_streams: dict[int, list[int]] = {}  # QUIC stream ids seen per flow
@@ -354,6 +371,22 @@ class CaptureDissection:
             )
         elif isinstance(ev, StreamGap):
             fd = self._dispatch(ev.flow, ev.stream_id)
+            # lost stream bytes are an anomaly of their own, whatever a dissector makes of
+            # them: a capture with missing data is never "clean" (docs/robustness.md)
+            quic = ev.stream_id is not None
+            self._anomaly_row(
+                "quic.stream_gap" if quic else "tcp.gap",
+                f"{ev.nbytes} bytes of the {ev.direction.short} stream"
+                + (f" of QUIC stream {ev.stream_id}" if quic else "")
+                + f" were not captured ({ev.reason})",
+                ev.flow,
+                ev.direction,
+                ev.ts_ns,
+                ev.frame,
+                ev.offset,
+                ev.nbytes,
+                "quic" if quic else "tcp",
+            )
             self._guarded(
                 fd,
                 lambda: self.detector.gap(fd, ev.direction, ev.offset, ev.nbytes, ev.ts_ns),
@@ -369,6 +402,8 @@ class CaptureDissection:
             self._quic_packet_row(ev)
         elif isinstance(ev, QuicHandshake):
             self._handshakes[ev.flow.flow_id] = quic_flow_values(ev)
+        elif isinstance(ev, TlsConnection | WebSocketHandshake | WebSocketControl):
+            self._layer_row(ev)
         elif isinstance(ev, Datagram | QuicStreamEnd):
             # no UDP dissector yet: datagrams stay undecoded; QUIC stream sessions are
             # closed with their connection (FlowEnd)
@@ -413,11 +448,38 @@ class CaptureDissection:
         self._quic_flows.add(ev.flow.flow_id)
         self.writer.write_rows(QUIC_PACKETS, [row])
 
+    def _layer_row(self, ev: TlsConnection | WebSocketHandshake | WebSocketControl) -> None:
+        """A ``tls`` / ``websocket`` row, and what the flow row needs to know."""
+        flow = ev.flow
+        layers = self._layers.setdefault(flow.flow_id, [])
+        if isinstance(ev, TlsConnection):
+            spec, row = TLS_TABLE, {**tls_envelope(ev), **tls_row(ev)}
+            self._handshakes[flow.flow_id] = tls_flow_values(ev)
+            layers.insert(0, "tls" if ev.decrypted else "tls-encrypted")
+        elif isinstance(ev, WebSocketHandshake):
+            spec, row = WEBSOCKET_TABLE, websocket_handshake_row(ev)
+            if ev.status == 101:
+                layers.append("websocket")
+        else:
+            spec, row = WEBSOCKET_TABLE, websocket_control_row(ev)
+        src, dst = flow.endpoint(Direction.S2C if row["direction"] == "s2c" else Direction.C2S)
+        row.update({
+            "capture_id": self.capture_id,
+            "flow_id": flow.flow_id,
+            "record_id": self._record_id(flow.flow_id, None),
+            "src_ip": src.ip,
+            "src_port": src.port,
+            "dst_ip": dst.ip,
+            "dst_port": dst.port,
+        })
+        self.writer.write_rows(spec, [row])
+
     def _forget(self, flow_id: int, stream_ids: list[int | None]) -> None:
         for sid in stream_ids:
             self._flows.pop((flow_id, sid), None)
         self._flow_rows.pop(flow_id, None)
         self._handshakes.pop(flow_id, None)
+        self._layers.pop(flow_id, None)
         self._quic_flows.discard(flow_id)
 
     def _flow_row(self, info: FlowInfo, fds: list[FlowDispatch]) -> None:
@@ -430,6 +492,9 @@ class CaptureDissection:
         protocol = claimed[0].dissector.name if claimed else None
         if protocol is None and info.flow_id in self._quic_flows:
             protocol = "quic"
+        layers = self._layers.get(info.flow_id, [])
+        if protocol is None and layers:  # nobody read what the layers carried
+            protocol = "websocket" if layers[-1] == "websocket" else "tls"
         row["protocol"] = protocol
         self.flows_by_protocol[protocol or "(unclaimed)"] += 1
         quic = info.flow_id in self._quic_flows
@@ -442,6 +507,7 @@ class CaptureDissection:
             row[f"decoded_bytes_{d.short}"] = decoded
             row[f"undecoded_bytes_{d.short}"] = undecoded
         row.update(self._handshakes.get(info.flow_id, {}))
+        row["layers"] = list(layers)
         self.writer.write_rows(FLOWS, [row])
 
 
@@ -528,7 +594,7 @@ def dissect_capture(
 
 
 def tables_for(registry: Registry) -> list[TableSpec]:
-    return [FLOWS, ANOMALIES, QUIC_PACKETS, *registry.tables()]
+    return [FLOWS, ANOMALIES, QUIC_PACKETS, TLS_TABLE, WEBSOCKET_TABLE, *registry.tables()]
 
 
 def dissector_classes(registry: Registry) -> list[type[Dissector]]:

@@ -9,35 +9,171 @@ sockets, Arrow or logging.  Malformed input never raises: it becomes an anomaly 
 Byte accounting (DESIGN §7): a session reports, per direction, how many stream bytes it
 decoded and how many it had to leave undecoded; the pipeline adds the gap bytes and
 checks that the three add up to the stream length.
+
+What a plugin may rely on (the versioned surface, ``API_VERSION``): every name in
+``__all__``.  Names are only ever added within a major version; a change that would break
+a plugin raises ``API_VERSION``, and the registry then refuses plugins built for the old
+one with a message saying so.  Nothing else under ``dissectors`` is promised.
+
+Groups of names:
+
+* the session protocol: ``Dissector``, ``Session``, ``Span``, ``Verdict``, ``Direction``,
+  ``Transport``, ``FramedSession`` (a ``Session`` that drains one framer per direction);
+* rows: ``Record``, ``record_from``, ``anomaly_from`` (anomaly helpers; ``Provenance`` is
+  what they accept), ``payload_values``, ``decode_text``;
+* table declaration: ``TableSpec``, ``Field``, ``payload_fields``, ``register_table``;
+* framing (``dissectors.framing``): ``LineFramer``, ``LengthPrefixedFramer``, their events
+  (``Line``, ``Block``, ``Pdu``, ``Oversize``, ``Invalid``, ``Resynced``, ``Dropped``),
+  ``NEED_MORE``, ``TrailerStatus``, ``ResyncFn``, ``resync_after_lf``;
+* payload dispatch (protocols carried in another's messages): ``PayloadDissector``,
+  ``CarriedMessage``, ``Bindings``;
+* testing (``dissectors.testing``): ``Data``, ``Gap``, ``Run``, ``run_session``,
+  ``assert_split_invariant``, ``assert_never_raises``, ``assert_accounting``,
+  ``assert_rows_valid``, ``carried_message``, ``run_payload``, ``PcapFlow``,
+  ``write_pcap``, ``dissect_with_cli``, ``CliRun``.
+
+The framing, ``FramedSession`` and testing names are loaded on first use (PEP 562
+``__getattr__``): ``dissectors.framing`` imports this module (a plain import would be
+circular), and the testing helpers are for tests only, so a run does not load them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
-from dissectors.tables import Field, TableSpec
+import pyarrow as pa
+
+from dissectors.tables import Field, TableSpec, register_table
 from reassembly.events import Direction, Transport
+
+if TYPE_CHECKING:  # pragma: no cover - the lazy names below, for type checkers
+    from dissectors.framing import (
+        NEED_MORE,
+        Block,
+        Dropped,
+        Invalid,
+        LengthPrefixedFramer,
+        Line,
+        LineFramer,
+        Oversize,
+        Pdu,
+        Resynced,
+        ResyncFn,
+        TrailerStatus,
+        resync_after_lf,
+    )
+    from dissectors.sessions import FramedSession
+    from dissectors.testing import (
+        CliRun,
+        Data,
+        Gap,
+        PcapFlow,
+        Run,
+        assert_accounting,
+        assert_never_raises,
+        assert_rows_valid,
+        assert_split_invariant,
+        carried_message,
+        dissect_with_cli,
+        run_payload,
+        run_session,
+        write_pcap,
+    )
 
 __all__ = [
     "API_VERSION",
+    "NEED_MORE",
     "Bindings",
+    "Block",
     "CarriedMessage",
+    "CliRun",
+    "Data",
     "Direction",
     "Dissector",
+    "Dropped",
     "Field",
+    "FramedSession",
+    "Gap",
+    "Invalid",
+    "LengthPrefixedFramer",
+    "Line",
+    "LineFramer",
+    "Oversize",
     "PayloadDissector",
+    "PcapFlow",
+    "Pdu",
+    "Provenance",
     "Record",
+    "ResyncFn",
+    "Resynced",
+    "Run",
     "Session",
     "Span",
     "TableSpec",
+    "TrailerStatus",
     "Transport",
     "Verdict",
+    "anomaly_from",
+    "assert_accounting",
+    "assert_never_raises",
+    "assert_rows_valid",
+    "assert_split_invariant",
+    "carried_message",
+    "decode_text",
+    "dissect_with_cli",
+    "payload_fields",
+    "payload_values",
+    "record_from",
+    "register_table",
+    "resync_after_lf",
+    "run_payload",
+    "run_session",
+    "write_pcap",
 ]
 
 API_VERSION = 1
+"""Major version of this API.  A plugin class states the version it was written for in its
+``api_version`` class attribute (default: the version it was imported with); the registry
+refuses a plugin whose ``api_version`` differs, with a message naming both versions."""
+
+# name -> module of the names loaded on first use (see the module docstring)
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "NEED_MORE", "Block", "Dropped", "Invalid", "LengthPrefixedFramer", "Line",
+            "LineFramer", "Oversize", "Pdu", "ResyncFn", "Resynced", "TrailerStatus",
+            "resync_after_lf",
+        ),
+        "dissectors.framing",
+    ),
+    "FramedSession": "dissectors.sessions",
+    **dict.fromkeys(
+        (
+            "CliRun", "Data", "Gap", "PcapFlow", "Run", "assert_accounting", "assert_never_raises",
+            "assert_rows_valid", "assert_split_invariant", "carried_message",
+            "dissect_with_cli", "run_payload", "run_session", "write_pcap",
+        ),
+        "dissectors.testing",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 class Verdict(IntEnum):
@@ -106,7 +242,12 @@ class Record:
 
 
 class Session(ABC):
-    """Per-flow state of one dissector.  Subclasses override the three feeders."""
+    """Per-flow state of one dissector.  Subclasses override the three feeders.
+
+    ``decoded_bytes`` / ``undecoded_bytes`` (one int per ``Direction``) must be kept up to
+    date: after ``close`` every byte fed in a direction is in exactly one of them (gap
+    bytes are in neither; the pipeline adds those).  ``FramedSession`` does this for you.
+    """
 
     def __init__(self) -> None:
         # per direction (index = Direction): stream bytes consumed into records / skipped
@@ -114,26 +255,47 @@ class Session(ABC):
         self.undecoded_bytes = [0, 0]
 
     @abstractmethod
-    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]: ...
+    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        """Stream bytes of ``direction`` starting at ``span.offset`` (contiguous with the
+        previous ``feed``/``gap`` of that direction).  Returns the rows completed so far.
+        Must not raise on any input bytes."""
 
     @abstractmethod
-    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]: ...
+    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
+        """``nbytes`` at ``offset`` in ``direction`` were never captured (they are not
+        zeros).  Typically: report the unit the gap cut, then resynchronise."""
 
     @abstractmethod
-    def close(self, ts_ns: int) -> list[Record]: ...
+    def close(self, ts_ns: int) -> list[Record]:
+        """End of the flow (both directions): report what is left; nothing follows."""
 
 
 class Dissector(ABC):
     """Class-level metadata plus ``probe`` and ``session`` factories.
 
-    Registered through the entry-point group ``msgcap.dissectors``.
+    Registered through the entry-point group ``msgcap.dissectors`` (in a plugin's
+    ``pyproject.toml``: ``[project.entry-points."msgcap.dissectors"] NAME =
+    "package.module:Class"``).  ``name`` is the protocol's name in ``msgcap protocols``,
+    ``--decode-as PORT=NAME`` and anomaly kinds (``NAME.something``).  ``default_ports``
+    are hints that order the probes, never proof.  ``tables`` lists every table the
+    sessions write rows to (the pipeline registers them).  ``api_version`` is the
+    ``API_VERSION`` the class was written for.
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     transport: ClassVar[Transport] = Transport.TCP
+    # every transport whose byte streams the dissector reads (QUIC streams ride on UDP
+    # flows): defaults to ``(transport,)``; Felix, for one, says ``(UDP, TCP)``
+    transports: ClassVar[tuple[Transport, ...]] = ()
     default_ports: ClassVar[tuple[int, ...]] = ()
     tables: ClassVar[tuple[TableSpec, ...]] = ()
+    api_version: ClassVar[int] = API_VERSION
+
+    @classmethod
+    def carried_on(cls) -> tuple[Transport, ...]:
+        """The transports this dissector can be offered."""
+        return cls.transports or (cls.transport,)
 
     @classmethod
     @abstractmethod
@@ -143,7 +305,9 @@ class Dissector(ABC):
 
     @classmethod
     @abstractmethod
-    def session(cls, options: dict[str, Any]) -> Session: ...
+    def session(cls, options: dict[str, Any]) -> Session:
+        """A new session for one flow.  ``options`` holds run options such as
+        ``payload_cap`` (payload bytes to keep per row; None keeps all)."""
 
 
 # -- protocols carried inside another protocol's messages (STAN, Liftbridge in NATS) ----
@@ -187,6 +351,7 @@ class CarriedMessage:
         )
 
     def anomaly(self, kind: str, detail: str) -> Record:
+        """An ``anomalies`` row about this message (provenance copied)."""
         return Record.anomaly(
             kind,
             detail,
@@ -216,7 +381,8 @@ class Bindings(ABC):
         """Like ``bind_subject`` for a NATS wildcard pattern (``*`` one token, ``>`` rest)."""
 
     @abstractmethod
-    def unbind_subject(self, subject: str) -> None: ...
+    def unbind_subject(self, subject: str) -> None:
+        """Forget an exact binding (e.g. a one-shot reply inbox once answered)."""
 
 
 class PayloadDissector(ABC):
@@ -233,6 +399,7 @@ class PayloadDissector(ABC):
     carriers: ClassVar[tuple[str, ...]] = ("nats",)
     subjects: ClassVar[tuple[tuple[str, str], ...]] = ()  # (pattern, hint)
     tables: ClassVar[tuple[TableSpec, ...]] = ()
+    api_version: ClassVar[int] = API_VERSION
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:
@@ -248,3 +415,135 @@ class PayloadDissector(ABC):
     @abstractmethod
     def decode(cls, state: Any, bindings: Bindings, msg: CarriedMessage, hint: str) -> list[Record]:
         """Rows (``msg.record``) and anomalies (``msg.anomaly``) for one message."""
+
+
+# -- helpers for building rows --------------------------------------------------------
+
+
+class Provenance(Protocol):
+    """Anything that knows where its bytes were in the stream: every framing event
+    (``Line``, ``Block``, ``Pdu``, ``Oversize``, ``Invalid``, ``Resynced``, ``Dropped``)
+    has these six attributes, so it can be passed to ``record_from``/``anomaly_from``."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def ts_first_ns(self) -> int: ...
+    @property
+    def ts_last_ns(self) -> int: ...
+    @property
+    def frame_first(self) -> int: ...
+    @property
+    def frame_last(self) -> int: ...
+
+
+def record_from(
+    table: str,
+    direction: Direction,
+    values: dict[str, Any],
+    first: Provenance,
+    last: Provenance | None = None,
+) -> Record:
+    """A row of ``table`` covering the bytes from ``first`` through ``last`` (two framing
+    events, e.g. a header ``Line`` and the body ``Block`` after it; ``last`` defaults to
+    ``first``): offsets, times and frames are taken from them."""
+    last = first if last is None else last
+    return Record(
+        table,
+        direction,
+        first.start,
+        last.end,
+        first.ts_first_ns,
+        last.ts_last_ns,
+        first.frame_first,
+        last.frame_last,
+        values,
+    )
+
+
+def anomaly_from(
+    kind: str,
+    detail: str,
+    direction: Direction,
+    first: Provenance,
+    last: Provenance | None = None,
+) -> Record:
+    """An ``anomalies`` row about the bytes from ``first`` through ``last`` (framing
+    events).  ``kind`` is ``<dissector name>.<what>`` in snake case, e.g.
+    ``redis.protocol_error``; ``detail`` says what was seen and what the session did
+    about it (skipped, resynchronised, gave up on the direction)."""
+    last = first if last is None else last
+    return Record.anomaly(
+        kind,
+        detail,
+        direction,
+        first.start,
+        last.end,
+        first.ts_first_ns,
+        last.ts_last_ns,
+        first.frame_first,
+        last.frame_last,
+    )
+
+
+def payload_fields(prefix: str = "payload", what: str = "payload") -> tuple[Field, ...]:
+    """The four columns DESIGN §5 asks for wherever a table keeps message bytes:
+    ``<prefix>`` (binary, capped), ``<prefix>_len``, ``<prefix>_sha256`` and
+    ``<prefix>_truncated``; ``what`` names the bytes in the descriptions.  Fill them with
+    ``payload_values``."""
+    return (
+        Field(
+            prefix, pa.binary(),
+            f"The {what} bytes, the first `payload_cap` bytes only (run option, default "
+            "4096); null when the bytes were not captured.",
+        ),
+        Field(f"{prefix}_len", pa.int64(), f"Length of the whole {what} in bytes."),
+        Field(
+            f"{prefix}_sha256", pa.string(),
+            f"Lower-case hex SHA-256 of the whole {what}, computed even when "
+            f"`{prefix}` is capped; null when bytes were lost.",
+        ),
+        Field(
+            f"{prefix}_truncated", pa.bool_(),
+            f"True when `{prefix}` holds fewer bytes than `{prefix}_len` because of the cap.",
+        ),
+    )
+
+
+def payload_values(
+    data: bytes | None,
+    cap: int | None,
+    prefix: str = "payload",
+    *,
+    nbytes: int | None = None,
+    sha256: str | None = None,
+) -> dict[str, Any]:
+    """Values for the ``payload_fields`` columns.
+
+    ``data`` is the whole payload, or its first bytes when ``nbytes`` (the real length)
+    and ``sha256`` (hex digest of the whole, e.g. from a framing ``Block``) are given.
+    ``cap`` is the ``payload_cap`` option (None keeps all).  ``data=None`` means the bytes
+    were lost: only the length is filled."""
+    if data is None:
+        return {prefix: None, f"{prefix}_len": nbytes, f"{prefix}_sha256": None,
+                f"{prefix}_truncated": None}
+    total = len(data) if nbytes is None else nbytes
+    if sha256 is None:
+        if len(data) != total:
+            raise ValueError("payload_values: a partial payload needs its sha256")
+        sha256 = hashlib.sha256(data).hexdigest()
+    kept = bytes(data) if cap is None or len(data) <= cap else bytes(data[:cap])
+    return {
+        prefix: kept,
+        f"{prefix}_len": total,
+        f"{prefix}_sha256": sha256,
+        f"{prefix}_truncated": len(kept) < total,
+    }
+
+
+def decode_text(raw: bytes) -> str:
+    """Bytes from the wire as a ``string`` column value: UTF-8, with every byte that is
+    not valid UTF-8 shown as ``\\xNN`` (lossless to the eye, never raises)."""
+    return bytes(raw).decode("utf-8", "backslashreplace")

@@ -732,9 +732,15 @@ class LineFramer(_Framer):
                         found = alt
                         break
                 if status is None:
-                    for cand in (trailer, *self._blk_lenient):
+                    cands = (trailer, *self._blk_lenient)
+                    for cand in cands:
                         if avail < len(cand) and cand.startswith(found):
                             return None  # cannot decide yet
+                    if avail < len(trailer):
+                        # decided, but ``trailer_found`` always shows len(trailer) bytes,
+                        # whatever the cut: the same stream cut differently must give the
+                        # same row (a gap or the end flushes what there is)
+                        return None
                     status = TrailerStatus.BAD
         return self._emit_block(status, found, used)
 
@@ -955,14 +961,29 @@ class LengthPrefixedFramer(_Framer):
         else:
             base = self._base
             c = self._prov(base + pos)
-            ev = Invalid(bytes(self._buf[pos : pos + HEAD_BYTES]), base + pos, base + pos + 1,
-                         c[1], c[2], c[3], c[4])
+            ev = Invalid(bytes(self._buf[pos : pos + self._decisive(pos)]), base + pos,
+                         base + pos + 1, c[1], c[2], c[3], c[4])
         self.undecoded_bytes += 1
         self._rs_prev = self._buf[pos]
         self._pos = pos + 1
         self._mode = _RESYNC
         self._hunting = True
         return ev
+
+    def _decisive(self, pos: int) -> int:
+        """How many bytes an ``Invalid`` shows: the shortest prefix at ``pos`` on which
+        ``pdu_length`` decides (at most ``HEAD_BYTES``), not whatever happens to be
+        buffered, so the same stream cut differently gives the same event."""
+        avail = min(len(self._buf) - pos, HEAD_BYTES)
+        mv = memoryview(self._buf)
+        try:
+            for k in range(1, avail + 1):
+                with mv[pos : pos + k] as view:
+                    if self._pdu_length(view) is not None:
+                        return k
+        finally:
+            mv.release()
+        return avail
 
     def _start_oversize(self, pos: int, n: int) -> None:
         off = self._base + pos

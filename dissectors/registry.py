@@ -1,8 +1,11 @@
 """Finds dissectors through the ``msgcap.dissectors`` entry-point group.
 
 Our built-ins are registered in ``pyproject.toml`` exactly like a third-party plugin,
-so the plugin path is the one exercised every day.  A plugin that fails to load or is
-not a ``Dissector`` is reported, never fatal: one broken plugin must not stop a run.
+so the plugin path is the one exercised every day.  A plugin that fails to load, is not
+a ``Dissector``, was written for another ``API_VERSION``, or declares a table that clashes
+with one already declared is reported in ``Registry.errors`` and left out, never fatal:
+one broken plugin must not stop a run.  The entry points are read on every ``discover()``
+call (each run), so installing or removing a plugin takes effect at the next run.
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 
-from dissectors.api import Dissector, PayloadDissector
+from dissectors.api import API_VERSION, Dissector, PayloadDissector
+from dissectors.tables import TableSpec, all_tables
 
 ENTRY_POINT_GROUP = "msgcap.dissectors"
+OWN_DISTRIBUTION = "msgcap"
+"""Distribution whose entry points are msgcap's own built-in dissectors."""
 
 
 @dataclass
@@ -25,15 +31,49 @@ class Registry:
     errors: list[tuple[str, str]] = field(default_factory=list)
     # entry point value of each loaded dissector, for `msgcap protocols`
     origins: dict[str, str] = field(default_factory=dict)
+    # distribution (pip package) each loaded dissector came from ("" when unknown)
+    distributions: dict[str, str] = field(default_factory=dict)
 
-    def add(self, cls: type[Dissector] | type[PayloadDissector], origin: str = "") -> None:
+    def add(
+        self,
+        cls: type[Dissector] | type[PayloadDissector],
+        origin: str = "",
+        distribution: str = "",
+    ) -> bool:
+        """Add ``cls`` unless its name or one of its tables clashes (then the reason goes
+        to ``errors``).  True when added."""
         known = self.dissectors.get(cls.name) or self.payload.get(cls.name)
         if known is not None and known is not cls:
             self.errors.append((origin, f"dissector name {cls.name!r} already taken"))
-            return
+            return False
+        if known is None:
+            clash = self._table_clash(cls)
+            if clash:
+                self.errors.append((origin, clash))
+                return False
         target = self.payload if issubclass(cls, PayloadDissector) else self.dissectors
         target[cls.name] = cls  # type: ignore[assignment]
         self.origins[cls.name] = origin
+        self.distributions[cls.name] = distribution
+        return True
+
+    def _table_clash(self, cls: type[Dissector] | type[PayloadDissector]) -> str:
+        import dissectors.core_tables  # noqa: F401  (flows, anomalies, ... registered)
+
+        declared = {s.name: ("msgcap (core table)", s) for s in all_tables()}
+        declared.update({
+            spec.name: (name, spec)
+            for name, other in {**self.dissectors, **self.payload}.items()
+            for spec in other.tables
+        })
+        for spec in cls.tables:
+            hit = declared.get(spec.name)
+            if hit is not None and hit[1] != spec:
+                return (
+                    f"table {spec.name!r} is already declared differently by {hit[0]!r}; "
+                    "rename the plugin's table"
+                )
+        return ""
 
     def get(self, name: str) -> type[Dissector]:
         try:
@@ -42,14 +82,42 @@ class Registry:
             known = ", ".join(sorted(self.dissectors)) or "none"
             raise KeyError(f"no dissector named {name!r} (known: {known})") from None
 
-    def tables(self) -> list:
-        """Table specs of every dissector, in dissector-name order."""
+    def tables(self, distribution: str | None = None) -> list:
+        """Table specs of every dissector, in dissector-name order; with
+        ``distribution``, only of the dissectors that distribution installed."""
         seen: dict[str, object] = {}
         every = {**self.dissectors, **self.payload}
         for name in sorted(every):
+            if distribution is not None and self.distributions.get(name) != distribution:
+                continue
             for spec in every[name].tables:
                 seen.setdefault(spec.name, spec)
         return list(seen.values())
+
+
+def check_plugin(cls: object) -> str:
+    """Why ``cls`` cannot be used as a dissector, or ``""`` when it can."""
+    if not (isinstance(cls, type) and issubclass(cls, Dissector | PayloadDissector)):
+        return "not a dissectors.api.Dissector or PayloadDissector"
+    version = getattr(cls, "api_version", API_VERSION)
+    if type(version) is not int:
+        return f"api_version must be an int (the dissector API major version), got {version!r}"
+    if version != API_VERSION:
+        newer = "a newer" if version > API_VERSION else "an older"
+        return (
+            f"built for msgcap dissector API version {version}, but this msgcap provides "
+            f"version {API_VERSION} ({newer} API): install a release of the plugin made "
+            f"for API {API_VERSION}, or a msgcap that provides API {version}"
+        )
+    if not getattr(cls, "name", None) or not isinstance(cls.name, str):
+        return "dissector has no name"
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        return f"dissector {cls.name!r} does not implement {', '.join(missing)}"
+    tables = getattr(cls, "tables", ())
+    if not isinstance(tables, tuple) or not all(isinstance(t, TableSpec) for t in tables):
+        return f"dissector {cls.name!r}: tables must be a tuple of TableSpec"
+    return ""
 
 
 def _load(ep: EntryPoint, reg: Registry) -> None:
@@ -58,13 +126,12 @@ def _load(ep: EntryPoint, reg: Registry) -> None:
     except Exception as exc:  # a broken plugin is reported, not fatal
         reg.errors.append((ep.value, f"import failed: {exc!r}"))
         return
-    if not (isinstance(cls, type) and issubclass(cls, Dissector | PayloadDissector)):
-        reg.errors.append((ep.value, "not a dissectors.api.Dissector or PayloadDissector"))
+    why = check_plugin(cls)
+    if why:
+        reg.errors.append((ep.value, why))
         return
-    if not getattr(cls, "name", None):
-        reg.errors.append((ep.value, "dissector has no name"))
-        return
-    reg.add(cls, ep.value)
+    dist = getattr(ep, "dist", None)
+    reg.add(cls, ep.value, dist.name if dist is not None else "")
 
 
 def discover() -> Registry:

@@ -271,12 +271,20 @@ def _check_keys(spec: TableSpec, rows: Sequence[Mapping[str, Any]]) -> None:
 # --------------------------------------------------------------------------- registry
 
 
-def load_all_tables() -> tuple[TableSpec, ...]:
-    """The core tables plus the tables of every dissector installed under the
-    ``msgcap.dissectors`` entry points (built-ins and plugins alike), registered."""
-    from dissectors.registry import discover  # the registry imports this module
+def load_all_tables(*, plugins: bool = False) -> tuple[TableSpec, ...]:
+    """The core tables plus the tables of the dissectors msgcap ships (entry points of
+    the ``msgcap`` distribution), registered, sorted by name.  With ``plugins``, the tables
+    of third-party plugins installed under the same entry points are included too.
 
-    importlib.import_module(CORE_TABLE_MODULE)
-    for spec in discover().tables():
-        register_table(spec)
-    return all_tables()
+    Only these are returned, not everything ever registered in this process: what
+    ``docs/tables.md`` shows must not depend on which plugins happen to be installed or
+    which modules earlier code (tests) imported."""
+    from dissectors.registry import OWN_DISTRIBUTION, discover  # it imports this module
+
+    core = importlib.import_module(CORE_TABLE_MODULE)
+    reg = discover()
+    core_specs = (getattr(core, n) for n in core.__all__)
+    specs = {s.name: s for s in core_specs if isinstance(s, TableSpec)}
+    for spec in reg.tables(None if plugins else OWN_DISTRIBUTION):
+        specs.setdefault(spec.name, register_table(spec))
+    return tuple(specs[n] for n in sorted(specs))

@@ -9,6 +9,7 @@ dict given to ``NatsDissector.session``):
 ``max_control_line``  longest client control line accepted (default 4096, as nats-server)
 ``max_server_line``   longest server control line accepted (default 65536)
 ``carry_max``         largest payload handed whole to ``NatsSession.on_message`` (64 MiB)
+``keep_secrets``      keep CONNECT credentials in ``json_raw`` (default False: redacted)
 """
 
 from __future__ import annotations

@@ -556,7 +556,14 @@ def probe(direction: Direction, prefix: bytes) -> Verdict:
                     rest = prefix[p + len(verb) :].lstrip(b" \t")
                     if not rest:
                         return Verdict.NEED_MORE
-                    return Verdict.YES if rest[:1] == b"{" else Verdict.NO
+                    if rest[:1] != b"{":
+                        return Verdict.NO
+                    # a route / gateway / leaf-node link is not a client connection
+                    # (dissectors.nats.cluster): its INFO/CONNECT JSON says so
+                    lf = prefix.find(b"\n", p)
+                    if lf >= 0 and _is_cluster_json(prefix[p:lf]):
+                        return Verdict.NO
+                    return Verdict.YES
                 return Verdict.YES
             lf = prefix.find(b"\n", p)
             if lf < 0:
@@ -565,6 +572,12 @@ def probe(direction: Direction, prefix: bytes) -> Verdict:
         return Verdict.NEED_MORE
     except Exception:  # a probe never raises
         return Verdict.NO
+
+
+def _is_cluster_json(line: bytes) -> bool:
+    from dissectors.nats.cluster import is_cluster_json  # it imports this module
+
+    return is_cluster_json(line)
 
 
 def resync(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:

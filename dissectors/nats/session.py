@@ -32,6 +32,11 @@ Carried protocols (STAN, Liftbridge): set ``session.on_message`` to a callable
 with the *whole* payload (not the capped column copy) when the payload is at most
 ``carry_max`` bytes (option, default 64 MiB); the records it returns become the row's
 ``children``.  Rows cut by a gap, or with a larger payload, are not offered.
+
+Credentials (``dissectors.redaction``): unless the option ``keep_secrets`` is true, the
+values of CONNECT's ``pass``, ``auth_token``, ``jwt``, ``sig`` and ``nkey`` members are
+replaced in ``json_raw`` by a marker with their length and SHA-256, and an anomaly detail
+that quotes wire bytes naming one of them is cut at the JSON it quotes.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from dissectors.framing import (
 )
 from dissectors.nats import parser
 from dissectors.nats.table import DEFAULT_HEADER_CAP, DEFAULT_PAYLOAD_CAP
+from dissectors.redaction import redact_json_text, redact_text_after_brace
 
 __all__ = [
     "DEFAULT_CARRY_MAX",
@@ -112,6 +118,7 @@ class NatsSession(Session):
         self.payload_cap = _option(options, "payload_cap", DEFAULT_PAYLOAD_CAP)
         self.carry_max = _option(options, "carry_max", DEFAULT_CARRY_MAX)
         self.on_message: MessageHook | None = None
+        self.keep_secrets = options.get("keep_secrets", False) is True
         self.header_cap = _option(options, "header_cap", DEFAULT_HEADER_CAP)
         c2s_line = _option(options, "max_control_line", DEFAULT_MAX_CONTROL_LINE)
         s2c_line = _option(options, "max_server_line", DEFAULT_MAX_SERVER_LINE)
@@ -195,6 +202,8 @@ class NatsSession(Session):
         self, out: list[Record], kind: str, detail: str, direction: Direction, ev: Any,
         start: int | None = None, end: int | None = None,
     ) -> None:
+        if not self.keep_secrets:
+            detail = redact_text_after_brace(detail)
         out.append(Record.anomaly(
             kind, detail, direction,
             ev.start if start is None else start, ev.end if end is None else end,
@@ -208,6 +217,8 @@ class NatsSession(Session):
             self._tls(direction, st, ev, out)
             return
         op, values, hdr, total, problems = parser.parse_line(line)
+        if op == "CONNECT" and not self.keep_secrets and "json_raw" in values:
+            values["json_raw"] = redact_json_text(values["json_raw"])[0]
         if op is None:
             st.framer.reject(ev.end - ev.start)
             p = problems[0]

@@ -353,8 +353,9 @@ class PulsarSession(Session):
         elif t is Dropped:
             where = "the end of the stream" if at_close else "a gap"
             if ev.kind == "oversize":
-                detail = (f"oversize frame being skipped was cut by {where} after "
-                          f"{ev.end - ev.start} bytes")
+                detail = (f"oversize frame of {ev.declared_end - ev.start} bytes (above "
+                          f"max_frame_bytes {self.max_frame_bytes}) being skipped was cut by "
+                          f"{where} after {ev.end - ev.start} bytes")
             else:
                 declared = (f" of {ev.declared_end - ev.start} bytes"
                             if ev.declared_end is not None else "")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from dissectors.api import Direction, Record, Span, Verdict
 from dissectors.nats import NATS_TABLE, NatsDissector
 from dissectors.nats import parser as nats_parser
+from dissectors.redaction import marker
 from dissectors.schema import rows_to_batch, validate_batch
 
 C, S = Direction.C2S, Direction.S2C
@@ -129,7 +130,10 @@ EXPECTED_ROWS = [
         "lame_duck_mode": False, "incomplete": False,
     }),
     (C, {
-        "op": "CONNECT", "json_raw": CONNECT_JSON.decode(), "client_name": "svc",
+        # the password is redacted by default (length and SHA-256 kept; --keep-secrets)
+        "op": "CONNECT",
+        "json_raw": CONNECT_JSON.decode().replace('"s3cret"', f'"{marker(b"s3cret")}"'),
+        "client_name": "svc",
         "client_lang": "go", "client_version": "1.25.0", "verbose": True, "pedantic": False,
         "tls_required": False, "echo": True, "protocol": 1, "connect_headers": True,
         "no_responders": True, "client_user": "alice", "auth_fields": ["user", "pass"],

@@ -1,0 +1,132 @@
+"""Run ``dissect_capture`` on captures in a fresh process and report on each as JSON.
+
+``python -m tests.hostile.child JOBS_JSON`` (a list of ``{"path", "out", "spec"}``) prints
+one JSON list, an object per job:
+``peak_mb`` (VmHWM, read right after the dissection and before anything is read back),
+``cpu_s`` (process time of the dissection alone), ``wall_s``, ``status``, ``anomalies``
+(kind -> count), ``anomaly_rows`` (kind -> up to ``rows_per_kind`` rows), ``flows`` (the
+flows table, without the endpoint text), ``accounting_errors`` (flow directions where
+decoded + undecoded + gap != stream length) and ``tables`` (the rows of the tables named
+in ``read``, restricted to ``columns``).
+
+VmHWM rather than ``ru_maxrss``: the latter is inherited from the (large) pytest parent
+across fork/exec (the same reasoning as tests/reassembly/test_bounded_memory.py).  Before
+each job the high-water mark is reset to the current resident set (``/proc/self/clear_refs``
+``5``), so several small jobs can share one process; memory a previous job left behind
+can only make a later job's peak look larger, never smaller.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+
+def _hwm_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"hex": v.hex()} if len(v) <= 4096 else {"hex": v[:4096].hex(), "len": len(v)}
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "isoformat"):
+        return str(v)
+    return v
+
+
+def _reset_hwm() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not permitted here: the peak is then cumulative (an upper bound)
+        pass
+
+
+def run_job(path: str, out: str, spec: dict[str, Any]) -> dict[str, Any]:
+    from analyzer.pipeline import Options, dissect_capture
+    from reassembly.limits import Limits, OverlapPolicy
+
+    limits = dict(spec.get("limits", {}))
+    if "overlap_policy" in limits:
+        limits["overlap_policy"] = OverlapPolicy(limits["overlap_policy"])
+    options = Options(
+        limits=Limits(**limits),
+        payload_cap=spec.get("payload_cap", 4096),
+        keep_secrets=spec.get("keep_secrets", False),
+        overwrite=True,
+    )
+    _reset_hwm()
+    wall = time.perf_counter()
+    cpu = time.process_time()
+    result = dissect_capture(path, out, options)
+    cpu = time.process_time() - cpu
+    wall = time.perf_counter() - wall
+    peak = _hwm_mb()
+
+    from analyzer.sink import open_dataset
+    from dissectors.tables import get_table
+
+    def rows(table: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        spec_t = get_table(table)
+        t = open_dataset(out, spec_t).to_table(columns=columns)
+        return t.to_pylist()
+
+    per_kind = spec.get("rows_per_kind", 50)
+    anomaly_rows: dict[str, list] = {}
+    kinds: Counter = Counter()
+    cols = ["kind", "detail", "flow_id", "direction", "offset", "nbytes", "frame", "source"]
+    patterns: Counter = Counter()
+    for r in rows("anomalies", cols):
+        kinds[r["kind"]] += 1
+        patterns[f"{r['kind']}: {re.sub(r'[0-9]+', 'N', r['detail'])}"] += 1
+        bucket = anomaly_rows.setdefault(r["kind"], [])
+        if len(bucket) < per_kind:
+            bucket.append(r)
+    flows = rows("flows")
+    errors = []
+    for f in flows:
+        for d in ("c2s", "s2c"):
+            decoded, undecoded = f[f"decoded_bytes_{d}"], f[f"undecoded_bytes_{d}"]
+            gap, captured = f[f"gap_bytes_{d}"], f[f"stream_bytes_{d}"]
+            if min(decoded, undecoded, gap, captured) < 0 or decoded + undecoded != captured:
+                errors.append((f["flow_id"], d, decoded, undecoded, gap, captured))
+            if f["protocol"] is None and decoded:
+                errors.append((f["flow_id"], d, "decoded bytes in an unclaimed flow"))
+    keep = ("flow_id", "transport", "client_port", "server_port", "protocol", "packets_c2s",
+            "packets_s2c", "stream_bytes_c2s", "stream_bytes_s2c", "gap_bytes_c2s",
+            "gap_bytes_s2c", "decoded_bytes_c2s", "decoded_bytes_s2c", "undecoded_bytes_c2s",
+            "undecoded_bytes_s2c", "overlap_conflicts_c2s", "overlap_conflicts_s2c")
+    max_flows = spec.get("max_flow_rows", 1000)
+    tables = {name: rows(name, spec.get("columns", {}).get(name))
+              for name in spec.get("read", [])}
+    return _jsonable({
+        "peak_mb": peak,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "status": result.manifest["status"],
+        "packets": result.packets,
+        "rows": result.rows,
+        "anomalies": dict(kinds),
+        "anomaly_rows": anomaly_rows,
+        "anomaly_patterns": dict(patterns),
+        "flow_count": len(flows),
+        "flows": [{k: f.get(k) for k in keep} for f in flows[:max_flows]],
+        "accounting_errors": errors[:20],
+        "damage": result.manifest["inputs"][0]["input"]["damage"]
+        if "inputs" in result.manifest else None,
+        "tables": tables,
+    })
+
+
+if __name__ == "__main__":
+    jobs = json.loads(sys.argv[1])
+    print(json.dumps([run_job(j["path"], j["out"], j.get("spec", {})) for j in jobs]))
