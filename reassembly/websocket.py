@@ -296,7 +296,10 @@ class WebSocketLayer:
             return
         line, headers = _head(bytes(conn.resp[:end]))
         parts = line.split(" ")
-        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        code = parts[1] if len(parts) > 1 else ""
+        # three ASCII digits (RFC 9110 §15): str.isdigit alone also passes latin-1's
+        # superscripts and 10,000-digit numbers, on which int() raises
+        status = int(code) if len(code) == 3 and code.isascii() and code.isdigit() else None
         first = conn.resp_events[0]
         resp = {"offset": first.offset, "nbytes": end + 4}
         if status != 101 or "websocket" not in headers.get("upgrade", "").lower():

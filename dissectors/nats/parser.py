@@ -298,6 +298,8 @@ def parse_line(line: bytes) -> ParseResult:
     if line[0] in (0x20, 0x09):
         return _reject("nats.unknown_op", f"control line starts with white space: {show(line)}")
     args = split_args(line)
+    if not args:  # only CRs (or VT/FF-separated blanks): split_args finds no token
+        return _reject("nats.unknown_op", f"control line of white space only: {show(line)}")
     verb = args[0].upper()
     handler = _HANDLERS.get(verb)
     if handler is not None:

@@ -174,3 +174,43 @@ def test_corpus_files_are_small():
     for p in root.rglob("*"):
         if p.is_file():
             assert p.stat().st_size <= 64 * 1024, p
+
+
+def test_regression_nats_control_line_of_carriage_returns_raised_index_error():
+    """``\\r\\r\\n`` is a control line of one CR: ``split_args`` found no token and
+    ``parse_line`` raised IndexError, so the pipeline gave up on the whole connection
+    (``pipeline.dissector_error``, the rest undecoded): one junk line hid everything
+    after it.  Found by the nats target (random engine, seed 7); minimized input in
+    tests/fuzz/corpus/nats/index-error-on-a-line-of-carriage-returns."""
+    from dissectors.nats import NatsDissector
+
+    s = NatsDissector.session({})
+    data = b'INFO {"server_id":"x"}\r\n\r\r\nPING\r\n'
+    recs = s.feed(Direction.S2C, data, Span(0, 1, 1, 1, 1)) + s.close(2)
+    assert [r.values.get("op") for r in recs if r.table == "nats"] == ["INFO", "PING"]
+    (a,) = [r for r in recs if r.table == "anomalies"]
+    assert a.values["kind"] == "nats.unknown_op" and "white space only" in a.values["detail"]
+    assert s.decoded_bytes[1] + s.undecoded_bytes[1] == len(data)
+
+
+@pytest.mark.parametrize("status", [b"1" * 5000, b"\xb201"], ids=["5000-digits", "superscript"])
+def test_regression_http_status_line_failed_the_whole_run(tmp_path, status):
+    """The WebSocket layer read an HTTP status with ``int(s) if s.isdigit()``: a status of
+    5,000 digits (int() refuses more than 4,300) or with a latin-1 superscript digit
+    raised out of the engine, and the run *failed* (exit 2, tables cut short).  Found by
+    the tls_ws target (random engine, seed 7); corpus in tests/fuzz/corpus/tls_ws."""
+    from samples.hostile.generate import Conversation
+
+    path = tmp_path / "ws.pcap"
+    w = PcapWriter(path)
+    conv = Conversation(w, 40000, 80).handshake()
+    conv.send(0, b"GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                 b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 b"Sec-WebSocket-Version: 13\r\n\r\n")
+    conv.send(1, b"HTTP/1.1 " + status + b" Switching Protocols\r\nUpgrade: websocket\r\n"
+                 b"Connection: Upgrade\r\n\r\n")
+    conv.fin()
+    w.close()
+    result = dissect_capture(path, tmp_path / "out", Options())
+    assert result.manifest["status"] != "failed", result.manifest["inputs"][0]["error"]
+    assert result.rows["flows"] == 1

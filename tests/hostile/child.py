@@ -6,7 +6,8 @@ one JSON list, an object per job:
 ``cpu_s`` (process time of the dissection alone), ``wall_s``, ``status``, ``anomalies``
 (kind -> count), ``anomaly_rows`` (kind -> up to ``rows_per_kind`` rows), ``flows`` (the
 flows table, without the endpoint text), ``accounting_errors`` (flow directions where
-decoded + undecoded + gap != stream length) and ``tables`` (the rows of the tables named
+decoded + undecoded + gap != stream length, or where the ``tcp.gap``/``quic.stream_gap``
+rows do not add up to the flow's gap bytes) and ``tables`` (the rows of the tables named
 in ``read``, restricted to ``columns``).
 
 VmHWM rather than ``ru_maxrss``: the latter is inherited from the (large) pytest parent
@@ -85,8 +86,11 @@ def run_job(path: str, out: str, spec: dict[str, Any]) -> dict[str, Any]:
     kinds: Counter = Counter()
     cols = ["kind", "detail", "flow_id", "direction", "offset", "nbytes", "frame", "source"]
     patterns: Counter = Counter()
+    gap_rows: Counter = Counter()  # (flow, direction) -> bytes reported missing
     for r in rows("anomalies", cols):
         kinds[r["kind"]] += 1
+        if r["kind"] in ("tcp.gap", "quic.stream_gap"):
+            gap_rows[(r["flow_id"], r["direction"])] += r["nbytes"]
         patterns[f"{r['kind']}: {re.sub(r'[0-9]+', 'N', r['detail'])}"] += 1
         bucket = anomaly_rows.setdefault(r["kind"], [])
         if len(bucket) < per_kind:
@@ -101,6 +105,8 @@ def run_job(path: str, out: str, spec: dict[str, Any]) -> dict[str, Any]:
                 errors.append((f["flow_id"], d, decoded, undecoded, gap, captured))
             if f["protocol"] is None and decoded:
                 errors.append((f["flow_id"], d, "decoded bytes in an unclaimed flow"))
+            if gap_rows[(f["flow_id"], d)] != gap:
+                errors.append((f["flow_id"], d, "gap rows", gap_rows[(f["flow_id"], d)], gap))
     keep = ("flow_id", "transport", "client_port", "server_port", "protocol", "packets_c2s",
             "packets_s2c", "stream_bytes_c2s", "stream_bytes_s2c", "gap_bytes_c2s",
             "gap_bytes_s2c", "decoded_bytes_c2s", "decoded_bytes_s2c", "undecoded_bytes_c2s",
