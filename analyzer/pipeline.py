@@ -500,7 +500,10 @@ class CaptureDissection:
         quic = info.flow_id in self._quic_flows
         for d in Direction:
             decoded = sum(fd.session.decoded_bytes[d] for fd in claimed)
-            if claimed and not quic:
+            # a session that raised (_Abandoned) lost the count of the call that
+            # raised: what it did not decode is, by definition, undecoded
+            exact = not any(isinstance(fd.session, _Abandoned) for fd in claimed)
+            if claimed and not quic and exact:
                 undecoded = sum(fd.session.undecoded_bytes[d] for fd in claimed)
             else:  # unclaimed streams: everything delivered stayed undecoded
                 undecoded = info.stream_bytes[d] - decoded

@@ -124,8 +124,6 @@ def test_raising_dissector_costs_one_flow(capture, registry, tmp_path) -> None:
     assert result.manifest["status"] == "degraded"
 
 
-@pytest.mark.xfail(reason="analyzer/pipeline.py: the bytes of the feed() call that raised "
-                   "are neither decoded nor undecoded (DESIGN §7 accounting)", strict=False)
 def test_raising_dissector_keeps_byte_accounting(capture, registry, tmp_path) -> None:
     out = tmp_path / "out"
     dissect_capture(capture, out, Options(), registry=registry)
