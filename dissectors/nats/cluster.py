@@ -27,6 +27,11 @@ Facts (nats-io/nats-server ``server/parser.go``, ``route.go``, ``leafnode.go``,
 The kind of link is learned from the INFO/CONNECT JSON (``gateway`` → gateway;
 ``remote_account``/``info_on_connect`` → leaf; ``route_pool_size``/``lnoc``/a CONNECT with
 ``cluster`` → route) and, failing that, from the ops themselves.
+
+Links authenticate like clients (CONNECT ``user``/``pass``, ``auth_token``, ``jwt``/``sig``
+for leaf nodes): unless the option ``keep_secrets`` is true those values are replaced in
+``json_raw`` and in anomaly details by ``<redacted len=N sha256=HEX>``
+(``dissectors.redaction``, as for the ``nats`` table).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from dissectors.framing import (
     TrailerStatus,
 )
 from dissectors.nats import parser as nats_parser
+from dissectors.redaction import redact_json_text, redact_text_after_brace
 
 __all__ = ["NATS_CLUSTER_TABLE", "NatsClusterDissector", "NatsClusterSession", "is_cluster_json"]
 
@@ -117,7 +123,9 @@ NATS_CLUSTER_TABLE = register_table(
             Field("cluster", _STR, "INFO/CONNECT: `cluster` name of the sending server."),
             Field("gateway", _STR, "INFO/CONNECT of a gateway: its `gateway` name."),
             Field("error", _STR, "-ERR: the error text without quotes."),
-            Field("json_raw", _STR, "INFO/CONNECT: the JSON argument as sent."),
+            Field("json_raw", _STR, "INFO/CONNECT: the JSON argument as sent, except that "
+                  "CONNECT credentials (pass, auth_token, jwt, sig, nkey) are replaced by "
+                  "`<redacted len=N sha256=HEX>` unless `msgcap dissect --keep-secrets`."),
             Field("incomplete", pa.bool_(), "True when a gap or the stream end cut the "
                   "message after its control line (payload columns null).", False),
         ),
@@ -196,6 +204,7 @@ class NatsClusterSession(Session):
         options = options or {}
         cap = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
         self.payload_cap = cap if cap is None or (type(cap) is int and cap >= 0) else 4096
+        self.keep_secrets = options.get("keep_secrets", False) is True
         self._dirs = (_Dir(), _Dir())
         self.link: str | None = None
         self.pinned: bool | None = None  # a route that does not send the account
@@ -279,6 +288,8 @@ class NatsClusterSession(Session):
 
     def _anomaly(self, out: list[Record], kind: str, detail: str, direction: Direction,
                  ev: Any) -> None:
+        if not self.keep_secrets:
+            detail = redact_text_after_brace(detail)
         out.append(Record.anomaly(kind, detail, direction, ev.start, ev.end, ev.ts_first_ns,
                                   ev.ts_last_ns, ev.frame_first, ev.frame_last))
 
@@ -372,6 +383,8 @@ class NatsClusterSession(Session):
         if op in ("INFO", "CONNECT"):
             raw = line.split(None, 1)[1] if len(args) > 1 else b""
             v["json_raw"] = txt(raw)
+            if op == "CONNECT" and not self.keep_secrets:
+                v["json_raw"] = redact_json_text(v["json_raw"])[0]
             try:
                 obj = json.loads(raw)
             except (ValueError, UnicodeDecodeError):

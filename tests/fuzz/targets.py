@@ -11,7 +11,7 @@ Input encodings (so that a byte-level mutator reaches structure):
   the whole engine (link, IP, defragmentation, TCP/UDP, QUIC, TLS, WebSocket) runs over
   it.  Invariants: never raises; per stream direction the event offsets are contiguous
   (data and gaps tile the stream); the reader's packet count matches the frames seen.
-* stream dissectors (``nats``, ``pulsar``, ``felix``) and the stream layers
+* stream dissectors (``nats``, ``nats_cluster``, ``pulsar``, ``felix``) and the stream layers
   (``tls_ws``): a *script*.  Two bytes seed the way data items are cut into pieces, then
   items separated by ``SEP``; an item's first byte says the direction (bit 0) and, if
   its bits 1-2 are both set, that the item is a gap of ``1 + u16`` bytes rather than
@@ -317,6 +317,10 @@ def fuzz_nats(data: bytes) -> None:
                           {"payload_cap": 64, "max_control_line": 256, "max_server_line": 512})
 
 
+def fuzz_nats_cluster(data: bytes) -> None:
+    fuzz_stream_dissector(_dissector("nats_cluster"), data, {"payload_cap": 64})
+
+
 def fuzz_pulsar(data: bytes) -> None:
     fuzz_stream_dissector(_dissector("pulsar"), data, {"payload_cap": 64})
 
@@ -546,6 +550,15 @@ def seeds_nats() -> list[bytes]:
     return out + _script_seeds(paths)
 
 
+def seeds_nats_cluster() -> list[bytes]:
+    from tests.cluster.test_cluster import GATEWAY, LEAF_C, LEAF_S, ROUTE_C, ROUTE_S
+
+    out = [encode_script([*[(0, b) for b in ROUTE_C], *[(1, b) for b in ROUTE_S]]),
+           encode_script([*[(0, b) for b in LEAF_C], *[(1, b) for b in LEAF_S]]),
+           encode_script([(int(d), b) for d, b in GATEWAY])]
+    return out + _script_seeds([SAMPLES / "nats-cluster.pcap"])[:20]
+
+
 def _pulsar_frames() -> list[bytes]:
     from tests.pulsar import wire
 
@@ -772,6 +785,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("gzip", fuzz_gzip, seeds_gzip, "gzip-compressed captures (ByteSource)"),
     Target("zstd", fuzz_zstd, seeds_zstd, "zstd-compressed captures (ByteSource)"),
     Target("nats", fuzz_nats, seeds_nats, "NATS session (LineFramer)", script=True),
+    Target("nats_cluster", fuzz_nats_cluster, seeds_nats_cluster,
+           "NATS route / gateway / leaf-node session", script=True),
     Target("pulsar", fuzz_pulsar, seeds_pulsar, "Pulsar session (LengthPrefixedFramer, "
            "protobuf, batches, codecs)", script=True),
     Target("felix", fuzz_felix, seeds_felix, "Felix session (FLX1 frames)", script=True),

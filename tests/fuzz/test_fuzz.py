@@ -12,9 +12,9 @@ from tests.fuzz.targets import CORPUS, TARGETS, corpus_files, decode_script, enc
 
 # mutations per target: ~1-3 s each (the stream dissectors feed every input twice)
 ITERATIONS = {
-    "pcap": 1500, "pcapng": 1500, "gzip": 1500, "zstd": 1500, "nats": 500, "pulsar": 300,
-    "felix": 500, "stan": 1000, "liftbridge": 1000, "protobuf": 10000, "quic": 1500,
-    "tls_ws": 1000,
+    "pcap": 1500, "pcapng": 1500, "gzip": 1500, "zstd": 1500, "nats": 500,
+    "nats_cluster": 500, "pulsar": 300, "felix": 500, "stan": 1000, "liftbridge": 1000,
+    "protobuf": 10000, "quic": 1500, "tls_ws": 1000,
 }
 
 CORPUS_CASES = [(t, p) for t in sorted(TARGETS) for p in corpus_files(t)]

@@ -268,11 +268,13 @@ def test_route_connect_credentials_are_redacted(tmp_path):
     path = tmp_path / "route.pcap"
     w = PcapWriter(path)
     conv = Conversation(w, 42100, 6222).handshake()
-    conv.send(1, b'INFO {"server_id":"B","cluster":"c1","connect_urls":[],"ip":"nats-route://b"}'
-                 b"\r\n")
-    conv.send(0, _connect(json.dumps({"verbose": False, "pedantic": False, "user": "ruser",
-                                      "pass": ROUTE_PASS, "tls_required": False, "name": "A",
-                                      "cluster": "c1"})) + b"PING\r\n")
+    # what nats-server 2.10 sends on a route: INFO with route_pool_size, CONNECT with lnoc
+    conv.send(1, b'INFO {"server_id":"B","cluster":"c1","route_pool_size":3,"lnoc":true,'
+                 b'"ip":"nats-route://b:6222/"}\r\n')
+    conv.send(0, _connect(json.dumps({
+        "echo": False, "verbose": False, "pedantic": False, "user": "ruser",
+        "pass": ROUTE_PASS, "tls_required": False, "headers": True, "name": "A",
+        "cluster": "c1", "dynamic": True, "lnoc": True, "lnocu": True})) + b"PING\r\n")
     conv.fin()
     w.close()
     out = tmp_path / "out"
