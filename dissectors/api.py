@@ -400,6 +400,10 @@ class PayloadDissector(ABC):
     subjects: ClassVar[tuple[tuple[str, str], ...]] = ()  # (pattern, hint)
     tables: ClassVar[tuple[TableSpec, ...]] = ()
     api_version: ClassVar[int] = API_VERSION
+    # Optional promise about ``probe_payload``: it answers NO for an empty payload and
+    # for one whose first byte is not in this set.  Carriers with a compiled fast path
+    # (NATS) then offer only such payloads; None (the default) means every payload.
+    probe_first_bytes: ClassVar[frozenset[int] | None] = None
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:

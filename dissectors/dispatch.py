@@ -40,6 +40,17 @@ def specificity(pattern: tuple[str, ...]) -> tuple[int, int, int]:
     return (-literals, pattern[-1] == ">" if pattern else 0, -len(pattern))
 
 
+def probe_first_bytes(probers: list[type[PayloadDissector]]) -> bytes:
+    """256 flags: the payload first bytes for which some probe may answer YES (every
+    byte for a prober that does not declare ``probe_first_bytes``)."""
+    flags = bytearray(256)
+    for d in probers:
+        allowed = d.probe_first_bytes
+        for b in range(256) if allowed is None else allowed:
+            flags[b] = 1
+    return bytes(flags)
+
+
 class ScopeDispatcher(Bindings):
     def __init__(
         self, dissectors: list[type[PayloadDissector]], options: dict[str, Any], strict: bool
@@ -57,10 +68,15 @@ class ScopeDispatcher(Bindings):
         self.probers = [d for d in dissectors if d.probe_payload.__func__ is not default_probe]
         self._cache: dict[str, tuple[str, str] | None] = {}
         self.dropped_bindings = 0
+        # subject -> "some binding covers it", for the NATS fast path; emptied (in place:
+        # sessions hold it) whenever a binding changes
+        self.verdicts: dict[str, bool] = {}
+        self.first_bytes = probe_first_bytes(self.probers)
 
     # -- Bindings -------------------------------------------------------------------
 
     def bind_subject(self, subject: str, dissector: str, hint: str) -> None:
+        self.verdicts.clear()
         self.exact[subject] = (dissector, hint)
         self.exact.move_to_end(subject)
         if len(self.exact) > MAX_EXACT_BINDINGS:
@@ -69,11 +85,13 @@ class ScopeDispatcher(Bindings):
 
     def bind_pattern(self, pattern: str, dissector: str, hint: str) -> None:
         entry = (_tokens(pattern), dissector, hint)
+        self.verdicts.clear()
         if entry not in self.patterns:
             self.patterns.append(entry)
             self._sort()
 
     def unbind_subject(self, subject: str) -> None:
+        self.verdicts.clear()
         self.exact.pop(subject, None)
 
     def _sort(self) -> None:
@@ -81,6 +99,20 @@ class ScopeDispatcher(Bindings):
         self._cache = {}
 
     # -- dispatch -------------------------------------------------------------------
+
+    def probed(self, payload: bytes) -> bool:
+        """Whether a probe claims ``payload`` (as ``dispatch`` asks them)."""
+        for cand in self.probers:
+            try:
+                if cand.probe_payload(payload) == Verdict.YES:
+                    return True
+            except Exception:
+                continue
+        return False
+
+    def bound(self, subject: str) -> bool:
+        """Whether a binding (exact or pattern) covers ``subject``."""
+        return self._match(subject) is not None
 
     def _match(self, subject: str) -> tuple[str, str] | None:
         hit = self.exact.get(subject)

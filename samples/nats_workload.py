@@ -407,9 +407,16 @@ CRLF_PAYLOAD = b"line one\r\nline two\r\n\r\nMSG fake.subject 1 5\r\nhello\r\nPI
 BINARY_PAYLOAD = bytes(range(256)) + b"\x00\r\n\x00" + bytes(range(255, -1, -1))
 
 
+BULK_PUBLISHERS = 4
+BULK_MSGS_PER_ROUND = 50
+# 11 connections, as in the capture issue 8 was measured on
+BULK_CLIENTS = [*(f"pub-{p}" for p in range(BULK_PUBLISHERS)), "fan-all", "fan-a", "fan-b",
+                "queue-1", "queue-2", "requester", "responder"]
+
+
 class Workload:
     def __init__(self, url: str, kind: str, scale: int, idle_seconds: float, progress=None) -> None:
-        if kind not in ("basic", "full"):
+        if kind not in ("basic", "full", "bulk"):
             raise ValueError(f"unknown workload {kind!r}")
         self.url = url
         self.kind = kind
@@ -417,7 +424,8 @@ class Workload:
         self.idle_seconds = idle_seconds
         self.rng = random.Random(20240601)
         self.progress = progress
-        names = ["publisher", "subscriber", "queue-a", "queue-b", "responder", "jetstream"]
+        names = (BULK_CLIENTS if kind == "bulk" else
+                 ["publisher", "subscriber", "queue-a", "queue-b", "responder", "jetstream"])
         self.clients = {n: InstrumentedClient(n) for n in names}
 
     def c(self, name: str) -> InstrumentedClient:
@@ -430,11 +438,13 @@ class Workload:
         return base + filler
 
     async def sync_all(self) -> None:
-        """PING/PONG the publisher first, then every other connection, so that every message
+        """PING/PONG the publisher(s) first, then every other connection, so that every message
         the server routed so far has been read by its receiver."""
-        await self.c("publisher").flush()
+        first = [n for n in self.clients if n.startswith("pub")]
+        for name in first:
+            await self.c(name).flush()
         for name, cl in self.clients.items():
-            if name != "publisher":
+            if name not in first:
                 await cl.flush()
 
     async def setup(self) -> None:
@@ -567,7 +577,54 @@ class Workload:
         if r % 25 == 24:
             await self.sync_all()
 
+    async def bulk_setup(self) -> None:
+        for cl in self.clients.values():
+            await cl.connect(self.url)
+        await self.c("fan-all").subscribe("bulk.>")
+        await self.c("fan-a").subscribe("bulk.a.*")
+        await self.c("fan-b").subscribe("bulk.b.*")
+        await self.c("queue-1").subscribe("bulk.q", queue="grp")
+        await self.c("queue-2").subscribe("bulk.q", queue="grp")
+        resp = self.c("responder")
+
+        async def echo(msg):
+            resp.rec.app["responded"] += 1
+            await msg.respond(b"ack:" + msg.data[:16])
+
+        await resp.subscribe("svc.bulk", cb=echo)
+        await self.sync_all()
+
+    async def bulk_round(self, r: int) -> None:
+        """Throughput traffic: four publishers pipelining ~200-byte messages (nats-py
+        coalesces them, so segments are full), each delivered to two subscribers; one
+        request/reply per round.  Synced every 20 rounds so no subscriber becomes a
+        slow consumer (the server would drop its messages)."""
+        rng = self.rng
+        for p in range(BULK_PUBLISHERS):
+            pub = self.c(f"pub-{p}")
+            for i in range(BULK_MSGS_PER_ROUND):
+                kind = i % 3
+                subject = ("bulk.q" if kind == 2 else
+                           f"bulk.{'ab'[kind]}.{(r + i) % 8}")
+                body = rng.randbytes(rng.randint(16, 400))
+                if i % 20 == 7:
+                    await pub.publish(subject, body, headers={"X-Seq": f"{r}.{p}.{i}"})
+                else:
+                    await pub.publish(subject, body)
+        await self.c("requester").request("svc.bulk", f"req {r}".encode())
+        if r % 20 == 19:
+            await self.sync_all()
+
     async def run(self) -> None:
+        if self.kind == "bulk":
+            await self.bulk_setup()
+            round_fn = self.bulk_round
+            for r in range(self.scale):
+                await round_fn(r)
+                if self.progress and r and r % 1000 == 0:
+                    self.progress(r, self.scale)
+            await self._finish()
+            return
         await self.setup()
         round_fn = self.basic_round if self.kind == "basic" else self.full_round
         for r in range(self.scale):
@@ -576,6 +633,9 @@ class Workload:
                 self.progress(r, self.scale)
         if getattr(self, "_js_backlog", 0):
             await self.js_round(0, fetch=True, r=self.scale)
+        await self._finish()
+
+    async def _finish(self) -> None:
         await self.sync_all()
         if self.idle_seconds > 0:
             # Stay idle so that the server sends its keep-alive PINGs (ping_interval is set low

@@ -27,6 +27,8 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -127,6 +129,43 @@ def count_pcap_packets(path: Path) -> int:
     return n
 
 
+_OFFLOADS = ("tso", "gso", "gro")
+
+
+@contextmanager
+def loopback_mtu(mtu: int | None) -> Iterator[None]:
+    """Record as a 1500-byte Ethernet path would carry it, on loopback.
+
+    Loopback's 64 KiB MTU and its segmentation offloads (tcpdump sees the super-segments
+    before they would be cut) give a few huge packets per burst; real captures taken on
+    a NIC show MTU-sized segments, and per-packet costs are what a benchmark must see.
+    So: set lo's MTU and turn TSO/GSO/GRO off (ethtool) for the recording only, and put
+    both back afterwards whatever happens.  Needs root.
+    """
+    if mtu is None:
+        yield
+        return
+    ethtool = shutil.which("ethtool")
+    if ethtool is None:
+        die("--mtu needs ethtool (Debian package ethtool) to turn off lo's offloads")
+    old_mtu = int(Path("/sys/class/net/lo/mtu").read_text())
+    features = subprocess.run([ethtool, "-k", "lo"], capture_output=True, text=True,
+                              check=True).stdout
+    names = {"tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
+             "gro": "generic-receive-offload"}
+    old = {k: f"{names[k]}: on" in features for k in _OFFLOADS}
+    try:
+        subprocess.run(["ip", "link", "set", "lo", "mtu", str(mtu)], check=True)
+        subprocess.run([ethtool, "-K", "lo", *[a for k in _OFFLOADS for a in (k, "off")]],
+                       check=True)
+        yield
+    finally:
+        subprocess.run(["ip", "link", "set", "lo", "mtu", str(old_mtu)], check=False)
+        subprocess.run([ethtool, "-K", "lo",
+                        *[a for k in _OFFLOADS for a in (k, "on" if old[k] else "off")]],
+                       check=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -135,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         help="output path prefix; writes PREFIX.pcap and PREFIX.truth.json "
         "(a trailing .pcap is stripped)",
     )
-    ap.add_argument("--workload", choices=["basic", "full"], default="basic")
+    ap.add_argument("--workload", choices=["basic", "full", "bulk"], default="basic")
     ap.add_argument(
         "--scale", type=int, default=1, help="number of rounds of the workload mix (default 1)"
     )
@@ -161,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=2.0,
         help="seconds between the last client close and stopping tcpdump (default 2)",
+    )
+    ap.add_argument(
+        "--mtu",
+        type=int,
+        default=None,
+        help="record with loopback's MTU set to this (e.g. 1500) and its offloads off, "
+        "so segments look like an Ethernet capture's; restored afterwards (root, ethtool)",
     )
     ap.add_argument("--keep-tmp", action="store_true", help="keep the server's temp dir")
     args = ap.parse_args(argv)
@@ -267,9 +313,10 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         url = f"nats://{HOST}:{port}"
-        result = asyncio.run(
-            nats_workload.run_workload(url, args.workload, args.scale, idle, progress)
-        )
+        with loopback_mtu(args.mtu):
+            result = asyncio.run(
+                nats_workload.run_workload(url, args.workload, args.scale, idle, progress)
+            )
         workload_seconds = time.monotonic() - t0
 
         time.sleep(args.tail_wait)  # let tcpdump write the tail (FIN/ACK) before stopping it
@@ -331,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             "version": tcpdump_version,
             "filter": f"tcp port {port}",
             "interface": "lo",
+            "mtu": args.mtu,
             **{k.replace(" ", "_"): v for k, v in stats.items()},
         },
         "pcap": {"bytes": pcap_path.stat().st_size, "packets": packets},

@@ -162,6 +162,7 @@ class LiftbridgeDissector(PayloadDissector):
     carriers: ClassVar[tuple[str, ...]] = ("nats",)
     subjects: ClassVar[tuple[tuple[str, str], ...]] = ()
     tables: ClassVar[tuple[TableSpec, ...]] = (LIFTBRIDGE_TABLE, ENTRIES_TABLE)
+    probe_first_bytes: ClassVar[frozenset[int] | None] = frozenset(MAGIC[:1])
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:

@@ -46,6 +46,7 @@ from typing import Any
 
 from dissectors.api import Direction, Record, Session, Span
 from dissectors.framing import (
+    _LINE,
     NEED_MORE,
     Block,
     Dropped,
@@ -55,7 +56,7 @@ from dissectors.framing import (
     Resynced,
     TrailerStatus,
 )
-from dissectors.nats import parser
+from dissectors.nats import fastpath, parser
 from dissectors.nats.table import DEFAULT_HEADER_CAP, DEFAULT_PAYLOAD_CAP
 from dissectors.redaction import redact_json_text, redact_text_after_brace
 
@@ -131,17 +132,45 @@ class NatsSession(Session):
         self.max_payload: int | None = None  # from the server's last INFO
         self._wrong_dir: set[tuple[int, str]] = set()
         self.ops = [0, 0]  # rows emitted per direction
+        # compiled fast path (fastpath.py), switched on by the pipeline: rows go to
+        # fast_rows (None: parsed and counted only) and FastRows markers to the output
+        self.fast_on = False
+        self.fast_rows: Any = None
+        self._fast_first: bytes | None = None
+        self._fast_verdicts: dict[str, bool] | None = None
+        self._fast_verdict: Callable[[str], bool] | None = None
+        self._fast_probe: Callable[[bytes], bool] | None = None
+
+    def enable_fast(self, rows: Any, first_bytes: bytes | None = None,
+                    verdicts: dict[str, bool] | None = None,
+                    verdict: Callable[[str], bool] | None = None,
+                    probe: Callable[[bytes], bool] | None = None) -> None:
+        """Use the compiled fast path (``fastpath``).  ``rows``: a ``Columns`` buffer the
+        rows go to, or None to parse and count only.  With payload dissectors hooked
+        (``on_message``): ``verdicts`` caches ``verdict(subject)`` ("a binding covers
+        this subject"), ``first_bytes`` flags the payload first bytes for which
+        ``probe(payload)`` ("a probe claims it") must be asked."""
+        self.fast_on = True
+        self.fast_rows = rows
+        self._fast_first = first_bytes
+        self._fast_verdicts = verdicts
+        self._fast_verdict = verdict
+        self._fast_probe = probe
 
     # ---- Session API -------------------------------------------------------------
 
     def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
         st = self._dirs[direction]
         st.framer.feed(data, span)
+        if self.fast_on:
+            return self._drain_fast(direction, st)
         return self._drain(direction, st)
 
     def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
         st = self._dirs[direction]
-        out: list[Record] = []
+        # the fast path may have left a partial operation to wait for its bytes: the
+        # reference takes it now, as it would have when those bytes came in
+        out: list[Record] = self._drain(direction, st) if self.fast_on else []
         for ev in st.framer.gap(offset, nbytes):
             self._flushed(direction, st, ev, out, at_close=False, ts_ns=ts_ns)
         self._account(direction, st)
@@ -151,6 +180,8 @@ class NatsSession(Session):
         out: list[Record] = []
         for direction in (Direction.C2S, Direction.S2C):
             st = self._dirs[direction]
+            if self.fast_on:
+                out += self._drain(direction, st)
             for ev in st.framer.close():
                 self._flushed(direction, st, ev, out, at_close=True, ts_ns=ts_ns)
             self._account(direction, st)
@@ -169,18 +200,88 @@ class NatsSession(Session):
             ev = nxt()
             if ev is NEED_MORE:
                 break
-            t = type(ev)
-            if t is Line:
-                self._on_line(direction, st, ev, out)
-            elif t is Block:
-                self._on_block(direction, st, ev, out)
-            elif t is Oversize:
-                self._on_oversize(direction, st, ev, out)
-            elif t is Resynced:
-                self._on_resynced(direction, ev, out)
+            self._on_event(direction, st, ev, out)
         self.decoded_bytes[direction] = st.framer.decoded_bytes
         self.undecoded_bytes[direction] = st.framer.undecoded_bytes
         return out
+
+    def _on_event(self, direction: Direction, st: _Direction, ev: Any, out: list) -> None:
+        t = type(ev)
+        if t is Line:
+            self._on_line(direction, st, ev, out)
+        elif t is Block:
+            self._on_block(direction, st, ev, out)
+        elif t is Oversize:
+            self._on_oversize(direction, st, ev, out)
+        elif t is Resynced:
+            self._on_resynced(direction, ev, out)
+
+    # ---- compiled fast path --------------------------------------------------------
+
+    def _drain_fast(self, direction: Direction, st: _Direction) -> list:
+        """Alternate between the compiled scanner (runs of ordinary operations) and the
+        reference (one operation the scanner refused, then back)."""
+        out: list = []
+        fr = st.framer
+        c2s = direction == Direction.C2S
+        while True:
+            if self._between_ops(st) and self._scan(direction, st, out, c2s) == fastpath.NEED_MORE:
+                break
+            if not self._reference_step(direction, st, out):
+                break
+        self.decoded_bytes[direction] = fr.decoded_bytes
+        self.undecoded_bytes[direction] = fr.undecoded_bytes
+        return out
+
+    @staticmethod
+    def _between_ops(st: _Direction) -> bool:
+        fr = st.framer
+        return st.values is None and fr._mode == _LINE and not fr._events
+
+    def _reference_step(self, direction: Direction, st: _Direction, out: list) -> bool:
+        """Reference events until between operations again; False once it needs bytes."""
+        nxt = st.framer.next_event
+        while True:
+            ev = nxt()
+            if ev is NEED_MORE:
+                return False
+            self._on_event(direction, st, ev, out)
+            if self._between_ops(st):
+                return True
+
+    def _scan(self, direction: Direction, st: _Direction, out: list, c2s: bool) -> int:
+        fr = st.framer
+        mp = self.max_payload
+        cap = self.payload_cap
+        hcap = self.header_cap
+        verdicts = self._fast_verdicts if self.on_message is not None else None
+        first = self._fast_first if verdicts is not None else None
+        cleared = False
+        while True:
+            pos = fr._pos
+            status, new_pos, n, subject = fastpath.scan(
+                self.fast_rows, fr._buf, pos, fr._base, fr._chunks, c2s, fr.max_line_bytes,
+                -1 if mp is None else mp, -1 if cap is None else cap,
+                -1 if hcap is None else hcap, first, verdicts, cleared,
+            )
+            cleared = False
+            if n:
+                fr.decoded_bytes += new_pos - pos
+                fr._pos = fr._scan = new_pos
+                off = fr._base + new_pos
+                chunks = fr._chunks
+                while len(chunks) > 1 and chunks[0][0] <= off:  # as framer._prov does
+                    chunks.popleft()
+                self.ops[direction] += n
+                out.append(fastpath.FastRows(_TABLE, direction, n))
+            if status == fastpath.NEED_VERDICT:
+                verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
+            elif status == fastpath.NEED_PROBE:
+                if self._fast_probe(subject):  # type: ignore[misc]
+                    return fastpath.REFUSE  # a payload dissector's: the reference offers it
+                cleared = True
+            else:
+                return status
 
     def _flushed(
         self, direction: Direction, st: _Direction, ev: Any, out: list[Record], *,
@@ -245,6 +346,12 @@ class NatsSession(Session):
             if op == "INFO" and direction == Direction.S2C:
                 mp = values.get("max_payload")
                 if mp is not None:
+                    if self.fast_on and mp != self.max_payload:
+                        # a client operation the fast path holds back (not all its bytes
+                        # are in) was checked against the old limit by the reference,
+                        # which reads lines as they come: let it read that line now
+                        c2s = Direction.C2S
+                        out += self._drain(c2s, self._dirs[c2s])
                     self.max_payload = mp
             return
         # an op with a payload: wait for its bytes

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
 from dissectors.dispatch import subject_matches
 from dissectors.stan.decode import (
+    FIRST_BYTES,
     KINDS,
     REPLY_KINDS,
     decode_kind,
@@ -114,6 +115,8 @@ class StanDissector(PayloadDissector):
     carriers: ClassVar[tuple[str, ...]] = ("nats",)
     subjects: ClassVar[tuple[tuple[str, str], ...]] = STATIC_SUBJECTS
     tables: ClassVar[tuple[TableSpec, ...]] = (STAN_TABLE,)
+    # infer() rejects any other first byte (a tag none of the STAN messages starts with)
+    probe_first_bytes: ClassVar[frozenset[int] | None] = FIRST_BYTES
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:

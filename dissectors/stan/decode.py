@@ -16,6 +16,7 @@ from dissectors.proto import Decoded, Kind, decode, enum_names, schema
 from dissectors.proto.wire import field_keys, scan
 
 __all__ = [
+    "FIRST_BYTES",
     "INFER_THRESHOLD",
     "KINDS",
     "REPLY_KINDS",
@@ -333,4 +334,5 @@ def _first_bytes() -> frozenset[int]:
 
 
 _FIRST_BYTES = _first_bytes()
+FIRST_BYTES = _FIRST_BYTES  # the first bytes infer() looks further at
 _KEYS = {k: field_keys(schema(full)) for k, (full, _) in KINDS.items() if full is not None}

@@ -1,0 +1,152 @@
+"""The compiled fast path of the NATS dissector, and the Arrow batches it fills.
+
+Why: on bulk traffic the reference session (``session.py``) costs ~25 µs per operation;
+the pipeline's dict rows and their conversion to Arrow about as much again.  The C
+module ``_speedups`` parses runs of *ordinary* operations straight out of the framer's
+buffer into column buffers (~0.3 µs each, SHA-256 included) and the pipeline moves those
+rows into one accumulator per capture that becomes Arrow batches without a Python
+object per row.
+
+What stays the definition of the output: the reference.  ``scan`` takes an operation
+only when the reference would produce exactly one row for it and nothing else — no
+anomaly, no payload dissector involved, all bytes present — and otherwise stops and
+lets the reference handle that operation (``REFUSE``) before trying again after it.
+While an operation is not complete in the buffer the fast path waits for more bytes
+instead of letting the reference start on it (``NEED_MORE``); a gap or the end of the
+stream first runs the reference over what is buffered, so a cut operation is reported
+exactly as the reference reports it.  ``tests/perf/test_fastpath.py`` dissects every
+sample capture (and hostile and hand-built streams) both ways and compares the tables.
+
+Payload dissectors (STAN, Liftbridge, plugins): an operation goes to the reference —
+which offers it to them — when its payload's first byte is one a probe may claim
+(``PayloadDissector.probe_first_bytes``; a prober that declares none gets every
+payload) or when a binding covers its subject.  Subject verdicts are cached per
+server scope and dropped whenever a binding changes (``ScopeDispatcher.verdicts``).
+
+Set ``MSGCAP_NATS_FAST=0`` (or ``Options(fast=False)``) to run the reference alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from dissectors.api import Direction
+
+try:
+    from dissectors.nats import _speedups
+except ImportError:  # not built (no C compiler at install time): reference only
+    _speedups = None  # type: ignore[assignment]
+
+__all__ = ["AVAILABLE", "FastRows", "batch_from_export", "enabled", "new_columns"]
+
+AVAILABLE = _speedups is not None
+if AVAILABLE:
+    scan = _speedups.scan
+    NEED_MORE, REFUSE = _speedups.NEED_MORE, _speedups.REFUSE
+    NEED_VERDICT, NEED_PROBE = _speedups.NEED_VERDICT, _speedups.NEED_PROBE
+
+
+def _hook_openssl() -> str:
+    """Give the C code libcrypto's SHA-256 (SHA-NI where the CPU has it, ~5x the
+    portable code); return which implementation is in use."""
+    if _speedups is None:
+        return "none"
+    name = ctypes.util.find_library("crypto")
+    if not name:
+        return "portable"
+    try:
+        lib = ctypes.CDLL(name)
+        fns = [ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
+               for f in ("SHA256_Init", "SHA256_Update", "SHA256_Final")]
+    except (OSError, AttributeError):
+        return "portable"
+    _speedups.use_openssl(*fns)
+    # never trust a foreign function blindly: it must agree with the portable code
+    probe = b"msgcap" * 50
+    if _speedups.sha256_hex(probe) != _speedups.sha256_hex(probe, True):
+        _speedups.use_openssl(0, 0, 0)
+        return "portable"
+    return name
+
+
+SHA256_IMPL = _hook_openssl()
+
+
+def enabled(requested: bool = True) -> bool:
+    """Whether sessions should use the fast path (built, asked for, not disabled)."""
+    return requested and AVAILABLE and os.environ.get("MSGCAP_NATS_FAST", "1") != "0"
+
+
+def new_columns() -> Any:
+    return _speedups.Columns()
+
+
+class FastRows(NamedTuple):
+    """Marker in a session's output: ``n`` rows of ``direction`` are waiting, in order,
+    in the session's ``fast_rows`` buffer (``Columns``); the pipeline gives them their
+    envelope and record ids where the marker stands among the session's records."""
+
+    table: str
+    direction: Direction
+    n: int
+
+
+_DIRECTIONS = pa.array(["c2s", "s2c"], pa.string())
+
+
+def _validity(buf: bytes | None) -> pa.Buffer | None:
+    return None if buf is None else pa.py_buffer(buf)
+
+
+def _column(t: pa.DataType, n: int, parts: tuple) -> pa.Array:
+    if pa.types.is_map(t):
+        valid, nulls, h_off, k_off, k_data, l_off, i_off, i_data = parts
+        nkeys = len(k_off) // 4 - 1
+        nitems = len(i_off) // 4 - 1
+        entries_t = t.key_field, t.item_field
+        keys = pa.Array.from_buffers(t.key_type, nkeys,
+                                     [None, pa.py_buffer(k_off), pa.py_buffer(k_data)])
+        items_t = t.item_type.value_type
+        items = pa.Array.from_buffers(items_t, nitems,
+                                      [None, pa.py_buffer(i_off), pa.py_buffer(i_data)])
+        values = pa.Array.from_buffers(t.item_type, nkeys, [None, pa.py_buffer(l_off)],
+                                       children=[items])
+        entries = pa.StructArray.from_arrays([keys, values], fields=list(entries_t))
+        return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(h_off)],
+                                     null_count=nulls, children=[entries])
+    if len(parts) == 4:  # variable width
+        valid, nulls, off, data = parts
+        return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(off),
+                                            pa.py_buffer(data)], null_count=nulls)
+    valid, nulls, data = parts
+    return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(data)], null_count=nulls)
+
+
+def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple]],
+                      capture_id: str) -> pa.RecordBatch:
+    """The Arrow batch of an accumulator's ``export()``, in ``schema``'s column order.
+
+    Columns the fast path never fills (INFO/CONNECT fields, ``error``) are null;
+    ``incomplete`` is false (the fast path only takes complete operations)."""
+    n, cols = exported
+    arrays = []
+    for f in schema:
+        name = f.name
+        if name == "direction":
+            codes = np.frombuffer(cols[name][2], dtype=np.uint8)
+            arrays.append(_DIRECTIONS.take(pa.array(codes)))
+        elif name in cols:
+            arrays.append(_column(f.type, n, cols[name]))
+        elif name == "capture_id":
+            arrays.append(pa.array([capture_id], f.type).take(pa.array(np.zeros(n, np.int32))))
+        elif name == "incomplete":
+            arrays.append(pa.array(np.zeros(n, np.bool_), f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

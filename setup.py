@@ -1,0 +1,20 @@
+"""Build of the compiled fast paths (everything else is declared in pyproject.toml).
+
+``dissectors.nats._speedups`` is a plain C extension (no Cython, no build dependency
+beyond a C compiler and Python's headers, both on every supported machine).  It is
+``optional``: if it cannot be built the pure-Python reference runs instead, and
+``msgcap dissect`` says so; the tests require it (tests/perf/test_fastpath.py).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "dissectors.nats._speedups",
+            ["dissectors/nats/_speedups.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        )
+    ]
+)
