@@ -176,17 +176,23 @@ def _parse_decode_as(items: list[str]) -> dict[int, str]:
     return out
 
 
-def _dissect_one(path: str, out: str, options, show_progress: bool):
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of processes")
+    return value
+
+
+def _dissect_one(path: str, out: str, options, show_progress: bool, workers: int = 1):
+    from analyzer.parallel import ProgressWrap
     from analyzer.pipeline import dissect_capture
 
-    if not show_progress:
-        return dissect_capture(path, out, options)
-
-    def wrap(reader, events):
-        with capture_progress(reader, f"dissect {path}") as bar:
-            yield from bar(events)
-
-    return dissect_capture(path, out, options, wrap=wrap)
+    label = f"dissect {path}" + (f" ({workers} workers)" if workers > 1 else "")
+    wrap = ProgressWrap(label) if show_progress else None
+    return dissect_capture(path, out, options, wrap=wrap, workers=workers)
 
 
 def cmd_dissect(args: argparse.Namespace) -> int:
@@ -218,7 +224,11 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     results = []
-    if args.workers > 1 and len(args.captures) > 1:
+    if args.workers > 1 and len(args.captures) == 1:
+        # one capture: split by flow across the processes (analyzer.parallel)
+        results = [_dissect_one(args.captures[0], args.output, options, True, args.workers)]
+    elif args.workers > 1:
+        # several captures: as many at once, one process each (each capture whole)
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             futures = [
                 pool.submit(_dissect_one, p, args.output, options, False) for p in args.captures
@@ -493,10 +503,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=_positive,
         default=1,
         metavar="N",
-        help="dissect N captures at once, one process each",
+        help="processes to use (default 1). One CAPTURE: split across N processes by "
+        "flow; each reads the whole capture and writes the rows of its share of the "
+        "flows to its own part-<k>.parquet (the same rows as one process; compare "
+        "sorted by record_id). Several CAPTUREs: N captures at once, one process each",
     )
     p.add_argument(
         "--keylog",

@@ -5,7 +5,8 @@ replaces its entry and adding a capture merges into the existing file); every
 dataset-level figure (rows, anomalies by kind, flows by protocol, status) is
 recomputed from the entries, never accumulated, so merging is idempotent.
 Anomaly and flow tallies are read back from the capture's Parquet partitions (one
-column each), i.e. they describe what is on disk.  The file is written atomically
+column each, every part file: ``--workers N`` writes one per worker), i.e. they
+describe what is on disk.  The file is written atomically
 under an exclusive lock (several processes may add captures to one OUT), as
 key-sorted JSON so equal content gives equal bytes.  "Now" appears only here, never
 in the tables.
@@ -41,7 +42,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from analyzer.sink import PART_FILE, DatasetWriter, partition_dir
+from analyzer.sink import DatasetWriter, part_files, partition_dir
 
 __all__ = [
     "EXIT_CODES",
@@ -137,18 +138,18 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _value_counts(path: Path, column: str, null_key: str | None = None) -> dict[str, int]:
-    if not path.exists():
-        return {}
-    col = pq.read_table(path, columns=[column]).column(column)
+def _value_counts(part_dir: Path, column: str, null_key: str | None = None) -> dict[str, int]:
+    """Values of ``column`` counted over every part file of a partition directory."""
     counts: dict[str, int] = {}
-    for item in pc.value_counts(col).to_pylist():
-        key = item["values"]
-        if key is None:
-            if null_key is None:
-                continue
-            key = null_key
-        counts[key] = counts.get(key, 0) + int(item["counts"])
+    for path in part_files(part_dir):
+        col = pq.read_table(path, columns=[column]).column(column)
+        for item in pc.value_counts(col).to_pylist():
+            key = item["values"]
+            if key is None:
+                if null_key is None:
+                    continue
+                key = null_key
+            counts[key] = counts.get(key, 0) + int(item["counts"])
     return dict(sorted(counts.items()))
 
 
@@ -162,10 +163,8 @@ def _status(anomalies: int, damage: list, error: str | None) -> RunStatus:
 
 def _capture_entry(out_dir: Path, run: CaptureRun, now: str) -> dict[str, Any]:
     cid = run.capture_id
-    by_kind = _value_counts(partition_dir(out_dir, "anomalies", cid) / PART_FILE, "kind")
-    by_proto = _value_counts(
-        partition_dir(out_dir, "flows", cid) / PART_FILE, "protocol", UNCLAIMED
-    )
+    by_kind = _value_counts(partition_dir(out_dir, "anomalies", cid), "kind")
+    by_proto = _value_counts(partition_dir(out_dir, "flows", cid), "protocol", UNCLAIMED)
     status = _status(sum(by_kind.values()), run.input.damage, run.error)
     return {
         "capture_id": cid,

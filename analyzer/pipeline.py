@@ -29,9 +29,10 @@ from analyzer.sink import DatasetWriter
 from dissectors.api import CarriedMessage, Dissector, Record, Span
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.dispatch import PayloadDispatcher
+from dissectors.nats import fastpath
 from dissectors.quic.table import QUIC_PACKETS, quic_flow_values, quic_packet_row
 from dissectors.registry import Registry, discover
-from dissectors.schema import register_table
+from dissectors.schema import arrow_schema, register_table
 from dissectors.tables import TableSpec
 from dissectors.tls_table import TLS_TABLE, tls_envelope, tls_flow_values, tls_row
 from dissectors.websocket_table import (
@@ -39,7 +40,7 @@ from dissectors.websocket_table import (
     websocket_control_row,
     websocket_handshake_row,
 )
-from reassembly.capture import CaptureReader, open_capture
+from reassembly.capture import CaptureInfo, CaptureReader, open_capture
 from reassembly.engine import capture_events
 from reassembly.events import (
     Anomaly,
@@ -69,6 +70,8 @@ DEFAULT_PAYLOAD_CAP = 4096
 FLOW_ROW_BITS = 32  # rows per flow before ids would collide: 4 G
 FLOWLESS_BASE = 1 << 62
 _FRAME_ROWS_KEPT = 65536  # frames remembered for numbering flowless rows
+_FAST_BATCH_ROWS = 65536  # fast-path rows held before they become one Arrow batch
+_FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offsets)
 
 
 @dataclass
@@ -83,6 +86,9 @@ class Options:
     # keep credentials (NATS CONNECT pass/auth_token/jwt/sig/nkey) in the tables; by
     # default they are replaced by their length and SHA-256 (dissectors.redaction)
     keep_secrets: bool = False
+    # compiled NATS fast path (dissectors.nats.fastpath); False runs the pure-Python
+    # reference alone.  Same output either way, so it is not part of as_json().
+    fast: bool = True
 
     def as_json(self) -> dict[str, Any]:
         """What goes into the manifest and Parquet metadata (reproducibility)."""
@@ -140,8 +146,12 @@ class CaptureDissection:
             list(registry.payload.values()), session_options, strict=options.strict
         )
         self.detector = Detector(
-            list(registry.dissectors.values()), decode_as, session_options, self._hook_payloads
+            list(registry.dissectors.values()), decode_as, session_options, self._on_session
         )
+        # rows of the compiled fast path, per table, until they become an Arrow batch;
+        # only with a writer that takes batches (the Spark run sinks take dict rows)
+        self.fast = fastpath.enabled(options.fast) and hasattr(writer, "write_batch")
+        self._accs: dict[str, Any] = {}
         self.tables: dict[str, TableSpec] = {s.name: s for s in registry.tables()}
         self.tables[FLOWS.name] = FLOWS
         self.tables[ANOMALIES.name] = ANOMALIES
@@ -158,6 +168,21 @@ class CaptureDissection:
         self._frame_rows: OrderedDict[int, int] = OrderedDict()  # flowless rows per frame
         self.anomalies: Counter = Counter()
         self.flows_by_protocol: Counter = Counter()
+
+    def _on_session(self, fd: FlowDispatch) -> None:
+        self._hook_payloads(fd)
+        session = fd.session
+        if self.fast and hasattr(session, "enable_fast"):
+            owns = getattr(self.writer, "owns", None)
+            mine = owns is None or owns(fd.flow.flow_id)
+            rows = fastpath.new_columns() if mine else None
+            if getattr(session, "on_message", None) is None:
+                session.enable_fast(rows)
+            else:
+                flow = fd.flow
+                scope = self.payloads.scope((flow.server.ip, flow.server.port))
+                session.enable_fast(rows, scope.first_bytes, scope.verdicts, scope.bound,
+                                    scope.probed)
 
     def _hook_payloads(self, fd: FlowDispatch) -> None:
         """Give a carrier session (NATS) a hook that offers each message to the
@@ -236,12 +261,59 @@ class CaptureDissection:
             "frame_last": rec.frame_last,
         }
 
-    def _emit_records(self, fd: FlowDispatch, records: Iterable[Record]) -> None:
+    def _emit_records(self, fd: FlowDispatch, records: list) -> None:
         """Rows of one event's records, handed to the sink one list per table."""
+        if len(records) == 1 and type(records[0]) is fastpath.FastRows:
+            self._fast_rows(fd, records[0], None)  # the usual bulk case, kept short
+            return
         pending: dict[str, list[dict]] = {}
         self._collect(fd, records, None, pending)
         for table, rows in pending.items():
-            self.writer.write_rows(self.tables[table], rows)
+            self._write_rows(table, rows)
+
+    def _write_rows(self, table: str, rows: list[dict]) -> None:
+        """Dict rows after the fast-path rows of the same table that precede them."""
+        if table in self._accs:
+            self._flush_fast(table)
+        self.writer.write_rows(self.tables[table], rows)
+
+    def _fast_rows(self, fd: FlowDispatch, mark: fastpath.FastRows,
+                   pending: dict[str, list[dict]] | None) -> None:
+        """Rows the session's compiled scanner left in its buffer: ids and envelope here,
+        in the order the marker stands among the session's records."""
+        flow = fd.flow
+        fid = flow.flow_id
+        n0 = self._flow_rows.get(fid, 0)
+        self._flow_rows[fid] = n0 + mark.n
+        rows = fd.session.fast_rows
+        if rows is None:  # parsed and counted only: another worker writes this flow
+            return
+        table = mark.table
+        before = pending.pop(table, None) if pending else None
+        if before:
+            self._write_rows(table, before)
+        acc = self._accs.get(table)
+        if acc is None:
+            acc = self._accs[table] = fastpath.new_columns()
+        d = mark.direction
+        src, dst = flow.endpoint(d)
+        acc.move(rows, mark.n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id, src.ip,
+                 src.port, dst.ip, dst.port)
+        if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
+            self._flush_fast(table)
+
+    def _flush_fast(self, table: str) -> None:
+        acc = self._accs.get(table)
+        if acc is None or not len(acc):
+            return
+        spec = self.tables[table]
+        batch = fastpath.batch_from_export(arrow_schema(spec), acc.export(), self.capture_id)
+        self.writer.write_batch(spec, batch)
+
+    def finish(self) -> None:
+        """Write what the fast path still holds (call before closing the writer)."""
+        for table in list(self._accs):
+            self._flush_fast(table)
 
     def _collect(
         self,
@@ -252,6 +324,9 @@ class CaptureDissection:
     ) -> None:
         name = fd.dissector.name if fd.dissector else "?"
         for rec in records:
+            if type(rec) is fastpath.FastRows:
+                self._fast_rows(fd, rec, pending)
+                continue
             if rec.table == ANOMALIES.name:
                 v = rec.values
                 self._anomaly_row(
@@ -322,24 +397,29 @@ class CaptureDissection:
         try:
             records = call()
         except Exception as exc:
-            if self.options.strict:
-                raise
-            name = fd.dissector.name if fd.dissector else "?"
-            self._anomaly_row(
-                "pipeline.dissector_error",
-                f"{name} raised {exc!r}; the rest of this flow is left undecoded",
-                fd.flow,
-                None,
-                ts_ns,
-                frame,
-                None,
-                None,
-                "pipeline",
-            )
-            self._abandon(fd)
+            self._dissector_error(fd, exc, ts_ns, frame)
             return
         if records:
             self._emit_records(fd, records)
+
+    def _dissector_error(self, fd: FlowDispatch, exc: Exception, ts_ns: int | None,
+                         frame: int | None) -> None:
+        """A dissector raised: record it and stop decoding the flow (strict: re-raise)."""
+        if self.options.strict:
+            raise exc
+        name = fd.dissector.name if fd.dissector else "?"
+        self._anomaly_row(
+            "pipeline.dissector_error",
+            f"{name} raised {exc!r}; the rest of this flow is left undecoded",
+            fd.flow,
+            None,
+            ts_ns,
+            frame,
+            None,
+            None,
+            "pipeline",
+        )
+        self._abandon(fd)
 
     def _abandon(self, fd: FlowDispatch) -> None:
         """After a dissector bug: keep counting, stop decoding."""
@@ -360,15 +440,16 @@ class CaptureDissection:
         return fd
 
     def handle(self, ev: object) -> None:
-        if isinstance(ev, StreamData):
+        if type(ev) is StreamData:
             fd = self._dispatch(ev.flow, ev.stream_id)
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
-            self._guarded(
-                fd,
-                lambda: self.detector.data(fd, ev.direction, ev.data, span),
-                ev.ts_first_ns,
-                ev.frame_first,
-            )
+            try:  # _guarded, inlined: this is the per-segment path
+                records = self.detector.data(fd, ev.direction, ev.data, span)
+            except Exception as exc:
+                self._dissector_error(fd, exc, ev.ts_first_ns, ev.frame_first)
+                return
+            if records:
+                self._emit_records(fd, records)
         elif isinstance(ev, StreamGap):
             fd = self._dispatch(ev.flow, ev.stream_id)
             # lost stream bytes are an anomaly of their own, whatever a dissector makes of
@@ -538,9 +619,19 @@ def dissect_capture(
     out_dir: str | os.PathLike,
     options: Options | None = None,
     registry: Registry | None = None,
-    wrap: Callable[[CaptureReader, Iterable], Iterable] = lambda reader, it: it,
+    wrap: Callable[[CaptureReader, Iterable], Iterable] | None = None,
+    *,
+    workers: int = 1,
 ) -> CaptureResult:
-    """Dissect one capture into ``out_dir`` (one Hive partition) and update the manifest."""
+    """Dissect one capture into ``out_dir`` (one Hive partition) and update the manifest.
+
+    ``workers`` > 1: ``analyzer.parallel.dissect_parallel`` (the same rows, written by
+    that many processes split by flow, one part file each); ``wrap`` then runs in
+    worker 0 and must be picklable."""
+    if workers != 1:
+        from analyzer.parallel import dissect_parallel
+
+        return dissect_parallel(path, out_dir, workers, options, registry, wrap)
     options = options or Options()
     registry = registry or discover()
     for spec in registry.tables():
@@ -557,32 +648,9 @@ def dissect_capture(
         overwrite=options.overwrite,
     )
     job = CaptureDissection(capture_id, writer, registry, options)
-    error: str | None = None
-    with open_capture(path) as reader:
-        try:
-            keylog = KeyLog.from_file(options.keylog) if options.keylog else None
-            for ev in wrap(reader, capture_events(reader, options.limits, keylog)):
-                job.handle(ev)
-        except Exception as exc:
-            if options.strict:
-                writer.abort()
-                raise
-            error = f"{type(exc).__name__}: {exc}"
-        info = reader.info
+    info, error = run_dissection(job, path, writer, wrap)
     writer.close(ensure_tables=list(job.tables.values()))
-    run = CaptureRun.from_writer(
-        writer,
-        InputInfo(
-            str(path),
-            info.file_size,
-            sha,
-            info.format + ("" if info.compression == "none" else f"+{info.compression}"),
-            [str(lt) for lt in info.link_types],
-            info.packets,
-            [{"offset": d.offset, "reason": d.reason, "frame": d.frame} for d in info.damage],
-        ),
-        error,
-    )
+    run = CaptureRun.from_writer(writer, input_info(path, sha, info), error)
     manifest = update_manifest(out_dir, run)
     return CaptureResult(
         capture_id,
@@ -593,6 +661,47 @@ def dissect_capture(
         info.packets,
         info.file_size,
         manifest,
+    )
+
+
+def run_dissection(
+    job: CaptureDissection,
+    path: str | os.PathLike,
+    writer: Any,
+    wrap: Callable[[CaptureReader, Iterable], Iterable] | None = None,
+) -> tuple[CaptureInfo, str | None]:
+    """The read loop of one capture (also each worker's, ``analyzer.parallel``): every
+    event through ``job``, then what the fast path still holds.  Returns the reader's
+    facts and the error that ended the run early, if any (strict: raised, output
+    aborted).  The caller hashed the file (the capture id names the partition)."""
+    options = job.options
+    error: str | None = None
+    with open_capture(path, digest=False) as reader:
+        try:
+            keylog = KeyLog.from_file(options.keylog) if options.keylog else None
+            events = capture_events(reader, options.limits, keylog)
+            for ev in wrap(reader, events) if wrap is not None else events:
+                job.handle(ev)
+        except Exception as exc:
+            if options.strict:
+                writer.abort()
+                raise
+            error = f"{type(exc).__name__}: {exc}"
+        info = reader.info
+    job.finish()
+    return info, error
+
+
+def input_info(path: str | os.PathLike, sha: str, info: CaptureInfo) -> InputInfo:
+    """The manifest's facts about the input file."""
+    return InputInfo(
+        str(path),
+        info.file_size,
+        sha,
+        info.format + ("" if info.compression == "none" else f"+{info.compression}"),
+        [str(lt) for lt in info.link_types],
+        info.packets,
+        [{"offset": d.offset, "reason": d.reason, "frame": d.frame} for d in info.damage],
     )
 
 

@@ -3,7 +3,8 @@
 Layout (DESIGN §5)::
 
     OUT/<table>/capture=<capture_id>/part-0.parquet
-    OUT/manifest.json                               (analyzer.manifest)
+    OUT/<table>/capture=<capture_id>/part-<k>.parquet  (``--workers N``: one per worker)
+    OUT/manifest.json                                  (analyzer.manifest)
 
 Strategy: rows are buffered per table as plain dicts, converted column-wise to Arrow
 every 4096 rows (Python dicts cost ~10x the memory of the Arrow values) and validated
@@ -16,6 +17,17 @@ byte-identical files.
 Files are written under a hidden name (``.part-0.parquet.inprogress``, ignored by
 pyarrow, Spark, DuckDB and polars) and renamed on ``close``, so a reader never sees a
 half-written file as data.
+
+Several part files: ``msgcap dissect --workers N`` splits one capture by flow across N
+processes (``analyzer.parallel``); worker k writes ``part-<k>.parquet`` through a
+*coordinated* writer (``coordinated=True``), which neither checks for an existing
+capture nor renames its files on ``close``: the coordinating process checks before the
+workers start, renames every worker's files once all have finished
+(``commit_files``) and removes what an earlier run left (``remove_stale_parts``).  A
+partition is read as a whole (``open_dataset``, ``read_spark_table``, any reader given
+the table directory), never as one named file; row order across part files follows
+the file names, so compare runs with different worker counts sorted by ``record_id``
+(``flows``: ``flow_id``).
 
 Partition key: the directory key is ``capture`` (a string holding the capture id), not
 ``capture_id``, so it never clashes with the ``capture_id`` column inside the files;
@@ -69,15 +81,21 @@ __all__ = [
     "PART_FILE",
     "DatasetWriter",
     "canonical_json",
+    "check_capture_absent",
+    "commit_files",
     "dataset_schema",
+    "existing_partitions",
     "open_dataset",
+    "part_file",
+    "part_files",
     "partition_dir",
     "read_spark_table",
+    "remove_stale_parts",
     "table_dir",
 ]
 
-PART_FILE = "part-0.parquet"
-_TMP_FILE = f".{PART_FILE}.inprogress"
+PART_FILE = "part-0.parquet"  # the file of a one-process run (part 0)
+_PART_RE = re.compile(r"part-(\d+)\.parquet\Z")
 _CONVERT_ROWS = 4096  # row dicts held before conversion to Arrow
 
 META_TOOL_VERSION = b"msgcap.tool_version"
@@ -95,6 +113,68 @@ def table_dir(out_dir: str | os.PathLike[str], table: str) -> Path:
 
 def partition_dir(out_dir: str | os.PathLike[str], table: str, capture_id: str) -> Path:
     return Path(out_dir) / table / f"{PARTITION_KEY}={capture_id}"
+
+
+def part_file(part: int = 0) -> str:
+    """Name of the file written by worker ``part`` (``part-0.parquet`` for one process)."""
+    if part < 0:
+        raise ValueError(f"part must be >= 0, got {part}")
+    return f"part-{part}.parquet"
+
+
+def _tmp_file(part: int = 0) -> str:
+    return f".{part_file(part)}.inprogress"
+
+
+def part_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The finished part files of a partition directory, by part number."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _PART_RE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def existing_partitions(out_dir: str | os.PathLike[str], capture_id: str) -> list[Path]:
+    """The partition directories of ``capture_id`` in ``out_dir`` (every table)."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        return []
+    return sorted(p for p in out.glob(f"*/{PARTITION_KEY}={capture_id}") if p.is_dir())
+
+
+def check_capture_absent(out_dir: str | os.PathLike[str], capture_id: str) -> None:
+    """``FileExistsError`` when ``capture_id`` already has partitions in ``out_dir``."""
+    out = Path(out_dir)
+    existing = existing_partitions(out, capture_id)
+    if existing:
+        shown = ", ".join(str(p.relative_to(out)) for p in existing[:3])
+        raise FileExistsError(
+            f"capture {capture_id} is already in {out} ({shown}); "
+            "pass overwrite=True to replace it"
+        )
+
+
+def commit_files(files: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[str]]]) -> None:
+    """Rename finished in-progress files ``(tmp, final)`` to their final names."""
+    for tmp, final in files:
+        os.replace(tmp, final)
+
+
+def remove_stale_parts(
+    out_dir: str | os.PathLike[str], capture_id: str, keep: Mapping[str, Iterable[str]]
+) -> None:
+    """After a run of ``capture_id``: drop the partitions of tables the run did not
+    write and, in the others, every part file other than ``keep[table]`` (file names)."""
+    for part in existing_partitions(out_dir, capture_id):
+        names = keep.get(part.parent.name)
+        if names is None:
+            shutil.rmtree(part)
+            continue
+        names = set(names)
+        for f in part.glob("part-*.parquet"):
+            if f.name not in names:
+                f.unlink()
 
 
 def canonical_json(obj: Any) -> str:
@@ -126,6 +206,11 @@ class DatasetWriter:
 
     A capture already present in ``out_dir`` raises ``FileExistsError`` unless
     ``overwrite``; then its old partitions are replaced when ``close`` succeeds.
+
+    ``part`` numbers the file (``part-<part>.parquet``); ``coordinated`` makes this one
+    of several writers of the capture under ``analyzer.parallel``: no existing-capture
+    check, and ``close`` leaves the finished files under their in-progress names
+    (``pending_files``) for the coordinator to ``commit_files`` and clean up.
     """
 
     def __init__(
@@ -139,6 +224,8 @@ class DatasetWriter:
         validate: bool = True,
         *,
         overwrite: bool = False,
+        part: int = 0,
+        coordinated: bool = False,
     ) -> None:
         if not _CAPTURE_ID_RE.match(capture_id):
             raise ValueError(f"capture id {capture_id!r} is not a safe directory name")
@@ -154,17 +241,16 @@ class DatasetWriter:
         self.rows_per_batch = rows_per_batch
         self.validate = validate
         self.overwrite = overwrite
+        self.part = part
+        self.coordinated = coordinated
+        self._part_file = part_file(part)
+        self._tmp_file = _tmp_file(part)
         self._options_json = canonical_json(self.options)
         self._chunk = min(rows_per_batch, _CONVERT_ROWS)
         self._tables: dict[str, _Table] = {}
         self._counts: dict[str, int] | None = None
-        existing = self._existing_partitions()
-        if existing and not overwrite:
-            shown = ", ".join(str(p.relative_to(self.out_dir)) for p in existing[:3])
-            raise FileExistsError(
-                f"capture {capture_id} is already in {self.out_dir} ({shown}); "
-                "pass overwrite=True to replace it"
-            )
+        if not overwrite and not coordinated:
+            check_capture_absent(self.out_dir, capture_id)
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
     # ----------------------------------------------------------------- public API
@@ -196,6 +282,11 @@ class DatasetWriter:
                 t.batch_rows += b.num_rows
         if t.batch_rows >= self.rows_per_batch:
             self._drain_batches(t, final=False)
+
+    def owns(self, flow_id: int | None) -> bool:
+        """Whether rows of ``flow_id`` are this writer's to write: always, for a writer
+        that takes every row (``analyzer.parallel.OwnedRowsWriter`` keeps one share)."""
+        return True
 
     def buffered_rows(self, table: str) -> int:
         """Rows of ``table`` accepted but not yet written to its file."""
@@ -231,11 +322,23 @@ class DatasetWriter:
             if t.writer is None:
                 self._open(t)  # no rows at all: an empty file with the schema
             t.writer.close()
-            os.replace(t.tmp, t.final)
-        if self.overwrite:
+            if not self.coordinated:
+                os.replace(t.tmp, t.final)
+        if self.overwrite and not self.coordinated:
             self._remove_stale()
         self._counts = {name: self._tables[name].count for name in sorted(self._tables)}
         return dict(self._counts)
+
+    def pending_files(self) -> list[tuple[str, str]]:
+        """``(in-progress, final)`` paths of the files a closed coordinated writer left
+        for its coordinator to rename (empty for a writer that renames its own)."""
+        if self._counts is None or not self.coordinated:
+            return []
+        return [
+            (str(t.tmp), str(t.final))
+            for _, t in sorted(self._tables.items())
+            if t.tmp.exists()
+        ]
 
     def abort(self) -> None:
         """Close and delete the files of this run that were not finished."""
@@ -263,20 +366,10 @@ class DatasetWriter:
 
     # ----------------------------------------------------------------- internals
 
-    def _existing_partitions(self) -> list[Path]:
-        if not self.out_dir.is_dir():
-            return []
-        suffix = f"{PARTITION_KEY}={self.capture_id}"
-        return sorted(p for p in self.out_dir.glob(f"*/{suffix}") if p.is_dir())
-
     def _remove_stale(self) -> None:
-        for part in self._existing_partitions():
-            if part.parent.name not in self._tables:
-                shutil.rmtree(part)
-                continue
-            for f in part.glob("part-*.parquet"):
-                if f.name != PART_FILE:
-                    f.unlink()
+        remove_stale_parts(
+            self.out_dir, self.capture_id, {name: [self._part_file] for name in self._tables}
+        )
 
     def _table(self, spec: TableSpec) -> _Table:
         if self._counts is not None:
@@ -296,7 +389,12 @@ class DatasetWriter:
             }
         )
         pdir = partition_dir(self.out_dir, spec.name, self.capture_id)
-        t = _Table(spec, arrow_schema(spec).with_metadata(meta), pdir / _TMP_FILE, pdir / PART_FILE)
+        t = _Table(
+            spec,
+            arrow_schema(spec).with_metadata(meta),
+            pdir / self._tmp_file,
+            pdir / self._part_file,
+        )
         self._tables[spec.name] = t
         return t
 

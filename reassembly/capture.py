@@ -156,13 +156,16 @@ class CaptureReader:
             self.info.sha256 = self._src.finish_hash()
 
 
-def open_capture(path: str | os.PathLike[str]) -> CaptureReader:
-    """Open a pcap or pcapng file (optionally gzip/zstd compressed) for streaming reads."""
+def open_capture(path: str | os.PathLike[str], *, digest: bool = True) -> CaptureReader:
+    """Open a pcap or pcapng file (optionally gzip/zstd compressed) for streaming reads.
+
+    ``digest=False``: do not hash the file while reading (``info.sha256`` stays empty),
+    for callers that hashed it already."""
     from .pcap import PCAP_MAGICS, PcapReader
     from .pcapng import SHB_MAGIC, PcapngReader
 
     spath = os.fspath(path)
-    source = ByteSource(spath)
+    source = ByteSource(spath, digest)
     try:
         head = source.read_at_least(max(CHUNK, 64), CHUNK)
         if not head:

@@ -1,0 +1,460 @@
+"""One capture dissected by N worker processes, split by flow (``msgcap dissect
+--workers N`` with one capture); the output is the output of one process.
+
+Strategy: every worker reads and reassembles the **whole** capture and runs every
+dissector session exactly as ``analyzer.pipeline.dissect_capture`` does — payload
+dissectors (STAN, Liftbridge) learn subject bindings on one connection and use them on
+another of the same server, and detection, flow numbering, record ids and limits are
+decided over the whole capture, so a worker that saw only its own flows could not be
+exact.  Only the *writing* is split: worker k of N keeps the rows whose
+``flow_id % N == k``; rows without a flow (capture, link and IP anomalies) are worker
+0's.  ``OwnedRowsWriter`` does that filtering in front of the ``DatasetWriter``, and
+its ``owns(flow_id)`` lets the dissection skip building rows it would throw away.
+
+Each worker writes ``part-<k>.parquet`` in every partition directory
+(``OUT/<table>/capture=<id>/``) through a coordinated ``DatasetWriter``: it leaves its
+finished files under their hidden in-progress names.  The parent hashes the capture
+once (the capture id and the provenance metadata come from it), checks that the
+capture is not in OUT yet (unless ``overwrite``), starts the workers, and once all have
+ended renames their files, removes the parts an earlier run left (``overwrite``) and
+writes ONE manifest entry: row counts summed, the anomaly and protocol tallies read
+back from every part file, the input facts of worker 0 — the entry one process would
+write.  Worker k > 0 writes a file only for tables in which it owns rows; worker 0
+also writes the empty files of tables nobody wrote (as one process does).
+
+Speed: reading, reassembly and parsing are done by every worker, so only building rows
+(skipped for foreign flows where the dissection asks ``owns``), converting and writing
+them is divided; shares follow ``flow_id % N``, so a capture of a few big flows splits
+unevenly.  Each worker holds the whole dissection state (memory N times one run's).
+
+Failures:
+
+* a worker whose dissection failed (an exception while reading events, not
+  ``strict``) closes its files like one process does: the capture is recorded as
+  failed with what was written, and ``error`` is that worker's error;
+* a worker that ends without a result (killed, crashed interpreter, exit code) also
+  makes the capture failed (``error`` names the worker and its exit code); the other
+  workers finish and their parts are kept, the dead worker's files are deleted and an
+  earlier run's part of the same number is removed, so no file of another run is
+  presented with this entry;
+* an exception raised by a worker outside the event loop (not a capture, I/O error, a
+  bug, or anything under ``strict``) is raised again by the parent, as one process
+  would raise it: the other workers are stopped, every file of this run is deleted and
+  the manifest is not touched.
+
+Processes are started with the ``spawn`` method: a worker is a fresh interpreter that
+receives only the capture path, options, registry, capture hash and its number.
+``fork`` would copy the parent as it is — locks held by its other threads (Arrow's
+thread pools after a dataset was read, a rich progress refresher, a Spark/py4j
+gateway when called from a driver) stay locked forever in the child, Python 3.12 warns
+about forking a threaded process and 3.14 no longer forks by default — and would
+inherit global state (registered tables, open writers) that a worker should not
+depend on.  The price is ~1 s of interpreter start and imports per worker (in
+parallel), arguments that must pickle (a ``Registry`` of importable classes; ``wrap``
+a module-level callable) and, for scripts calling this, the usual ``if __name__ ==
+"__main__":`` guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import pickle
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analyzer.manifest import UNCLAIMED, CaptureRun, InputInfo, update_manifest
+from analyzer.pipeline import (
+    TOOL_VERSION,
+    CaptureDissection,
+    CaptureResult,
+    Options,
+    file_sha256,
+    input_info,
+    run_dissection,
+)
+from analyzer.sink import (
+    DatasetWriter,
+    check_capture_absent,
+    commit_files,
+    existing_partitions,
+    part_file,
+    remove_stale_parts,
+)
+from dissectors.core_tables import ANOMALIES, FLOWS
+from dissectors.registry import Registry, discover
+from dissectors.schema import register_table
+from dissectors.tables import TableSpec
+from reassembly.capture import CaptureReader, open_capture
+
+__all__ = ["OwnedRowsWriter", "ProgressWrap", "WorkerResult", "dissect_parallel", "run_worker"]
+
+_CHUNK = 4096  # rows taken at a time from an iterable that is not a sequence
+
+
+class OwnedRowsWriter:
+    """A ``DatasetWriter`` that keeps only worker ``worker``'s share of ``workers``:
+    rows with ``flow_id % workers == worker``, and rows without a flow (or of a table
+    without a ``flow_id`` column) when ``worker == 0``.
+
+    Same interface as the writer for the dissection (``write_rows``, ``write_batch``,
+    ``owns``; anything else is the wrapped writer's).  It tallies the anomaly kinds and
+    flow protocols of the rows it keeps (``anomalies``, ``flows_by_protocol``), so the
+    shares of all workers add up to what one process counts.
+    """
+
+    def __init__(self, writer: DatasetWriter, worker: int, workers: int) -> None:
+        if workers < 1 or not 0 <= worker < workers:
+            raise ValueError(f"worker {worker} of {workers}: need 0 <= worker < workers")
+        self.writer = writer
+        self.worker = worker
+        self.workers = workers
+        self.anomalies: Counter = Counter()
+        self.flows_by_protocol: Counter = Counter()
+
+    def owns(self, flow_id: int | None) -> bool:
+        """Whether the rows of ``flow_id`` (None: rows tied to no flow) are written here."""
+        if flow_id is None:
+            return self.worker == 0
+        return flow_id % self.workers == self.worker
+
+    def write_rows(self, spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> None:
+        if not isinstance(rows, Sequence):
+            it = iter(rows)
+            while chunk := list(itertools.islice(it, _CHUNK)):
+                self._write_rows(spec, chunk)
+            return
+        self._write_rows(spec, rows)
+
+    def _write_rows(self, spec: TableSpec, rows: Sequence[Mapping[str, Any]]) -> None:
+        n, k = self.workers, self.worker
+        if k == 0:
+            owned = [r for r in rows if (f := r.get("flow_id")) is None or f % n == 0]
+        else:
+            owned = [r for r in rows if (f := r.get("flow_id")) is not None and f % n == k]
+        if not owned:
+            return
+        if spec.name == ANOMALIES.name:
+            self.anomalies.update(r["kind"] for r in owned)
+        elif spec.name == FLOWS.name:
+            self.flows_by_protocol.update(r.get("protocol") or UNCLAIMED for r in owned)
+        self.writer.write_rows(spec, owned)
+
+    def write_batch(self, spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None:
+        if "flow_id" in batch.schema.names:
+            flow = batch.column("flow_id")
+            mask = pc.fill_null(pc.equal(pc.modulo(flow, self.workers), self.worker),
+                                self.worker == 0)
+            batch = batch.filter(mask)
+        elif self.worker != 0:
+            return
+        if batch.num_rows == 0:
+            return
+        if spec.name == ANOMALIES.name:
+            self.anomalies.update(_value_counts(batch.column("kind")))
+        elif spec.name == FLOWS.name:
+            self.flows_by_protocol.update(_value_counts(batch.column("protocol"), UNCLAIMED))
+        self.writer.write_batch(spec, batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+    def __enter__(self) -> OwnedRowsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.writer.__exit__(*exc)
+
+
+def _value_counts(col: pa.Array | pa.ChunkedArray, null_key: str | None = None) -> Counter:
+    counts: Counter = Counter()
+    for item in pc.value_counts(col).to_pylist():
+        key = item["values"]
+        if key is None:
+            if null_key is None:
+                continue
+            key = null_key
+        counts[key] += int(item["counts"])
+    return counts
+
+
+@dataclass(frozen=True)
+class ProgressWrap:
+    """``wrap`` for ``dissect_capture``: a progress bar on stderr over the capture's
+    bytes (``analyzer.progress``).  A class of an importable module, so it pickles into
+    worker 0, which shows it, even when the command line runs as ``__main__``."""
+
+    label: str
+
+    def __call__(self, reader: CaptureReader, events: Iterable) -> Iterable:
+        from analyzer.progress import capture_progress
+
+        with capture_progress(reader, self.label) as bar:
+            yield from bar(events)
+
+
+# ---------------------------------------------------------------------------- worker
+
+
+@dataclass
+class _Task:
+    path: str
+    out_dir: str
+    capture_id: str
+    sha256: str
+    options: Options
+    registry: Registry
+    wrap: Callable[[CaptureReader, Iterable], Iterable] | None
+    worker: int
+    workers: int
+
+
+@dataclass
+class WorkerResult:
+    """What a worker reports to the parent."""
+
+    worker: int
+    rows: dict[str, int]  # rows per table written by this worker
+    table_versions: dict[str, int]
+    anomalies: Counter  # kinds of the anomaly rows it wrote
+    flows_by_protocol: Counter  # protocols of the flow rows it wrote
+    input: InputInfo
+    packets: int
+    bytes: int
+    error: str | None  # the dissection failed (partial output), as in one process
+    pending: list[tuple[str, str]] = field(default_factory=list)  # (in-progress, final)
+
+
+def run_worker(task: _Task) -> WorkerResult:
+    """Worker ``task.worker``: the whole capture through ``CaptureDissection``, its share
+    of the rows into its part files (left unrenamed for the parent).
+
+    The read loop is ``analyzer.pipeline.run_dissection``, as in one process; only the
+    writer, the file name and the end differ."""
+    options, registry = task.options, task.registry
+    for spec in registry.tables():
+        register_table(spec)
+    inner = DatasetWriter(
+        task.out_dir,
+        task.capture_id,
+        task.sha256,
+        TOOL_VERSION,
+        options.as_json(),
+        validate=options.validate,
+        overwrite=options.overwrite,
+        part=task.worker,
+        coordinated=True,
+    )
+    writer = OwnedRowsWriter(inner, task.worker, task.workers)
+    job = CaptureDissection(task.capture_id, writer, registry, options)
+    info, error = run_dissection(job, task.path, inner, task.wrap)
+    # worker 0 also writes the empty files of tables nobody wrote, as one process does
+    rows = inner.close(ensure_tables=list(job.tables.values()) if task.worker == 0 else ())
+    return WorkerResult(
+        worker=task.worker,
+        rows=rows,
+        table_versions={n: s.version for n, s in inner.tables.items()},
+        anomalies=writer.anomalies,
+        flows_by_protocol=writer.flows_by_protocol,
+        input=input_info(task.path, task.sha256, info),
+        packets=info.packets,
+        bytes=info.file_size,
+        error=error,
+        pending=inner.pending_files(),
+    )
+
+
+def _child(conn: Connection, task: _Task) -> None:
+    """Process entry point: one message to the parent, the result or the exception."""
+    try:
+        result = run_worker(task)
+    except BaseException as exc:  # noqa: BLE001 - everything goes to the parent
+        text = traceback.format_exc()
+        try:
+            conn.send(("raised", exc, text))
+        except Exception:  # the exception does not pickle: its text does
+            conn.send(("raised", RuntimeError(f"{type(exc).__name__}: {exc}"), text))
+        conn.close()
+        raise SystemExit(1) from None
+    conn.send(("ok", result))
+    conn.close()
+
+
+class _RemoteTraceback(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f"\n{self.text}"
+
+
+# ---------------------------------------------------------------------------- parent
+
+
+def dissect_parallel(
+    path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    workers: int,
+    options: Options | None = None,
+    registry: Registry | None = None,
+    wrap: Callable[[CaptureReader, Iterable], Iterable] | None = None,
+) -> CaptureResult:
+    """``dissect_capture`` of one capture with ``workers`` processes split by flow: the
+    same rows, manifest entry and result as one process (rows in ``workers`` part
+    files).  ``wrap`` (progress) runs in worker 0 and must pickle."""
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
+    options = options or Options()
+    registry = registry or discover()
+    for what, obj in (("registry", registry), ("wrap", wrap)):
+        try:
+            pickle.dumps(obj)
+        except Exception as exc:
+            raise TypeError(
+                f"{what} cannot be sent to worker processes ({exc}); with workers > 1 use "
+                "importable (module-level) dissector classes and callables"
+            ) from exc
+    sha = file_sha256(path)
+    capture_id = sha[:16]
+    out = Path(out_dir)
+    if not options.overwrite:
+        check_capture_absent(out, capture_id)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tasks = [
+        _Task(str(path), str(out), capture_id, sha, options, registry,
+              wrap if k == 0 else None, k, workers)
+        for k in range(workers)
+    ]
+    try:
+        outcomes = _run(tasks)
+        raised = [o for o in outcomes.values() if o[0] == "raised"]
+        if raised:
+            _, exc, text = raised[0]
+            raise exc from _RemoteTraceback(text)
+        dead = [(k, o[1]) for k, o in sorted(outcomes.items()) if o[0] == "died"]
+        died = None
+        if dead:
+            k, code = dead[0]
+            died = f"worker {k} of {workers} ended without a result (exit code {code})"
+            if options.strict:
+                raise RuntimeError(died)
+        results = [o[1] for _, o in sorted(outcomes.items()) if o[0] == "ok"]
+        commit_files(f for r in results for f in r.pending)
+    finally:
+        _remove_in_progress(out, capture_id, workers)
+
+    if options.overwrite:
+        keep: dict[str, list[str]] = {}
+        for r in results:
+            for _tmp, final in r.pending:
+                keep.setdefault(Path(final).parent.parent.name, []).append(Path(final).name)
+        remove_stale_parts(out, capture_id, keep)
+
+    error = next((r.error for r in results if r.error is not None), died)
+    rows: Counter = Counter()
+    versions: dict[str, int] = {}
+    anomalies: Counter = Counter()
+    protocols: Counter = Counter()
+    for r in results:
+        for name, n in r.rows.items():
+            rows[name] += n  # keeps tables with 0 rows
+        versions.update(r.table_versions)
+        anomalies.update(r.anomalies)
+        protocols.update(r.flows_by_protocol)
+    info = results[0].input if results else _input_info(path, sha)
+    run = CaptureRun(
+        capture_id=capture_id,
+        input=info,
+        tool_version=TOOL_VERSION,
+        options=options.as_json(),
+        rows=dict(sorted(rows.items())),
+        table_versions=dict(sorted(versions.items())),
+        error=error,
+    )
+    manifest = update_manifest(out, run)
+    return CaptureResult(
+        capture_id,
+        str(path),
+        run.rows,
+        anomalies,
+        protocols,
+        info.packets,
+        info.size,
+        manifest,
+    )
+
+
+def _run(tasks: list[_Task]) -> dict[int, tuple]:
+    """Start one process per task and wait for all.  Outcome per worker:
+    ``("ok", WorkerResult)``, ``("raised", exception, traceback text)`` or
+    ``("died", exit code)``.  A worker that raised stops the others (its exception
+    will be raised); any exit from here (Ctrl-C included) leaves no process behind."""
+    ctx = multiprocessing.get_context("spawn")
+    procs: dict[int, multiprocessing.process.BaseProcess] = {}
+    conns: dict[Connection, int] = {}
+    outcomes: dict[int, tuple] = {}
+    try:
+        for task in tasks:
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=_child, args=(send, task), name=f"msgcap-dissect-{task.worker}"
+            )
+            p.start()
+            send.close()
+            procs[task.worker] = p
+            conns[recv] = task.worker
+        while conns:
+            for conn in wait(list(conns)):
+                k = conns.pop(conn)
+                try:
+                    outcomes[k] = conn.recv()
+                except EOFError:
+                    procs[k].join()
+                    outcomes[k] = ("died", procs[k].exitcode)
+                conn.close()
+                if outcomes[k][0] == "raised":
+                    for other in procs.values():
+                        if other.is_alive():
+                            other.terminate()
+        return outcomes
+    finally:
+        for p in procs.values():
+            if p.is_alive() and conns:  # interrupted: stop what still runs
+                p.terminate()
+            p.join()
+        for conn in conns:
+            conn.close()
+
+
+def _remove_in_progress(out: Path, capture_id: str, workers: int) -> None:
+    """Delete the in-progress files of this run's workers that were not renamed, and
+    the partition directories left empty (a later run would take them for data)."""
+    names = {f".{part_file(k)}.inprogress" for k in range(workers)}
+    for part in existing_partitions(out, capture_id):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                (part / name).unlink()
+        with contextlib.suppress(OSError):
+            part.rmdir()  # only when empty
+
+
+def _input_info(path: str | os.PathLike, sha: str) -> InputInfo:
+    """Input facts when no worker returned any (all died)."""
+    fmt = "unknown"
+    with contextlib.suppress(Exception), open_capture(path) as reader:
+        info = reader.info
+        fmt = info.format + ("" if info.compression == "none" else f"+{info.compression}")
+    return InputInfo(str(path), os.path.getsize(path), sha, fmt)
+

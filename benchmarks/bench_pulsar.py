@@ -1,0 +1,381 @@
+"""Throughput of ``msgcap dissect`` on a large Pulsar capture with batching and compression.
+
+    python benchmarks/bench_pulsar.py                       # record (root) or reuse, 3 runs
+    python benchmarks/bench_pulsar.py --runs 1 --target-mb 20
+    python benchmarks/bench_pulsar.py --capture some-pulsar.pcap
+
+Why a recorder of its own: ``samples/record_pulsar.py`` records a fixed, feature-covering
+workload (~100 messages, a few hundred kB) and has no scale option.  This script drives
+the same pieces (``samples/pulsar_emulator.py`` as the broker, the official PyPI
+``pulsar-client`` as the client, tcpdump on loopback, the recorder helpers of
+``samples/record_nats.py`` including its 1500-byte-MTU mode) in a loop until the capture
+reaches ``--target-mb`` or ``--max-seconds``: one batching producer per codec (NONE,
+LZ4, ZLIB, ZSTD, SNAPPY) and one Exclusive consumer per topic that acknowledges every
+message, so the capture holds SEND and MESSAGE frames of compressed batches in both
+directions.  Payloads are half random hex, half repeated text, so they compress about
+2-3x and the dissector really decompresses.
+
+The capture is cached as DATA/pulsar-batch.pcap with DATA/pulsar-batch.truth.json (what
+the client sent and received, per codec) and reused while both exist.
+
+Measured (median of ``--runs``, same process-tree sampler as bench_dissect.py): wall s,
+packets/s, MB/s, Pulsar messages/s (rows of ``pulsar_messages``: one per message, batch
+entries counted one by one, SEND and MESSAGE both), peak RSS of the process tree and of
+the largest process, the codecs seen (``pulsar_messages.compression``), and the rows
+checked against what the client counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_dissect import struct_walk  # noqa: E402  (sibling modules of this script)
+from benchlib import (  # noqa: E402
+    ROOT,
+    Measured,
+    count_rows,
+    dissect_command,
+    environment,
+    fmt,
+    loadavg,
+    median,
+    msgcap_command,
+    print_table,
+    refusal,
+    run_measured,
+    write_json,
+)
+
+SAMPLES = ROOT / "samples"
+DEFAULT_DATA = Path("/tmp/msgcap-bench")
+NAME = "pulsar-batch"
+NS = "persistent://public/default/"
+CODECS = ("NONE", "LZ4", "ZLib", "ZSTD", "SNAPPY")
+HOST = "127.0.0.1"
+
+
+# ====================================================================================
+# recording
+# ====================================================================================
+
+
+def _payload(rng: random.Random, i: int, size: int) -> bytes:
+    """About ``size`` bytes: random hex (incompressible half) + repeated text."""
+    head = f'{{"seq":{i},"id":"{rng.randbytes(size // 4).hex()}","body":"'.encode()
+    body = (b"lorem ipsum dolor sit amet " * (size // 27 + 1))[: max(size - len(head) - 2, 0)]
+    return head + body + b'"}'
+
+
+def run_workload(url: str, target_bytes: int, pcap: Path, max_seconds: float,
+                 payload_size: int, batch: int) -> dict[str, Any]:
+    """Produce in rounds (every codec, batching on) until the capture is big enough;
+    consumers (listeners, acknowledging each message) receive everything."""
+    import pulsar
+
+    comp = {"NONE": pulsar.CompressionType.NONE, "LZ4": pulsar.CompressionType.LZ4,
+            "ZLib": pulsar.CompressionType.ZLib, "ZSTD": pulsar.CompressionType.ZSTD,
+            "SNAPPY": pulsar.CompressionType.SNAPPY}
+    import logging
+
+    logger = logging.getLogger("pulsar-client-bench")
+    logger.setLevel(logging.ERROR)
+    rng = random.Random(6650)
+    received = dict.fromkeys(CODECS, 0)
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def listener(codec: str):
+        def on_message(consumer, msg) -> None:
+            with lock:
+                received[codec] += 1
+            consumer.acknowledge(msg)
+        return on_message
+
+    c_client = pulsar.Client(url, logger=logger, operation_timeout_seconds=30)
+    p_client = pulsar.Client(url, logger=logger, operation_timeout_seconds=30)
+    consumers = [
+        c_client.subscribe(NS + f"bench-{c.lower()}", "s-bench", consumer_name=f"c-{c}",
+                           message_listener=listener(c),
+                           initial_position=pulsar.InitialPosition.Earliest)
+        for c in CODECS
+    ]
+    producers = {
+        c: p_client.create_producer(
+            NS + f"bench-{c.lower()}", producer_name=f"p-{c}", batching_enabled=True,
+            compression_type=comp[c], batching_max_messages=batch,
+            batching_max_allowed_size_in_bytes=1 << 20, batching_max_publish_delay_ms=10,
+            block_if_queue_full=True, max_pending_messages=4 * batch,
+        )
+        for c in CODECS
+    }
+    sent = dict.fromkeys(CODECS, 0)
+    failed = [0]
+
+    def done(res, _msg_id) -> None:
+        if res != pulsar.Result.Ok:
+            failed[0] += 1
+
+    t0 = time.monotonic()
+    rounds = 0
+    while True:
+        for codec, prod in producers.items():
+            for _ in range(batch):
+                prod.send_async(_payload(rng, sent[codec], payload_size), done)
+                sent[codec] += 1
+            prod.flush()
+        rounds += 1
+        size = pcap.stat().st_size if pcap.exists() else 0
+        if rounds % 50 == 0:
+            print(f"  round {rounds}, {time.monotonic() - t0:.0f}s, capture "
+                  f"{size / 1e6:.1f} MB", file=sys.stderr, flush=True)
+        if size >= target_bytes or time.monotonic() - t0 > max_seconds:
+            break
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with lock:
+            if all(received[c] >= sent[c] for c in CODECS):
+                break
+        time.sleep(0.1)
+    time.sleep(0.5)  # grouped ACKs (ackGroupingTimeMs 100)
+    for p in producers.values():
+        p.close()
+    for c in consumers:
+        c.close()
+    p_client.close()
+    c_client.close()
+    for c in CODECS:
+        if received[c] != sent[c]:
+            errors.append(f"{c}: received {received[c]} of {sent[c]}")
+    if failed[0]:
+        errors.append(f"{failed[0]} sends failed")
+    return {"rounds": rounds, "batch": batch, "payload_size": payload_size,
+            "sent": sent, "received": received, "seconds": round(time.monotonic() - t0, 1),
+            "problems": errors}
+
+
+def record(pcap: Path, target_mb: float, max_seconds: float, mtu: int | None,
+           payload_size: int, batch: int) -> dict[str, Any]:
+    """Emulator + tcpdump + the workload, as samples/record_pulsar.py does it."""
+    if os.geteuid() != 0:
+        sys.exit(f"error: {pcap} is missing and recording it needs root (tcpdump).\n"
+                 "fix: run as root, or pass --capture FILE")
+    try:
+        import pulsar  # noqa: F401
+    except ImportError:
+        sys.exit(f"error: pulsar-client is not importable by {sys.executable}; "
+                 "pip install -e '.[test]'")
+    sys.path.insert(0, str(SAMPLES))
+    from record_nats import (  # the recorders' own helpers
+        count_pcap_packets,
+        find_tcpdump,
+        free_port,
+        loopback_mtu,
+        stop,
+        wait_for_text,
+    )
+
+    tcpdump = find_tcpdump()
+    port = free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="msgcap-pulsar-bench-"))
+    emu = dump = None
+    pcap.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        emu_out = tmp / "emulator.out"
+        with open(emu_out, "wb") as f:
+            # no --log: the emulator would log every command at INFO
+            emu = subprocess.Popen(
+                [sys.executable, str(SAMPLES / "pulsar_emulator.py"), "--port", str(port)],
+                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+            )
+        wait_for_text(emu_out, r"listening on", emu, "pulsar emulator")
+        if pcap.exists():
+            pcap.unlink()
+        dump_err = tmp / "tcpdump.stderr"
+        with open(dump_err, "wb") as err_f:
+            dump = subprocess.Popen(
+                [tcpdump, "-i", "lo", "-n", "-s", "0", "-B", "65536", "--immediate-mode", "-U",
+                 "-Z", "root", "-w", str(pcap), f"tcp port {port}"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_f,
+            )
+        wait_for_text(dump_err, r"listening on", dump, "tcpdump")
+        time.sleep(0.2)
+        with loopback_mtu(mtu):
+            result = run_workload(f"pulsar://{HOST}:{port}", int(target_mb * 1e6), pcap,
+                                  max_seconds, payload_size, batch)
+        time.sleep(2.0)  # the capture tail (FIN/ACK) before stopping tcpdump
+        rc = stop(dump, signal.SIGINT)
+        text = dump_err.read_text(errors="replace")
+        stats = {k: int(v) for v, k in re.findall(
+            r"(\d+) packets? (captured|received by filter|dropped by kernel)", text)}
+        if rc not in (0, None) or "captured" not in stats:
+            sys.exit(f"error: tcpdump exited with {rc}:\n{text}")
+        stop(emu, signal.SIGTERM)
+    finally:
+        for p, sig in ((dump, signal.SIGINT), (emu, signal.SIGTERM)):
+            if p is not None:
+                stop(p, sig, timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    packets = count_pcap_packets(pcap)
+    if stats.get("dropped by kernel"):
+        result["problems"].append(f"tcpdump: {stats['dropped by kernel']} dropped by kernel")
+    if packets != stats["captured"]:
+        result["problems"].append(f"pcap has {packets} records, tcpdump said {stats['captured']}")
+    from importlib.metadata import version
+
+    return {"format": "msgcap-pulsar-bench/1", "capture": pcap.name, "port": port, "mtu": mtu,
+            "client": f"pulsar-client {version('pulsar-client')}",
+            "server": "samples/pulsar_emulator.py", "topics": {
+                c: NS + f"bench-{c.lower()}" for c in CODECS},
+            "pcap": {"bytes": pcap.stat().st_size, "packets": packets}, "tcpdump": stats,
+            **result}
+
+
+# ====================================================================================
+# benchmark
+# ====================================================================================
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, metavar="DIR",
+                    help=f"capture cache and scratch directory (default {DEFAULT_DATA})")
+    ap.add_argument("--capture", type=Path, metavar="PATH",
+                    help="benchmark this Pulsar capture instead of recording one")
+    ap.add_argument("--runs", type=int, default=3, help="msgcap runs; median (default 3)")
+    ap.add_argument("--workers", type=int, default=1, help="msgcap dissect --workers")
+    ap.add_argument("--target-mb", type=float, default=150.0,
+                    help="record until the capture has this many MB (default 150)")
+    ap.add_argument("--max-seconds", type=float, default=170.0,
+                    help="stop producing after this long whatever the size (default 170)")
+    ap.add_argument("--mtu", type=int, default=1500,
+                    help="loopback MTU while recording, offloads off (0: leave lo alone)")
+    ap.add_argument("--payload-size", type=int, default=512, help="bytes per message")
+    ap.add_argument("--batch", type=int, default=100, help="messages per batch (flush)")
+    ap.add_argument("--rerecord", action="store_true", help="record even if cached")
+    ap.add_argument("--json", type=Path, metavar="PATH",
+                    help="raw measurements (default DATA/pulsar-results.json)")
+    args = ap.parse_args(argv)
+    data = args.data.resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    json_path = args.json or data / "pulsar-results.json"
+
+    truth: dict[str, Any] | None = None
+    if args.capture:
+        pcap = args.capture.resolve()
+    else:
+        pcap, truth_path = data / f"{NAME}.pcap", data / f"{NAME}.truth.json"
+        if args.rerecord or not (pcap.is_file() and truth_path.is_file()):
+            print(f"recording {pcap} (target {args.target_mb:g} MB, at most "
+                  f"{args.max_seconds:g} s of producing)", flush=True)
+            t0 = time.monotonic()
+            truth = record(pcap, args.target_mb, args.max_seconds, args.mtu or None,
+                           args.payload_size, args.batch)
+            truth["record_seconds"] = round(time.monotonic() - t0, 1)
+            truth_path.write_text(json.dumps(truth, indent=1) + "\n")
+            print(f"recorded {truth['pcap']['bytes']:,} bytes, {truth['pcap']['packets']:,} "
+                  f"packets in {truth['record_seconds']} s; sent {truth['sent']}", flush=True)
+        else:
+            truth = json.loads(truth_path.read_text())
+            print(f"reusing {pcap} (recorded in {truth.get('record_seconds', '?')} s, "
+                  f"{truth.get('rounds', '?')} rounds of {truth.get('batch', '?')} messages "
+                  f"per codec; --rerecord to record again)")
+    size = pcap.stat().st_size
+    walk = struct_walk(str(pcap))
+    packets = walk["packets"]
+    msgcap = msgcap_command()
+    env = environment()
+    print(f"\n== {pcap} ({size / 1e6:,.1f} MB, {packets:,} packets) — {args.runs} run(s), "
+          f"load {loadavg()}", flush=True)
+
+    runs: list[Measured] = []
+    tables: dict[str, Any] = {}
+    na = None
+    for i in range(args.runs):
+        out = Path(tempfile.mkdtemp(prefix="out-pulsar-", dir=data))
+        try:
+            m = run_measured(dissect_command(msgcap, pcap, out,
+                                             args.workers if args.workers != 1 else None),
+                             cwd=ROOT)
+            why = refusal(m)
+            if why:
+                na = why
+                break
+            runs.append(m)
+            if not tables:
+                tables = {
+                    "pulsar_messages": count_rows(out, "pulsar_messages", "command"),
+                    "codecs": count_rows(out, "pulsar_messages", "compression"),
+                    "pulsar_commands": count_rows(out, "pulsar_commands", "command"),
+                    "anomalies": count_rows(out, "anomalies", "kind"),
+                }
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        print(f"  run {i + 1}/{args.runs} msgcap dissect {m.wall_s:.2f} s", flush=True)
+
+    wall = median(r.wall_s for r in runs)
+    pm = tables.get("pulsar_messages") or {"rows": 0, "by": {}}
+    msgs = pm["rows"]
+    print()
+    print_table(
+        ["row", "wall s", "packets/s", "MB/s", "Pulsar msgs/s", "peak RSS MB (tree)",
+         "max proc MB"],
+        [[f"msgcap dissect w={args.workers}", fmt(wall, ".2f"),
+          fmt(packets / wall if wall else None, ",.0f"),
+          fmt(size / 1e6 / wall if wall else None, ",.1f"),
+          fmt(msgs / wall if wall else None, ",.0f"),
+          fmt(max((r.peak_rss_tree_mib for r in runs), default=None), ",.0f"),
+          fmt(max((r.peak_rss_single_mib for r in runs), default=None), ",.0f")]],
+    )
+    if na:
+        print(f"n/a: msgcap dissect {na}")
+    codecs = (tables.get("codecs") or {}).get("by", {})
+    print(f"capture: {size:,} bytes ({size / 1e6:.1f} MB), {packets:,} packets, "
+          f"{walk['tcp_payload']:,} TCP payload bytes")
+    print(f"pulsar_messages: {msgs:,} rows (by command: {pm['by']}); codecs seen: "
+          + ", ".join(f"{k} {v:,}" for k, v in codecs.items()))
+    pc = tables.get("pulsar_commands")
+    if pc:
+        print(f"pulsar_commands: {pc['rows']:,} rows ({pc['by']})")
+    an = tables.get("anomalies")
+    if an and an["rows"]:
+        print(f"anomalies: {an['rows']:,} ({an['by']})")
+    check = None
+    if truth and runs:
+        want_send = sum(truth["sent"].values())
+        want_msg = sum(truth["received"].values())
+        got_send, got_msg = pm["by"].get("SEND", 0), pm["by"].get("MESSAGE", 0)
+        check = {"sent": want_send, "received": want_msg, "rows_send": got_send,
+                 "rows_message": got_msg}
+        ok = got_send == want_send and got_msg == want_msg
+        print(f"vs client truth: sent {want_send:,} / SEND rows {got_send:,}; received "
+              f"{want_msg:,} / MESSAGE rows {got_msg:,} -> {'OK' if ok else 'MISMATCH'}")
+        if truth.get("problems"):
+            print(f"recording problems: {truth['problems']}")
+    print("wall s: median process wall time; messages/s = pulsar_messages rows / wall s; "
+          "RSS in MiB, tree = sampled sum over the process and its children.")
+    write_json(json_path, {
+        "environment": env, "capture": str(pcap), "bytes": size, "walk": walk,
+        "truth": truth, "runs": [r.as_json() for r in runs], "median_wall_s": wall,
+        "tables": tables, "check": check, "na": na,
+    })
+    print(f"\nraw measurements: {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
