@@ -22,6 +22,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from analyzer.detect import Detector, FlowDispatch
 from analyzer.flowsummary import flow_row
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
@@ -32,7 +35,7 @@ from dissectors.dispatch import PayloadDispatcher
 from dissectors.nats import fastpath
 from dissectors.quic.table import QUIC_PACKETS, quic_flow_values, quic_packet_row
 from dissectors.registry import Registry, discover
-from dissectors.schema import arrow_schema, register_table
+from dissectors.schema import arrow_schema, register_table, rows_to_batch
 from dissectors.tables import TableSpec
 from dissectors.tls_table import TLS_TABLE, tls_envelope, tls_flow_values, tls_row
 from dissectors.websocket_table import (
@@ -70,7 +73,7 @@ DEFAULT_PAYLOAD_CAP = 4096
 FLOW_ROW_BITS = 32  # rows per flow before ids would collide: 4 G
 FLOWLESS_BASE = 1 << 62
 _FRAME_ROWS_KEPT = 65536  # frames remembered for numbering flowless rows
-_FAST_BATCH_ROWS = 65536  # fast-path rows held before they become one Arrow batch
+_FAST_BATCH_ROWS = 16384  # fast-path rows held before they become one Arrow batch
 _FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offsets)
 
 
@@ -152,6 +155,8 @@ class CaptureDissection:
         # only with a writer that takes batches (the Spark run sinks take dict rows)
         self.fast = fastpath.enabled(options.fast) and hasattr(writer, "write_batch")
         self._accs: dict[str, Any] = {}
+        # reference rows of an accumulator's table that follow its first N rows: (N, row)
+        self._between: dict[str, list[tuple[int, dict]]] = {}
         self.tables: dict[str, TableSpec] = {s.name: s for s in registry.tables()}
         self.tables[FLOWS.name] = FLOWS
         self.tables[ANOMALIES.name] = ANOMALIES
@@ -272,10 +277,20 @@ class CaptureDissection:
             self._write_rows(table, rows)
 
     def _write_rows(self, table: str, rows: list[dict]) -> None:
-        """Dict rows after the fast-path rows of the same table that precede them."""
-        if table in self._accs:
+        """Dict rows, after the fast-path rows of the same table that precede them.
+
+        They wait with the accumulator (each knowing how many of its rows come first)
+        and are merged into its batch: flushing the accumulator for every reference
+        row would make thousands of tiny batches of a capture full of gaps."""
+        acc = self._accs.get(table)
+        if acc is None or not len(acc):
+            self.writer.write_rows(self.tables[table], rows)
+            return
+        waiting = self._between.setdefault(table, [])
+        at = len(acc)
+        waiting.extend((at, row) for row in rows)
+        if at + len(waiting) >= _FAST_BATCH_ROWS:
             self._flush_fast(table)
-        self.writer.write_rows(self.tables[table], rows)
 
     def _fast_rows(self, fd: FlowDispatch, mark: fastpath.FastRows,
                    pending: dict[str, list[dict]] | None) -> None:
@@ -304,10 +319,16 @@ class CaptureDissection:
 
     def _flush_fast(self, table: str) -> None:
         acc = self._accs.get(table)
+        waiting = self._between.pop(table, [])
         if acc is None or not len(acc):
+            if waiting:
+                self.writer.write_rows(self.tables[table], [row for _, row in waiting])
             return
         spec = self.tables[table]
-        batch = fastpath.batch_from_export(arrow_schema(spec), acc.export(), self.capture_id)
+        schema = arrow_schema(spec)
+        batch = fastpath.batch_from_export(schema, acc.export(), self.capture_id)
+        if waiting:
+            batch = _interleave(spec, schema, batch, waiting, self.options.validate)
         self.writer.write_batch(spec, batch)
 
     def finish(self) -> None:
@@ -593,6 +614,23 @@ class CaptureDissection:
         row.update(self._handshakes.get(info.flow_id, {}))
         row["layers"] = list(layers)
         self.writer.write_rows(FLOWS, [row])
+
+
+def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
+                waiting: list[tuple[int, dict]], check_keys: bool) -> pa.RecordBatch:
+    """``batch`` (fast-path rows) with the dict rows ``(n, row)`` put after its first
+    ``n`` rows, in one batch (two conversions and one ``take``, whatever the count)."""
+    rows = rows_to_batch(spec, [row for _, row in waiting], check_keys=check_keys)
+    n, m = batch.num_rows, rows.num_rows
+    at = np.fromiter((a for a, _ in waiting), dtype=np.int64, count=m)
+    dest = at + np.arange(m)  # where each dict row lands in the merged order
+    order = np.empty(n + m, dtype=np.int64)
+    is_dict = np.zeros(n + m, dtype=bool)
+    is_dict[dest] = True
+    order[dest] = n + np.arange(m)
+    order[~is_dict] = np.arange(n)
+    both = pa.Table.from_batches([batch, rows.cast(schema)], schema=schema)
+    return both.take(pa.array(order)).combine_chunks().to_batches()[0]
 
 
 class _Abandoned:

@@ -843,7 +843,41 @@ static PyObject *bitmap(const Buf *valid, Py_ssize_t n, Py_ssize_t *nulls) {
     return b;
 }
 
-static PyObject *bytes_of(const Buf *b) { return PyBytes_FromStringAndSize(b->p, b->len); }
+/* export() hands the column buffers over instead of copying them (a flush is ~all of
+ * the rows' bytes): an Owned object keeps the memory alive behind the buffer protocol
+ * for as long as Arrow holds it, and the Columns starts again with empty buffers. */
+typedef struct { PyObject_HEAD char *p; Py_ssize_t len; } Owned;
+
+static int owned_getbuffer(Owned *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p, self->len, 1, flags);
+}
+static void owned_dealloc(Owned *self) {
+    PyMem_Free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dissectors.nats._speedups.Owned",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory handed over by Columns.export() (buffer protocol, read-only).",
+    .tp_as_buffer = &owned_as_buffer,
+};
+
+static PyObject *bytes_of(Buf *b) {
+    Owned *o = PyObject_New(Owned, &OwnedType);
+    if (o == NULL) return NULL;
+    if (b->p == NULL && (b->p = PyMem_Malloc(8)) == NULL) { /* never a NULL Py_buffer */
+        Py_DECREF(o);
+        return PyErr_NoMemory();
+    }
+    o->p = b->p;
+    o->len = b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
 
 /* export() -> (nrows, {column: buffers}); the buffers, then an empty Columns.
  * VAR: (validity, nulls, offsets, data); I64/I32/U8: (validity, nulls, data);
@@ -952,7 +986,7 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     PyObject *m;
-    if (PyType_Ready(&ColumnsType) < 0) return NULL;
+    if (PyType_Ready(&ColumnsType) < 0 || PyType_Ready(&OwnedType) < 0) return NULL;
     m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     Py_INCREF(&ColumnsType);

@@ -219,7 +219,7 @@ def test_rejects_unsafe_capture_id_and_bad_sha(tmp_path) -> None:
 
 def test_million_rows_are_written_in_bounded_batches(tmp_path) -> None:
     """1M rows: write_rows flushes whenever rows_per_batch rows are buffered, so the
-    writer never holds more than one batch (plus the caller's chunk)."""
+    writer never holds more than a few batches (plus the caller's chunk)."""
     n, per_batch, chunk = 1_000_000, 65536, 10_000
     template = anomaly_row(1)
     w = DatasetWriter(tmp_path, CAPTURE_ID, SHA, "0.1.0", {}, rows_per_batch=per_batch)
@@ -230,8 +230,10 @@ def test_million_rows_are_written_in_bounded_batches(tmp_path) -> None:
         peak_buffered = max(peak_buffered, w.buffered_rows("anomalies"))
         peak_arrow = max(peak_arrow, pa.total_allocated_bytes() - baseline)
     assert peak_buffered < per_batch
-    # one batch of 65536 anomaly rows is a few MB of Arrow memory; 1M rows would be ~60 MB
-    assert peak_arrow < 16 * 2**20
+    # one batch of 65536 anomaly rows is ~8 MB of Arrow memory; 1M rows would be ~120 MB.
+    # Held at most: the batch being filled, its combined copy and the row group the
+    # Parquet thread is still encoding (sink._ParquetThread)
+    assert peak_arrow < 3 * 8 * 2**20
     # Python-side, at most one conversion chunk of row dicts is held
     assert len(w._tables["anomalies"].rows) < 4096
     assert w.close() == {"anomalies": n}
