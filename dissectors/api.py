@@ -404,6 +404,9 @@ class PayloadDissector(ABC):
     # for one whose first byte is not in this set.  Carriers with a compiled fast path
     # (NATS) then offer only such payloads; None (the default) means every payload.
     probe_first_bytes: ClassVar[frozenset[int] | None] = None
+    # ... and it answers NO for a payload that is not a well-formed protobuf message as
+    # ``dissectors.proto.wire.scan`` reads it (None there).
+    probe_needs_protobuf: ClassVar[bool] = False
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:

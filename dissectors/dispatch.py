@@ -7,6 +7,11 @@ order: exact subjects bound during the capture, then wildcard patterns — stati
 declared by the dissectors and learned ones — most specific first, then payload
 probes.  Exact bindings are capped (oldest dropped first) so a capture full of one-shot
 reply inboxes cannot grow memory without bound.
+
+``decoded`` counts the messages handed to a dissector's ``decode`` (the only place a
+scope's state changes): a process that dissects only some flows of a capture
+(``analyzer.parallel``) knows its scopes stayed as a full run's while it is 0 in
+every such process.
 """
 
 from __future__ import annotations
@@ -41,13 +46,15 @@ def specificity(pattern: tuple[str, ...]) -> tuple[int, int, int]:
 
 
 def probe_first_bytes(probers: list[type[PayloadDissector]]) -> bytes:
-    """256 flags: the payload first bytes for which some probe may answer YES (every
-    byte for a prober that does not declare ``probe_first_bytes``)."""
+    """256 flags for the payload first bytes: 0 no probe may answer YES, 2 only probes
+    that need a well-formed protobuf message (``probe_needs_protobuf``) may, 1 others
+    may (every byte for a prober that does not declare ``probe_first_bytes``)."""
     flags = bytearray(256)
     for d in probers:
         allowed = d.probe_first_bytes
+        level = 2 if d.probe_needs_protobuf else 1
         for b in range(256) if allowed is None else allowed:
-            flags[b] = 1
+            flags[b] = level if flags[b] == 0 else min(flags[b], level)
     return bytes(flags)
 
 
@@ -68,6 +75,7 @@ class ScopeDispatcher(Bindings):
         self.probers = [d for d in dissectors if d.probe_payload.__func__ is not default_probe]
         self._cache: dict[str, tuple[str, str] | None] = {}
         self.dropped_bindings = 0
+        self.decoded = 0  # messages given to a dissector's decode
         # subject -> "some binding covers it", for the NATS fast path; emptied (in place:
         # sessions hold it) whenever a binding changes
         self.verdicts: dict[str, bool] = {}
@@ -149,6 +157,7 @@ class ScopeDispatcher(Bindings):
         cls = self.by_name.get(name)
         if cls is None:
             return []
+        self.decoded += 1
         try:
             return cls.decode(self.states[name], self, msg, hint)
         except Exception as exc:
@@ -170,6 +179,11 @@ class PayloadDispatcher:
         self.options = options or {}
         self.strict = strict
         self.scopes: dict[Any, ScopeDispatcher] = {}
+
+    @property
+    def decoded(self) -> int:
+        """Messages given to a payload dissector's ``decode``, over all scopes."""
+        return sum(sd.decoded for sd in self.scopes.values())
 
     def scope(self, server: Any) -> ScopeDispatcher:
         sd = self.scopes.get(server)

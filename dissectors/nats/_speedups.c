@@ -466,6 +466,55 @@ fail:
 
 static const char HEX[] = "0123456789abcdef";
 
+/* dissectors.proto.wire.scan() is not None: a well-formed top-level protobuf message
+ * (wire types 0, 1, 2, 5; field number > 0; every length inside; ends exactly at the
+ * end).  Probes that declare probe_needs_protobuf say NO to anything else. */
+static int read_varint(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos, uint64_t *out) {
+    uint64_t v = 0;
+    int shift = 0;
+    while (1) {
+        uint8_t b;
+        if (*pos >= end) return 0;
+        b = p[(*pos)++];
+        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80) { *out = v; return 1; }
+        shift += 7;
+        if (shift >= 70) return 0;
+    }
+}
+
+static int protobuf_ok(const uint8_t *p, Py_ssize_t end) {
+    Py_ssize_t pos = 0;
+    while (pos < end) {
+        uint64_t tag, v;
+        int wt;
+        if (!read_varint(p, end, &pos, &tag)) return 0;
+        wt = (int)(tag & 7);
+        if ((tag >> 3) == 0 || !(wt == 0 || wt == 1 || wt == 2 || wt == 5)) return 0;
+        if (wt == 0) {
+            if (!read_varint(p, end, &pos, &v)) return 0;
+        } else if (wt == 2) {
+            if (!read_varint(p, end, &pos, &v)) return 0;
+            if (v > (uint64_t)(end - pos)) return 0;
+            pos += (Py_ssize_t)v;
+        } else {
+            Py_ssize_t w = wt == 1 ? 8 : 4;
+            if (w > end - pos) return 0;
+            pos += w;
+        }
+    }
+    return 1;
+}
+
+static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    int ok;
+    if (!PyArg_ParseTuple(args, "y*", &v)) return NULL;
+    ok = protobuf_ok(v.buf, v.len);
+    PyBuffer_Release(&v);
+    return PyBool_FromLong(ok);
+}
+
 /*
  * scan(out, buf, pos, base, chunks, c2s, max_line, max_payload, payload_cap, header_cap,
  *      first_bytes, verdicts, cleared) -> (status, new_pos, rows, subject_or_payload)
@@ -636,7 +685,8 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                 }
                 Py_DECREF(key);
                 if (v != Py_False) { status = REFUSE; break; }
-                if (plen > 0 && first != NULL && first[pl[0]] && !(cleared && rows == 0)) {
+                if (plen > 0 && first != NULL && first[pl[0]] && !(cleared && rows == 0) &&
+                    (first[pl[0]] == 1 || protobuf_ok(pl, plen))) {
                     subject = PyBytes_FromStringAndSize((const char *)pl, plen);
                     if (subject == NULL) goto done;
                     status = NEED_PROBE;
@@ -977,6 +1027,8 @@ static PyMethodDef module_methods[] = {
     {"use_openssl", py_use_openssl, METH_VARARGS,
      "use_openssl(init, update, final): addresses of libcrypto's SHA256_* (0s: portable)"},
     {"sha256_hex", py_sha256_hex, METH_VARARGS, "sha256_hex(data, portable=False) -> hex"},
+    {"protobuf_ok", py_protobuf_ok, METH_VARARGS,
+     "protobuf_ok(data) -> dissectors.proto.wire.scan(data) is not None"},
     {NULL}};
 
 static struct PyModuleDef module_def = {

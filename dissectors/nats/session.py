@@ -273,7 +273,11 @@ class NatsSession(Session):
                 while len(chunks) > 1 and chunks[0][0] <= off:  # as framer._prov does
                     chunks.popleft()
                 self.ops[direction] += n
-                out.append(fastpath.FastRows(_TABLE, direction, n))
+                last = out[-1] if out else None
+                if type(last) is fastpath.FastRows and last.direction == direction:
+                    out[-1] = fastpath.FastRows(_TABLE, direction, last.n + n)  # no row between
+                else:
+                    out.append(fastpath.FastRows(_TABLE, direction, n))
             if status == fastpath.NEED_VERDICT:
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
             elif status == fastpath.NEED_PROBE:

@@ -117,6 +117,7 @@ class StanDissector(PayloadDissector):
     tables: ClassVar[tuple[TableSpec, ...]] = (STAN_TABLE,)
     # infer() rejects any other first byte (a tag none of the STAN messages starts with)
     probe_first_bytes: ClassVar[frozenset[int] | None] = FIRST_BYTES
+    probe_needs_protobuf: ClassVar[bool] = True  # infer() starts with wire.scan()
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:

@@ -50,6 +50,43 @@ def test_sha256_matches_hashlib(n):
     assert fastpath._speedups.sha256_hex(data, True) == want  # the portable code
 
 
+@st.composite
+def protobuf_like(draw) -> bytes:
+    """Valid messages, and valid ones with a cut, a bad wire type or junk appended."""
+    out = b""
+    for _ in range(draw(st.integers(0, 4))):
+        number = draw(st.integers(0, 40))
+        wt = draw(st.sampled_from([0, 1, 2, 5, 3, 7]))
+        out += _uvarint(number << 3 | wt)
+        if wt == 0:
+            out += _uvarint(draw(st.integers(0, 2**64 - 1)))
+        elif wt == 2:
+            body = draw(st.binary(max_size=20))
+            out += _uvarint(len(body) + draw(st.sampled_from([0, 0, 0, 1, -1, 2**63]))) + body
+        elif wt in (1, 5):
+            out += draw(st.binary(min_size=8 if wt == 1 else 4, max_size=8 if wt == 1 else 4))
+    return out[: draw(st.integers(0, len(out)))] if draw(st.booleans()) else out
+
+
+def _uvarint(v: int) -> bytes:
+    v &= 2**70 - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.binary(max_size=60), protobuf_like()))
+def test_protobuf_precheck_agrees_with_wire_scan(data):
+    from dissectors.proto.wire import scan
+
+    assert fastpath._speedups.protobuf_ok(data) == (scan(data) is not None)
+
+
 # ------------------------------------------------------------------ one session
 
 
@@ -227,8 +264,9 @@ def test_a_session_gives_the_same_records_both_ways(script, split):
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scripts(), st.integers(0, 10_000), st.sets(st.sampled_from(SUBJECTS)),
-       st.sets(st.integers(0, 255), max_size=40))
-def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, firsts):
+       st.sets(st.integers(0, 255), max_size=40), st.booleans())
+def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, firsts,
+                                                         proto):
     """With a carrier hook: a bound subject or a payload a probe claims is offered,
     in order, exactly as the reference offers it; the rest stays on the fast path."""
     bound_txt = {s.decode(errors="backslashreplace") for s in bound}
@@ -242,17 +280,21 @@ def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, 
                                row.offset_start, row.offset_end, row.ts_first_ns,
                                row.ts_last_ns, row.frame_first, row.frame_last)]
 
+    from dissectors.proto.wire import scan
+
+    def probe(payload):  # a probe that may need a well-formed protobuf (like STAN's)
+        return (payload[0] in firsts and payload[0] % 2 == 0
+                and (not proto or scan(payload) is not None))
+
     def claims(subject, payload):
-        return subject in bound_txt or (payload[:1] != b"" and payload[0] in firsts
-                                        and payload[0] % 2 == 0)
+        return subject in bound_txt or (payload[:1] != b"" and probe(payload))
 
     def filtered_hook(row, payload):
         return hook(row, payload) if claims(row.values["subject"], payload) else []
 
-    flags = bytes(1 if b in firsts else 0 for b in range(256))
+    flags = bytes((2 if proto else 1) if b in firsts else 0 for b in range(256))
     verdicts: dict[str, bool] = {}
-    fast_hook = (filtered_hook, flags, verdicts, lambda s: s in bound_txt,
-                 lambda p: p[0] in firsts and p[0] % 2 == 0)
+    fast_hook = (filtered_hook, flags, verdicts, lambda s: s in bound_txt, probe)
     which[0] = 0
     a = run_session(lambda: _hooked(filtered_hook), script, split=random.Random(split))
     which[0] = 1
