@@ -1,15 +1,36 @@
 """One capture dissected by N worker processes, split by flow (``msgcap dissect
 --workers N`` with one capture); the output is the output of one process.
 
-Strategy: every worker reads and reassembles the **whole** capture and runs every
-dissector session exactly as ``analyzer.pipeline.dissect_capture`` does — payload
-dissectors (STAN, Liftbridge) learn subject bindings on one connection and use them on
-another of the same server, and detection, flow numbering, record ids and limits are
-decided over the whole capture, so a worker that saw only its own flows could not be
-exact.  Only the *writing* is split: worker k of N keeps the rows whose
-``flow_id % N == k``; rows without a flow (capture, link and IP anomalies) are worker
-0's.  ``OwnedRowsWriter`` does that filtering in front of the ``DatasetWriter``, and
-its ``owns(flow_id)`` lets the dissection skip building rows it would throw away.
+Strategy: worker k of N writes the rows whose ``flow_id % N == k``; rows without a flow
+(capture, link and IP anomalies) are worker 0's.  ``OwnedRowsWriter`` does that
+filtering in front of the ``DatasetWriter``.  Every worker reads the whole capture and
+runs the flow table over every packet, so flow numbering, eviction, idle expiry and
+port reuse are decided over the whole capture as in one process.  Two ways to run:
+
+* **light** (tried first): a worker reassembles and dissects only its own flows — the
+  flow table follows the others without reassembling them and emits none of their
+  events (``reassembly.engine.FlowSplit``), so stream work is divided, not repeated.
+  This is exact as long as no state shared across flows was used: payload dissectors
+  (STAN, Liftbridge, plugins) learn on one connection what they use on another of the
+  same server, QUIC links UDP flows by connection id.  Each worker reports what of it
+  it touched (a payload dissector's ``decode`` ran, ``ScopeDispatcher.decoded``; the
+  QUIC layer took a datagram; ``FlowSplit.cross_flow``) — none of it happened in any
+  worker exactly when none of it happened in one process (until the first such use,
+  the shared state is the initial one in every process).  The run is kept when every
+  worker ended normally (no error, no exception, no death) and touched none of it.  A
+  worker that touches it stops reading (within 64 events) and the parent stops the
+  others, so a light run thrown away costs little when that happens early (STAN and
+  QUIC touch it in their first packets);
+* **exact** (otherwise): the light run's files are deleted (still under their
+  in-progress names, nothing was committed) and the capture is dissected again with
+  every worker reading, reassembling and dissecting the **whole** capture exactly as
+  ``analyzer.pipeline.dissect_capture`` does; only the *writing* is split, and
+  ``OwnedRowsWriter.owns`` lets the dissection skip building rows it would throw away.
+  A failing run (error, exception, dead worker) also lands here, so failures are those
+  of the exact mode, described below.
+
+``SplitResult.split`` says which way the rows were made (``"light"``/``"exact"``) and
+``fallback`` why the light run was not kept; the manifest entry is the same either way.
 
 Each worker writes ``part-<k>.parquet`` in every partition directory
 (``OUT/<table>/capture=<id>/``) through a coordinated ``DatasetWriter``: it leaves its
@@ -22,10 +43,14 @@ back from every part file, the input facts of worker 0 — the entry one process
 write.  Worker k > 0 writes a file only for tables in which it owns rows; worker 0
 also writes the empty files of tables nobody wrote (as one process does).
 
-Speed: reading, reassembly and parsing are done by every worker, so only building rows
-(skipped for foreign flows where the dissection asks ``owns``), converting and writing
-them is divided; shares follow ``flow_id % N``, so a capture of a few big flows splits
-unevenly.  Each worker holds the whole dissection state (memory N times one run's).
+Speed: light — reading the file, IP decoding and the flow table are done by every
+worker, reassembly, parsing and writing are divided; exact — only building rows,
+converting and writing them is divided, after the light run that was stopped (up to
+one more run's time when the shared state is first touched late in the capture).
+Shares follow ``flow_id % N``, so a capture of a few big flows splits unevenly.
+Memory: light, each worker holds its own flows' streams and sessions (plus a small
+record per foreign flow); exact, each holds the whole dissection state (N times one
+run's).
 
 Failures:
 
@@ -59,6 +84,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import multiprocessing
 import os
 import pickle
@@ -96,8 +122,18 @@ from dissectors.registry import Registry, discover
 from dissectors.schema import register_table
 from dissectors.tables import TableSpec
 from reassembly.capture import CaptureReader, open_capture
+from reassembly.engine import FlowSplit
 
-__all__ = ["OwnedRowsWriter", "ProgressWrap", "WorkerResult", "dissect_parallel", "run_worker"]
+__all__ = [
+    "OwnedRowsWriter",
+    "ProgressWrap",
+    "SplitResult",
+    "WorkerResult",
+    "dissect_parallel",
+    "run_worker",
+]
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 4096  # rows taken at a time from an iterable that is not a sequence
 
@@ -217,6 +253,17 @@ class _Task:
     wrap: Callable[[CaptureReader, Iterable], Iterable] | None
     worker: int
     workers: int
+    light: bool = False  # reassemble and dissect only this worker's flows
+
+
+@dataclass
+class SplitResult(CaptureResult):
+    """``CaptureResult`` of ``dissect_parallel``, and how the rows were made: ``split``
+    ``"light"`` (each worker dissected its own flows) or ``"exact"`` (each dissected
+    the whole capture); ``fallback``, why a light run was not kept."""
+
+    split: str = "exact"
+    fallback: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -233,14 +280,48 @@ class WorkerResult:
     bytes: int
     error: str | None  # the dissection failed (partial output), as in one process
     pending: list[tuple[str, str]] = field(default_factory=list)  # (in-progress, final)
+    # light: the state shared across flows that this worker used (empty: none), which
+    # makes its rows unproven (module docstring)
+    cross_flow: list[str] = field(default_factory=list)
+
+
+class _SplitEvents:
+    """``wrap`` for ``run_dissection`` in a light worker: its events (only the owned
+    flows', ``run_dissection(split=...)``), then ``inner`` (progress) over them as usual.
+
+    The events end early once ``touched()`` (state shared across flows was used): the
+    run will be thrown away, reading on would be wasted."""
+
+    CHECK_EVERY = 64  # events between two looks at ``touched``
+
+    def __init__(self, inner: Callable[[CaptureReader, Iterable], Iterable] | None,
+                 touched: Callable[[], bool]) -> None:
+        self.inner, self.touched = inner, touched
+
+    def __call__(self, reader: CaptureReader, events: Iterable) -> Iterable:
+        mine = self._events(events)
+        return self.inner(reader, mine) if self.inner is not None else mine
+
+    def _events(self, events: Iterable) -> Iterable:
+        touched, every = self.touched, self.CHECK_EVERY
+        for n, ev in enumerate(events):
+            if not n % every and touched():
+                return
+            yield ev
+        touched()
+
+
+def _owner(worker: int, workers: int) -> Callable[[int], bool]:
+    return lambda flow_id: flow_id % workers == worker
 
 
 def run_worker(task: _Task) -> WorkerResult:
-    """Worker ``task.worker``: the whole capture through ``CaptureDissection``, its share
-    of the rows into its part files (left unrenamed for the parent).
+    """Worker ``task.worker``: the capture through ``CaptureDissection`` — the whole of
+    it, or (``task.light``) only its own flows' events — and its share of the rows into
+    its part files (left unrenamed for the parent).
 
     The read loop is ``analyzer.pipeline.run_dissection``, as in one process; only the
-    writer, the file name and the end differ."""
+    writer, the events (light), the file name and the end differ."""
     options, registry = task.options, task.registry
     for spec in registry.tables():
         register_table(spec)
@@ -257,7 +338,19 @@ def run_worker(task: _Task) -> WorkerResult:
     )
     writer = OwnedRowsWriter(inner, task.worker, task.workers)
     job = CaptureDissection(task.capture_id, writer, registry, options)
-    info, error = run_dissection(job, task.path, inner, task.wrap)
+    split = FlowSplit(_owner(task.worker, task.workers)) if task.light else None
+    cross_flow: list[str] = []
+
+    def touched() -> bool:
+        """State shared across flows was used (named in ``cross_flow``)."""
+        assert split is not None
+        cross_flow[:] = split.cross_flow() + (["payload"] if job.payloads.decoded else [])
+        return bool(cross_flow)
+
+    wrap = _SplitEvents(task.wrap, touched) if split is not None else task.wrap
+    info, error = run_dissection(job, task.path, inner, wrap, split)
+    if split is not None:
+        touched()  # also after an error, or an end before the next look
     # worker 0 also writes the empty files of tables nobody wrote, as one process does
     rows = inner.close(ensure_tables=list(job.tables.values()) if task.worker == 0 else ())
     return WorkerResult(
@@ -271,6 +364,7 @@ def run_worker(task: _Task) -> WorkerResult:
         bytes=info.file_size,
         error=error,
         pending=inner.pending_files(),
+        cross_flow=cross_flow,
     )
 
 
@@ -309,10 +403,13 @@ def dissect_parallel(
     options: Options | None = None,
     registry: Registry | None = None,
     wrap: Callable[[CaptureReader, Iterable], Iterable] | None = None,
-) -> CaptureResult:
+    *,
+    light: bool = True,
+) -> SplitResult:
     """``dissect_capture`` of one capture with ``workers`` processes split by flow: the
     same rows, manifest entry and result as one process (rows in ``workers`` part
-    files).  ``wrap`` (progress) runs in worker 0 and must pickle."""
+    files).  ``wrap`` (progress) runs in worker 0 and must pickle (and runs twice when
+    a light run is not kept).  ``light=False``: the exact mode only."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
     options = options or Options()
@@ -332,28 +429,32 @@ def dissect_parallel(
         check_capture_absent(out, capture_id)
     out.mkdir(parents=True, exist_ok=True)
 
-    tasks = [
-        _Task(str(path), str(out), capture_id, sha, options, registry,
-              wrap if k == 0 else None, k, workers)
-        for k in range(workers)
-    ]
-    try:
-        outcomes = _run(tasks)
-        raised = [o for o in outcomes.values() if o[0] == "raised"]
-        if raised:
-            _, exc, text = raised[0]
-            raise exc from _RemoteTraceback(text)
-        dead = [(k, o[1]) for k, o in sorted(outcomes.items()) if o[0] == "died"]
-        died = None
-        if dead:
-            k, code = dead[0]
-            died = f"worker {k} of {workers} ended without a result (exit code {code})"
-            if options.strict:
-                raise RuntimeError(died)
-        results = [o[1] for _, o in sorted(outcomes.items()) if o[0] == "ok"]
-        commit_files(f for r in results for f in r.pending)
-    finally:
-        _remove_in_progress(out, capture_id, workers)
+    def tasks(light: bool) -> list[_Task]:
+        return [
+            _Task(str(path), str(out), capture_id, sha, options, registry,
+                  wrap if k == 0 else None, k, workers, light)
+            for k in range(workers)
+        ]
+
+    split, fallback = "exact", list[str]()
+    if light and workers > 1:
+        try:
+            # a worker whose share is not proven ends the run for all
+            outcomes = _run(tasks(light=True), stop=lambda o: bool(_unproven({0: o})))
+            fallback = _unproven(outcomes)
+            if not fallback:
+                split = "light"
+                results = [o[1] for _, o in sorted(outcomes.items())]
+                commit_files(f for r in results for f in r.pending)
+        finally:
+            _remove_in_progress(out, capture_id, workers)  # a discarded run's files too
+        if fallback:
+            log.debug("%s: light split not proven exact (%s); dissecting again with every "
+                      "worker reading every flow", path, "; ".join(fallback))
+    died = None
+    if split == "exact":
+        results, died = _run_exact(tasks(light=False), out, capture_id, workers, options)
+    log.debug("%s: %d workers, %s split", path, workers, split)
 
     if options.overwrite:
         keep: dict[str, list[str]] = {}
@@ -384,7 +485,7 @@ def dissect_parallel(
         error=error,
     )
     manifest = update_manifest(out, run)
-    return CaptureResult(
+    return SplitResult(
         capture_id,
         str(path),
         run.rows,
@@ -393,18 +494,69 @@ def dissect_parallel(
         info.packets,
         info.size,
         manifest,
+        split,
+        fallback,
     )
 
 
-def _run(tasks: list[_Task]) -> dict[int, tuple]:
+def _unproven(outcomes: dict[int, tuple]) -> list[str]:
+    """Why the rows of a light run are not proven those of one process (empty: they
+    are): a worker that did not end normally, or used state shared across flows (the
+    workers stopped because of another one say nothing)."""
+    reasons = []
+    for k, outcome in sorted(outcomes.items()):
+        if outcome[0] == "stopped":
+            continue
+        if outcome[0] == "raised":
+            reasons.append(f"worker {k} raised {type(outcome[1]).__name__}")
+        elif outcome[0] == "died":
+            reasons.append(f"worker {k} ended without a result (exit code {outcome[1]})")
+        else:
+            result: WorkerResult = outcome[1]
+            if result.error is not None:
+                reasons.append(f"worker {k} failed: {result.error}")
+            reasons += [f"worker {k}: {what}" for what in result.cross_flow]
+    return reasons
+
+
+def _run_exact(
+    tasks: list[_Task], out: Path, capture_id: str, workers: int, options: Options
+) -> tuple[list[WorkerResult], str | None]:
+    """Run the workers (exact mode) and commit their files: the results of those that
+    ended normally, and the error naming a worker that died (None: none did).  A worker
+    that raised, or one that died under ``strict``, is raised here (nothing kept)."""
+    try:
+        outcomes = _run(tasks)
+        raised = [o for o in outcomes.values() if o[0] == "raised"]
+        if raised:
+            _, exc, text = raised[0]
+            raise exc from _RemoteTraceback(text)
+        dead = [(k, o[1]) for k, o in sorted(outcomes.items()) if o[0] == "died"]
+        died = None
+        if dead:
+            k, code = dead[0]
+            died = f"worker {k} of {workers} ended without a result (exit code {code})"
+            if options.strict:
+                raise RuntimeError(died)
+        results = [o[1] for _, o in sorted(outcomes.items()) if o[0] == "ok"]
+        commit_files(f for r in results for f in r.pending)
+    finally:
+        _remove_in_progress(out, capture_id, workers)
+    return results, died
+
+
+def _run(tasks: list[_Task], stop: Callable[[tuple], bool] | None = None) -> dict[int, tuple]:
     """Start one process per task and wait for all.  Outcome per worker:
-    ``("ok", WorkerResult)``, ``("raised", exception, traceback text)`` or
-    ``("died", exit code)``.  A worker that raised stops the others (its exception
-    will be raised); any exit from here (Ctrl-C included) leaves no process behind."""
+    ``("ok", WorkerResult)``, ``("raised", exception, traceback text)``,
+    ``("died", exit code)`` or ``("stopped", exit code)``: a worker that raised, or
+    whose outcome ``stop`` names, stops the others that still run (those that end
+    without a result then are "stopped", not "died"); any exit from here (Ctrl-C
+    included) leaves no process behind."""
     ctx = multiprocessing.get_context("spawn")
     procs: dict[int, multiprocessing.process.BaseProcess] = {}
     conns: dict[Connection, int] = {}
     outcomes: dict[int, tuple] = {}
+    stopped: set[int] = set()
     try:
         for task in tasks:
             recv, send = ctx.Pipe(duplex=False)
@@ -422,11 +574,17 @@ def _run(tasks: list[_Task]) -> dict[int, tuple]:
                     outcomes[k] = conn.recv()
                 except EOFError:
                     procs[k].join()
-                    outcomes[k] = ("died", procs[k].exitcode)
+                    outcomes[k] = ("stopped" if k in stopped else "died", procs[k].exitcode)
+                except Exception:  # a message cut short by the stop
+                    if k not in stopped:
+                        raise
+                    procs[k].join()
+                    outcomes[k] = ("stopped", procs[k].exitcode)
                 conn.close()
-                if outcomes[k][0] == "raised":
-                    for other in procs.values():
-                        if other.is_alive():
+                if outcomes[k][0] == "raised" or (stop is not None and stop(outcomes[k])):
+                    for j, other in procs.items():
+                        if other.is_alive() and j not in outcomes:
+                            stopped.add(j)
                             other.terminate()
         return outcomes
     finally:

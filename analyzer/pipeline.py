@@ -707,17 +707,19 @@ def run_dissection(
     path: str | os.PathLike,
     writer: Any,
     wrap: Callable[[CaptureReader, Iterable], Iterable] | None = None,
+    split: Any = None,
 ) -> tuple[CaptureInfo, str | None]:
     """The read loop of one capture (also each worker's, ``analyzer.parallel``): every
     event through ``job``, then what the fast path still holds.  Returns the reader's
     facts and the error that ended the run early, if any (strict: raised, output
-    aborted).  The caller hashed the file (the capture id names the partition)."""
+    aborted).  The caller hashed the file (the capture id names the partition).
+    ``split`` (``reassembly.engine.FlowSplit``): reassemble only the flows it owns."""
     options = job.options
     error: str | None = None
     with open_capture(path, digest=False) as reader:
         try:
             keylog = KeyLog.from_file(options.keylog) if options.keylog else None
-            events = capture_events(reader, options.limits, keylog)
+            events = capture_events(reader, options.limits, keylog, split)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
         except Exception as exc:

@@ -5,12 +5,18 @@ the flow table (TCP/UDP); both append events to one list that is drained after e
 frame, so events come out in capture order with anomalies in place.  Idle flows and
 stale fragments are expired on capture time, checked once per second of it, which
 keeps memory bounded by the limits and not by the capture length.
+
+Split by flow (``FlowSplit``, for ``msgcap dissect --workers N``): the flow table still
+follows every flow but emits the events of the flows ``owns`` names only (see
+``reassembly.flows``); the layers above (QUIC, TLS, WebSocket) then see only those.
+What could still make an owned flow's events differ from those of a full run is state
+shared across flows; ``FlowSplit.cross_flow`` names what of it was touched.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.events import Anomaly, Event
@@ -25,13 +31,17 @@ TCP, UDP = 6, 17
 
 
 class Reassembler:
-    """Feed frames, get events.  Holds the network decoder and the flow table."""
+    """Feed frames, get events.  Holds the network decoder and the flow table.
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    ``owns(flow_id)``: the flows whose events come out (None: all; ``FlowTable``)."""
+
+    def __init__(
+        self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None
+    ) -> None:
         self.limits = limits or Limits()
         self._out: list[Event] = []
         self.network = NetworkDecoder(self.limits, self._out.append)
-        self.flows = FlowTable(self.limits, self._out.append)
+        self.flows = FlowTable(self.limits, self._out.append, owns)
         self._last_sweep_ns: int | None = None
         self._now_ns = 0
         self.counters = {"other_proto": 0}
@@ -112,26 +122,76 @@ def keylog_problems(keylog: KeyLog) -> list[Event]:
     return out
 
 
+class FlowSplit:
+    """``capture_events`` for one share of a capture split by flow: only the events of
+    the flows ``owns(flow_id)`` names, plus every event tied to no flow.
+
+    The events of an owned flow are then those of a full run as long as no state shared
+    across flows was used; ``cross_flow()`` (read it after the run, even one that ended
+    early) names what of it was touched in this share:
+
+    * ``quic``: the QUIC layer took a datagram — it links UDP flows into one connection
+      by connection id (migration), which a share without the other flow cannot see.
+      Until the layer takes its first datagram its decisions depend on the datagram
+      alone, so if no share's layer took one, neither did a full run's;
+    * ``quic-keylog``: a pcapng Decryption Secrets Block met after a UDP flow began had
+      lines the QUIC layer reports; that anomaly (tied to no flow) is stamped with the
+      last datagram the layer saw, which may be of a flow this share does not follow.
+
+    Not shared: IP defragmentation (before the flow table, every share does all of
+    it), the flow table (every share follows every flow), the key log (read only; its
+    pcapng additions come with frames every share reads), TLS and WebSocket (state per
+    flow).  State above the events (payload dissectors learning on one connection what
+    they use on another) is the caller's to check."""
+
+    def __init__(self, owns: Callable[[int], bool]) -> None:
+        self.owns = owns
+        self.quic: QuicLayer | None = None  # set by capture_events
+        self.flows: FlowTable | None = None
+        self.late_keylog_anomalies = 0
+
+    def cross_flow(self) -> list[str]:
+        """What shared state this share touched (empty: its owned flows' events are
+        those of a full run, as far as reassembly goes)."""
+        reasons = []
+        if self.quic is not None and self.quic.counters["datagrams"]:
+            reasons.append("quic")
+        if self.late_keylog_anomalies:
+            reasons.append("quic-keylog")
+        return reasons
+
+
 def capture_events(
-    reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None
+    reader: CaptureReader,
+    limits: Limits | None = None,
+    keylog: KeyLog | None = None,
+    split: FlowSplit | None = None,
 ) -> Iterator[Event]:
     """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
-    Secrets Blocks as they appear), and the capture's damage at the end."""
+    Secrets Blocks as they appear), and the capture's damage at the end.  ``split``:
+    only the events of the flows it owns and those tied to no flow (``FlowSplit``)."""
     limits = limits or Limits()
     if keylog is not None:
         # a key log file's own bad lines (pcapng DSBs are checked as they come)
         yield from keylog_problems(keylog)
     out: list[Event] = []
-    reassembler = Reassembler(limits)
+    reassembler = Reassembler(limits, split.owns if split is not None else None)
     quic = QuicLayer(limits, out.append, keylog, reassembler.flows.swap_roles)
+    if split is not None:
+        split.quic, split.flows = quic, reassembler.flows
     info = reader.info
 
     def frames() -> Iterator[Frame]:
         seen = add_capture_secrets(quic, info.secrets, 0)
         for frame in reader:
             if len(info.secrets) != seen:
+                log = quic.keylog
+                before = (log.bad_lines, log.dropped)
                 seen = add_capture_secrets(quic, info.secrets, seen)
+                if (split is not None and (log.bad_lines, log.dropped) != before
+                        and reassembler.flows.counters["udp_flows"]):
+                    split.late_keylog_anomalies += 1
             yield frame
 
     quic_events = quic.process(reassembler.process(frames()), out)

@@ -9,6 +9,16 @@ capture and options.
 
 Client and server are decided, in order of trust, by the SYN, the SYN-ACK, well-known or
 lower ports, and finally by who spoke first; ``FlowInfo.role_source`` records which.
+
+Split by flow (``owns``, e.g. ``flow_id % N == k`` in worker k of ``msgcap dissect
+--workers N``): the table still tracks every flow — ids, roles, activity order,
+eviction, idle expiry, port reuse and closing are decided from every packet exactly as
+without ``owns`` — but a flow it does not own is *light*: its directions are
+``TcpHalfTracker`` objects (no reassembly, only the sequence base that port reuse reads)
+and it emits no event at all (no stream data, gap, close, datagram, or anomaly naming
+it, eviction included).  Anomalies tied to no flow (bad headers) are emitted by every
+table.  So the events of the owned flows are exactly those a table without
+``owns`` emits for them.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from reassembly.events import (
     Transport,
 )
 from reassembly.limits import Limits
-from reassembly.tcp import TcpHalfStream
+from reassembly.tcp import TcpHalfStream, TcpHalfTracker
 
 _TCP_HDR = struct.Struct("!HHIIBB")  # sport, dport, seq, ack, data offset, flags
 _UDP_HDR = struct.Struct("!HH")
@@ -65,34 +75,52 @@ def _roles_by_port(sport: int, dport: int) -> tuple[bool, RoleSource]:
 
 
 class _Tcp:
-    """Per-connection TCP state: two half streams plus close bookkeeping."""
+    """Per-connection TCP state: two half streams plus close bookkeeping.  A flow not
+    ``owned`` (another process reassembles it) has two ``TcpHalfTracker`` objects."""
 
-    __slots__ = ("info", "halves", "fin", "rst", "closing")
+    __slots__ = ("info", "halves", "fin", "rst", "closing", "owned")
 
-    def __init__(self, info: FlowInfo, limits: Limits, emit: Callable[[Event], None]) -> None:
+    def __init__(
+        self, info: FlowInfo, limits: Limits, emit: Callable[[Event], None], owned: bool = True
+    ) -> None:
         self.info = info
-        self.halves = (
-            TcpHalfStream(info, Direction.C2S, limits, emit),
-            TcpHalfStream(info, Direction.S2C, limits, emit),
-        )
+        self.owned = owned
+        self.halves: tuple[TcpHalfStream, TcpHalfStream] | tuple[TcpHalfTracker, TcpHalfTracker]
+        if owned:
+            self.halves = (
+                TcpHalfStream(info, Direction.C2S, limits, emit),
+                TcpHalfStream(info, Direction.S2C, limits, emit),
+            )
+        else:
+            self.halves = (TcpHalfTracker(), TcpHalfTracker())
         self.fin = [False, False]
         self.rst = False
         self.closing = False
 
 
 class FlowTable:
-    """Turns L4 packets into stream / datagram events."""
+    """Turns L4 packets into stream / datagram events.
 
-    def __init__(self, limits: Limits, emit: Callable[[Event], None]) -> None:
+    ``owns(flow_id)``: whether this table reassembles the flow and emits its events
+    (None: every flow); see the module docstring."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        emit: Callable[[Event], None],
+        owns: Callable[[int], bool] | None = None,
+    ) -> None:
         self.limits = limits
         self.emit = emit
+        self.owns = owns
         self._by_key: dict[tuple, tuple[object, Direction]] = {}
         self._keys: dict[int, tuple[tuple, tuple]] = {}
         self._open: OrderedDict[int, _Tcp] = OrderedDict()
         self._closing: OrderedDict[int, _Tcp] = OrderedDict()
         self._udp: OrderedDict[int, FlowInfo] = OrderedDict()
         self._next_id = 0
-        self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0}
+        self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0,
+                         "light_flows": 0}
 
     def __len__(self) -> int:
         return len(self._open) + len(self._closing) + len(self._udp)
@@ -129,6 +157,11 @@ class FlowTable:
             if entry is not None and _info_of(entry[0]) is info:
                 del self._by_key[key]
 
+    def _owned(self, state: object) -> bool:
+        if isinstance(state, _Tcp):
+            return state.owned
+        return self.owns is None or self.owns(state.flow_id)  # type: ignore[attr-defined]
+
     def _evict(self, ts_ns: int, frame: int) -> None:
         """Table full: close the least recently active flow, closing ones first."""
         for table in (self._closing, self._udp, self._open):
@@ -138,16 +171,18 @@ class FlowTable:
                 break
         else:
             return
-        self.emit(
-            Anomaly(
-                "limit.flow_table",
-                f"flow table full ({self.limits.max_flows} flows); evicted flow {victim.flow_id} "
-                f"{victim.client}->{victim.server} idle since frame {victim.frame_last}",
-                ts_ns,
-                frame,
-                victim,
+        if self._owned(oldest):
+            self.emit(
+                Anomaly(
+                    "limit.flow_table",
+                    f"flow table full ({self.limits.max_flows} flows); evicted flow "
+                    f"{victim.flow_id} {victim.client}->{victim.server} idle since frame "
+                    f"{victim.frame_last}",
+                    ts_ns,
+                    frame,
+                    victim,
+                )
             )
-        )
         self._end(oldest, "evicted")
 
     def _end(self, state: object, reason: str) -> None:
@@ -164,13 +199,15 @@ class FlowTable:
             self._open.pop(info.flow_id, None)
             self._closing.pop(info.flow_id, None)
             self._unregister(info)
-            self.emit(StreamClose(info, ts_ns, reason))
+            if state.owned:
+                self.emit(StreamClose(info, ts_ns, reason))
         else:
             info = state  # type: ignore[assignment]
             info.close_reason = reason
             self._udp.pop(info.flow_id, None)
             self._unregister(info)
-            self.emit(FlowEnd(info, ts_ns, reason))
+            if self.owns is None or self.owns(info.flow_id):
+                self.emit(FlowEnd(info, ts_ns, reason))
 
     # -- time -------------------------------------------------------------------------
 
@@ -325,7 +362,10 @@ class FlowTable:
         info, keys, direction = self._create(
             Transport.TCP, (src, sport, dst, dport), src_is_server, source, ts_ns, frame, vlans
         )
-        conn = _Tcp(info, self.limits, self.emit)
+        owned = self.owns is None or self.owns(info.flow_id)
+        conn = _Tcp(info, self.limits, self.emit, owned)
+        if not owned:
+            self.counters["light_flows"] += 1
         self._register(info, conn, *keys)
         self._open[info.flow_id] = conn
         self.counters["tcp_flows"] += 1
@@ -372,6 +412,8 @@ class FlowTable:
             self._register(info, info, *keys)
             self._udp[info.flow_id] = info
             self.counters["udp_flows"] += 1
+            if self.owns is not None and not self.owns(info.flow_id):
+                self.counters["light_flows"] += 1
         else:
             info, direction = entry  # type: ignore[assignment]
             self._udp.move_to_end(info.flow_id)
@@ -380,7 +422,8 @@ class FlowTable:
         info.packets[direction] += 1
         info.payload_bytes[direction] += len(data)
         info.stream_bytes[direction] += len(data)
-        self.emit(Datagram(info, direction, bytes(data), ts_ns, frame))
+        if self.owns is None or self.owns(info.flow_id):
+            self.emit(Datagram(info, direction, bytes(data), ts_ns, frame))
 
 
 def _info_of(state: object) -> FlowInfo:

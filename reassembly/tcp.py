@@ -96,6 +96,9 @@ class TcpHalfStream:
         self.ref_off = 0  # end of the most recently placed segment: unwrapping reference
 
     # -- sequence space ---------------------------------------------------------------
+    # ``base``, ``started`` and ``syn_seen`` are read by the flow table (port reuse,
+    # mid-stream): ``TcpHalfTracker`` below keeps exactly them for flows it does not
+    # reassemble, and must follow any change made here.
 
     def set_isn(self, isn: int) -> None:
         """The SYN fixes offset 0 at ISN + 1 (unless data was already placed)."""
@@ -342,3 +345,42 @@ class TcpHalfStream:
         pieces[i:j] = merged
         starts[i:j] = [p.start for p in merged]
         self.buffered += sum(len(p.data) for p in new) + sum(len(p.data) for p in kept)
+
+
+class TcpHalfTracker:
+    """One direction of a flow whose stream another process reassembles
+    (``FlowTable(owns=...)``): no bytes are kept and no event is emitted; only what the
+    flow table's own decisions read is kept, exactly as ``TcpHalfStream`` sets it —
+    ``base`` (a bare SYN repeating the first one is a retransmission, any other starts
+    a new connection), ``started`` (which decides whether a SYN moves ``base``) and
+    ``syn_seen`` (mid-stream direction).  Same methods as ``TcpHalfStream``."""
+
+    __slots__ = ("base", "started", "syn_seen")
+
+    def __init__(self) -> None:
+        self.base: int | None = None
+        self.started = False
+        self.syn_seen = False
+
+    def set_isn(self, isn: int) -> None:
+        self.syn_seen = True
+        if not self.started:
+            self.base = (isn + 1) % _MOD
+            self.started = True
+
+    def on_ack(self, ack: int, ts_ns: int, frame: int) -> None:
+        if self.base is None:
+            self.base = ack
+
+    def on_fin(self, seq: int, data_len: int) -> None:
+        if self.base is None:
+            self.base = seq
+
+    def on_segment(self, seq: int, data: bytes, ts_ns: int, frame: int) -> None:
+        if data:
+            if self.base is None:
+                self.base = seq
+            self.started = True
+
+    def finish(self, ts_ns: int, frame: int) -> None:
+        pass

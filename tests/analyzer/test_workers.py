@@ -1,5 +1,7 @@
-"""``--workers N`` on one capture (``analyzer.parallel``): N processes split the writing
-by flow, and the dataset, manifest entry and result are those of one process.
+"""``--workers N`` on one capture (``analyzer.parallel``): N processes split the capture
+by flow, and the dataset, manifest entry and result are those of one process — whether
+the workers dissected only their own flows (``split == "light"``) or, because state
+shared across flows was used, all of them (``"exact"``).
 
 Every comparison reads each table whole (all part files) and sorts it by ``record_id``
 (``flows``: ``flow_id``) — the one order that does not depend on how rows were spread
@@ -19,20 +21,26 @@ import pyarrow.parquet as pq
 import pytest
 
 from analyzer.manifest import read_manifest
-from analyzer.parallel import OwnedRowsWriter
-from analyzer.pipeline import CaptureResult, Options, dissect_capture, tables_for
+from analyzer.parallel import OwnedRowsWriter, _Task, dissect_parallel, run_worker
+from analyzer.pipeline import CaptureResult, Options, dissect_capture, file_sha256, tables_for
 from analyzer.sink import DatasetWriter, commit_files, open_dataset, part_files
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.registry import discover
 from dissectors.schema import register_table, rows_to_batch
 from dissectors.tables import get_table
 from dissectors.testing import dissect_with_cli
+from reassembly.capture import open_capture
 from tests.analyzer.conftest import CAPTURE_ID, SHA, anomaly_row, flow_row
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 PCAPS = sorted(SAMPLES.glob("*.pcap"))
 NATS_BASIC = SAMPLES / "nats-basic.pcap"
 STAN = SAMPLES / "stan-basic.pcap"
+LIFTBRIDGE = SAMPLES / "liftbridge-basic.pcap"
+FELIX_QUIC = SAMPLES / "felix-quic.pcap"
+# samples whose flows share state: payload dissectors bind subjects across connections
+# (STAN, Liftbridge), QUIC links UDP flows by connection id
+SHARED_STATE = {STAN.stem: "payload", LIFTBRIDGE.stem: "payload", FELIX_QUIC.stem: "quic"}
 
 
 def _options(pcap: Path, **kw) -> Options:
@@ -103,6 +111,10 @@ def test_two_workers_write_the_rows_of_one(tmp_path, pcap: Path) -> None:
     one = _dissect(pcap, tmp_path / "one", 1), tmp_path / "one"
     two = _dissect(pcap, tmp_path / "two", 2), tmp_path / "two"
     _assert_same_output(one, two)
+    why = SHARED_STATE.get(pcap.stem)
+    assert two[0].split == ("exact" if why else "light"), two[0].fallback
+    assert bool(two[0].fallback) == bool(why)
+    assert all(r.endswith(f": {why}") for r in two[0].fallback)
     # one process: exactly the files of today, part-0 only
     assert {f.name for f in (tmp_path / "one").rglob("*.parquet")} == {"part-0.parquet"}
     # every row is in the file of the worker that owns its flow
@@ -125,16 +137,64 @@ def test_several_flows_are_really_split_over_part_files(tmp_path) -> None:
 
 
 def test_three_workers_with_payload_bindings_across_connections(tmp_path) -> None:
-    """STAN learns subject bindings on one connection and uses them on another: every
-    worker sees every flow, so the split output is still exact."""
+    """STAN learns subject bindings on one connection and uses them on another: the
+    light run is thrown away and every worker dissects every flow, so the split output
+    is still exact."""
     one = _dissect(STAN, tmp_path / "one", 1), tmp_path / "one"
     three = _dissect(STAN, tmp_path / "three", 3), tmp_path / "three"
     _assert_same_output(one, three)
+    assert three[0].split == "exact"
+    # the first worker to decode a STAN payload ends the light run of all
+    assert three[0].fallback and all(f.endswith(": payload") for f in three[0].fallback)
     assert one[0].rows["stan"] > 0
     assert [f.name for f in _parts(tmp_path / "three", "nats")] == [
         "part-0.parquet", "part-1.parquet", "part-2.parquet"
     ]
     assert len(_parts(tmp_path / "three", "stan")) > 1
+
+
+@pytest.mark.parametrize("pcap", [NATS_BASIC, SAMPLES / "nats-tls.pcap"], ids=lambda p: p.stem)
+def test_light_split_with_three_workers(tmp_path, pcap: Path) -> None:
+    """Flows that share no state: each worker reassembles and dissects only its own."""
+    one = _dissect(pcap, tmp_path / "one", 1), tmp_path / "one"
+    three = _dissect(pcap, tmp_path / "three", 3), tmp_path / "three"
+    _assert_same_output(one, three)
+    assert (three[0].split, three[0].fallback) == ("light", [])
+
+
+@pytest.mark.parametrize("pcap", [STAN, LIFTBRIDGE, FELIX_QUIC], ids=lambda p: p.stem)
+def test_shared_state_falls_back_to_the_exact_split(tmp_path, pcap: Path) -> None:
+    """A light run of these would lose bindings learned on a foreign connection (or a
+    QUIC path on a foreign flow): the parent runs the exact split instead, the light
+    run leaving no file behind."""
+    one = _dissect(pcap, tmp_path / "one", 1), tmp_path / "one"
+    two = _dissect(pcap, tmp_path / "two", 2), tmp_path / "two"
+    _assert_same_output(one, two)
+    r = two[0]
+    assert r.split == "exact"
+    assert r.fallback and all(f.endswith(SHARED_STATE[pcap.stem]) for f in r.fallback)
+    assert not list((tmp_path / "two").rglob("*.inprogress"))
+
+
+@pytest.mark.parametrize("pcap", [STAN, FELIX_QUIC], ids=lambda p: p.stem)
+def test_a_light_worker_stops_reading_once_shared_state_is_used(tmp_path, pcap) -> None:
+    """Its run will be thrown away: it does not read the rest of the capture."""
+    sha = file_sha256(pcap)
+    task = _Task(str(pcap), str(tmp_path), sha[:16], sha, _options(pcap), discover(), None,
+                 0, 2, light=True)
+    r = run_worker(task)
+    assert r.cross_flow == [SHARED_STATE[pcap.stem]] and r.error is None
+    with open_capture(pcap) as reader:
+        total = sum(1 for _ in reader)
+    assert r.packets < total / 2
+
+
+def test_exact_split_on_request(tmp_path) -> None:
+    """``light=False``: every worker reads every flow (the mode of the fallback)."""
+    one = _dissect(NATS_BASIC, tmp_path / "one", 1), tmp_path / "one"
+    r = dissect_parallel(NATS_BASIC, tmp_path / "two", 2, _options(NATS_BASIC), light=False)
+    _assert_same_output(one, (r, tmp_path / "two"))
+    assert (r.split, r.fallback) == ("exact", [])
 
 
 def _damaged(tmp_path: Path) -> Path:
@@ -158,6 +218,7 @@ def test_capture_level_anomalies_go_to_worker_0(tmp_path) -> None:
     one = _dissect(pcap, tmp_path / "one", 1), tmp_path / "one"
     two = _dissect(pcap, tmp_path / "two", 2), tmp_path / "two"
     _assert_same_output(one, two)
+    assert two[0].split == "light"
     assert two[0].manifest["status"] == "degraded"
     assert two[0].anomalies["capture.damaged"] == 1 and two[0].anomalies["tcp.gap"] >= 1
     for f in _parts(tmp_path / "two", "anomalies"):
@@ -194,7 +255,9 @@ def test_overwrite_between_worker_counts_leaves_only_the_new_parts(tmp_path) -> 
 class Interrupt:
     """``wrap`` (runs in worker 0) that ends the event stream after ``after`` events:
     ``how="raise"`` raises ValueError (a failed dissection), ``"exit"`` kills the
-    process with exit code 3.  Module-level, so it pickles into the worker."""
+    process with exit code 3.  Module-level, so it pickles into the worker.  Worker 0
+    of 2 sees 73 events of nats-basic in a light run (its own flows), 153 in an exact
+    one: 40 ends both."""
 
     def __init__(self, after: int, how: str) -> None:
         self.after, self.how = after, how
@@ -219,10 +282,13 @@ def test_a_worker_that_dies_fails_the_capture_and_leaves_no_file_of_another_run(
     _dissect(NATS_BASIC, tmp_path, 2)  # a complete run first: its part-0 files must go
     r = dissect_capture(
         NATS_BASIC, tmp_path, _options(NATS_BASIC, overwrite=True, strict=False),
-        wrap=Interrupt(100, "exit"), workers=2,
+        wrap=Interrupt(40, "exit"), workers=2,
     )
     assert r.manifest["status"] == "failed" and r.manifest["exit_code"] == 2
     assert _entry(r)["error"] == "worker 0 of 2 ended without a result (exit code 3)"
+    # the light run died first: not proven, so the exact run (which died too) counts
+    assert r.split == "exact"
+    assert r.fallback == ["worker 0 ended without a result (exit code 3)"]
     assert not list(tmp_path.rglob("part-0.parquet"))  # neither new nor old
     assert not list(tmp_path.rglob("*.inprogress"))
     assert {f.name for f in tmp_path.rglob("*.parquet")} == {"part-1.parquet"}
@@ -232,7 +298,7 @@ def test_a_worker_that_dies_fails_the_capture_and_leaves_no_file_of_another_run(
 def test_a_worker_that_dies_under_strict_raises_and_writes_nothing(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="worker 0 of 2 ended without a result"):
         dissect_capture(NATS_BASIC, tmp_path, _options(NATS_BASIC),
-                        wrap=Interrupt(100, "exit"), workers=2)
+                        wrap=Interrupt(40, "exit"), workers=2)
     assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.inprogress"))
     assert read_manifest(tmp_path) is None
 
@@ -243,10 +309,12 @@ def test_a_failed_dissection_in_a_worker_is_a_failed_run_like_one_process(tmp_pa
         out = tmp_path / str(workers)
         runs[workers] = dissect_capture(
             NATS_BASIC, out, _options(NATS_BASIC, strict=False),
-            wrap=Interrupt(100, "raise"), workers=workers,
+            wrap=Interrupt(40, "raise"), workers=workers,
         )
         assert runs[workers].manifest["status"] == "failed"
         assert _entry(runs[workers])["error"] == "ValueError: boom"
+        if workers == 2:
+            assert runs[2].fallback == ["worker 0 failed: ValueError: boom"]
         assert _on_disk(out) == {n: c for n, c in runs[workers].rows.items() if c}
     # worker 1 was not interrupted: it wrote its whole share
     assert sum(runs[2].rows.values()) > sum(runs[1].rows.values())
@@ -258,7 +326,7 @@ def test_strict_reraises_the_workers_exception_and_keeps_the_old_run(tmp_path) -
     manifest = read_manifest(tmp_path)
     with pytest.raises(ValueError, match="boom"):
         dissect_capture(NATS_BASIC, tmp_path, _options(NATS_BASIC, overwrite=True),
-                        wrap=Interrupt(100, "raise"), workers=2)
+                        wrap=Interrupt(40, "raise"), workers=2)
     assert not list(tmp_path.rglob("*.inprogress"))
     after = _tables(tmp_path)
     assert sorted(after) == sorted(before)
