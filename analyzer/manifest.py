@@ -39,6 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -138,18 +139,25 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def value_counts(col: pa.Array | pa.ChunkedArray, null_key: str | None = None) -> Counter:
+    """How often each value of ``col`` occurs (nulls under ``null_key``, or skipped)."""
+    counts: Counter = Counter()
+    for item in pc.value_counts(col).to_pylist():
+        key = item["values"]
+        if key is None:
+            if null_key is None:
+                continue
+            key = null_key
+        counts[key] += int(item["counts"])
+    return counts
+
+
 def _value_counts(part_dir: Path, column: str, null_key: str | None = None) -> dict[str, int]:
     """Values of ``column`` counted over every part file of a partition directory."""
-    counts: dict[str, int] = {}
+    counts: Counter = Counter()
     for path in part_files(part_dir):
-        col = pq.read_table(path, columns=[column]).column(column)
-        for item in pc.value_counts(col).to_pylist():
-            key = item["values"]
-            if key is None:
-                if null_key is None:
-                    continue
-                key = null_key
-            counts[key] = counts.get(key, 0) + int(item["counts"])
+        counts.update(value_counts(pq.read_table(path, columns=[column]).column(column),
+                                   null_key))
     return dict(sorted(counts.items()))
 
 

@@ -99,7 +99,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzer.manifest import UNCLAIMED, CaptureRun, InputInfo, update_manifest
+from analyzer.manifest import UNCLAIMED, CaptureRun, InputInfo, update_manifest, value_counts
 from analyzer.pipeline import (
     TOOL_VERSION,
     CaptureDissection,
@@ -197,9 +197,9 @@ class OwnedRowsWriter:
         if batch.num_rows == 0:
             return
         if spec.name == ANOMALIES.name:
-            self.anomalies.update(_value_counts(batch.column("kind")))
+            self.anomalies.update(value_counts(batch.column("kind")))
         elif spec.name == FLOWS.name:
-            self.flows_by_protocol.update(_value_counts(batch.column("protocol"), UNCLAIMED))
+            self.flows_by_protocol.update(value_counts(batch.column("protocol"), UNCLAIMED))
         self.writer.write_batch(spec, batch)
 
     def __getattr__(self, name: str) -> Any:
@@ -212,16 +212,6 @@ class OwnedRowsWriter:
         self.writer.__exit__(*exc)
 
 
-def _value_counts(col: pa.Array | pa.ChunkedArray, null_key: str | None = None) -> Counter:
-    counts: Counter = Counter()
-    for item in pc.value_counts(col).to_pylist():
-        key = item["values"]
-        if key is None:
-            if null_key is None:
-                continue
-            key = null_key
-        counts[key] += int(item["counts"])
-    return counts
 
 
 @dataclass(frozen=True)
