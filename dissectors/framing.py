@@ -542,6 +542,25 @@ class LineFramer(_Framer):
         self._blk_trailer = b""
         self._blk_lenient: tuple[bytes, ...] = ()
 
+    # ---- in-place scanning (compiled fast paths, e.g. dissectors.nats.fastpath) ----
+
+    @property
+    def at_line(self) -> bool:
+        """Between units in line mode: the next buffered byte starts a line."""
+        return self._mode == _LINE and not self._events
+
+    def scan_view(self) -> tuple[bytearray, int, int, deque]:
+        """``(buffer, read position, stream offset of buffer[0], provenance chunks)``
+        for a scanner that parses whole units in place; it reports back with
+        ``consumed``.  Valid until the next ``feed``."""
+        return self._buf, self._pos, self._base or 0, self._chunks
+
+    def consumed(self, nbytes: int) -> None:
+        """A scanner decoded ``nbytes`` of whole units at the read position."""
+        self.decoded_bytes += nbytes
+        self._pos = self._scan = self._pos + nbytes
+        self._prov(self._base + self._pos)  # forget the chunks wholly before it
+
     def read_exact(
         self,
         nbytes: int,

@@ -46,7 +46,6 @@ from typing import Any
 
 from dissectors.api import Direction, Record, Session, Span
 from dissectors.framing import (
-    _LINE,
     NEED_MORE,
     Block,
     Dropped,
@@ -236,7 +235,7 @@ class NatsSession(Session):
     @staticmethod
     def _between_ops(st: _Direction) -> bool:
         fr = st.framer
-        return st.values is None and fr._mode == _LINE and not fr._events
+        return st.values is None and fr.at_line
 
     def _reference_step(self, direction: Direction, st: _Direction, out: list) -> bool:
         """Reference events until between operations again; False once it needs bytes."""
@@ -258,20 +257,15 @@ class NatsSession(Session):
         first = self._fast_first if verdicts is not None else None
         cleared = False
         while True:
-            pos = fr._pos
+            buf, pos, base, chunks = fr.scan_view()
             status, new_pos, n, subject = fastpath.scan(
-                self.fast_rows, fr._buf, pos, fr._base, fr._chunks, c2s, fr.max_line_bytes,
+                self.fast_rows, buf, pos, base, chunks, c2s, fr.max_line_bytes,
                 -1 if mp is None else mp, -1 if cap is None else cap,
                 -1 if hcap is None else hcap, first, verdicts, cleared,
             )
             cleared = False
             if n:
-                fr.decoded_bytes += new_pos - pos
-                fr._pos = fr._scan = new_pos
-                off = fr._base + new_pos
-                chunks = fr._chunks
-                while len(chunks) > 1 and chunks[0][0] <= off:  # as framer._prov does
-                    chunks.popleft()
+                fr.consumed(new_pos - pos)
                 self.ops[direction] += n
                 last = out[-1] if out else None
                 if type(last) is fastpath.FastRows and last.direction == direction:
