@@ -1,15 +1,13 @@
 """Shared pytest configuration (kept tiny; several test packages add to it)."""
 
-import os
 from pathlib import Path
 
 import pytest
 
-# The shared folder (captures, expected.json, DESIGN.md): ../../shared next to the repo,
-# else wherever MSGCAP_SHARED points.
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-if not SHARED.is_dir() and os.environ.get("MSGCAP_SHARED"):
-    SHARED = Path(os.environ["MSGCAP_SHARED"])
+# Third-party captures (with expected.json, their facts) and conformance vectors live in
+# the repository under tests/data, each folder with a README naming its source and
+# licence: a fresh clone needs nothing beside it to run the tests.
+SHARED = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="session")

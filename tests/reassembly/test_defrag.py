@@ -22,8 +22,9 @@ from reassembly.defrag import _add_range, _clip_ranges
 from reassembly.events import Anomaly
 from reassembly.limits import SECOND_NS, Limits, OverlapPolicy
 from reassembly.network import L4Packet, NetworkDecoder
+from tests.conftest import SHARED
 
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "captures"
+CAPTURES = SHARED / "captures"
 needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason="shared captures missing")
 
 SRC4 = bytes([192, 0, 2, 1])

@@ -30,8 +30,8 @@ from reassembly.link import (
     decode_link,
 )
 from reassembly.network import L4Packet, NetworkDecoder
+from tests.conftest import SHARED
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
 CAPTURES = SHARED / "captures"
 needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason="shared captures missing")
 
