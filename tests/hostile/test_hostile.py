@@ -53,11 +53,20 @@ def _pattern(r: dict, kind: str, needle: str) -> int:
                if p.startswith(kind + ":") and needle in p)
 
 
-def _linear(small: dict, large: dict, factor: float) -> None:
-    """CPU time of the dissection grows at most ~linearly: a quadratic step would be
-    ``factor``² slower; allow 2x noise on top of ``factor``."""
-    ratio = large["cpu_s"] / max(small["cpu_s"], 0.05)
-    assert ratio < 2 * factor, (small["cpu_s"], large["cpu_s"])
+def _scaled(large: Path, small: Path, tmp: Path, factor: float) -> tuple[dict, dict]:
+    """Dissect ``large`` (``factor`` times ``small``) and ``small``, each twice in one
+    child, and check that CPU time grows at most ~linearly: a quadratic step would make
+    the large run ``factor``² slower.  Only the child's own CPU time is compared, the
+    better of two runs per size (load can only add time, so the minimum is the least
+    disturbed figure), against ``3 * factor``: well under ``factor``², well over what a
+    busy machine adds to a linear run (a ratio of 8.7 was seen for 4x under load with
+    one run each).  Returns the first large and small reports."""
+    r1, s1, r2, s2 = dissect_in_child([(large, tmp / "big-1", {}), (small, tmp / "small-1", {}),
+                                       (large, tmp / "big-2", {}), (small, tmp / "small-2", {})])
+    big_cpu = min(r1["cpu_s"], r2["cpu_s"])
+    small_cpu = max(min(s1["cpu_s"], s2["cpu_s"]), 0.05)
+    assert big_cpu / small_cpu < 3 * factor, (s1["cpu_s"], s2["cpu_s"], r1["cpu_s"], r2["cpu_s"])
+    return r1, s1
 
 
 # --------------------------------------------------------------------------------- TCP
@@ -83,8 +92,7 @@ def test_endless_out_of_order_segments(tmp_path, baseline_mb):
     facts = g.write_endless_out_of_order(path, blocks=2000)
     small_path = tmp_path / "ooo_small.pcap"
     g.write_endless_out_of_order(small_path, blocks=500)
-    r, small = dissect_in_child([(path, tmp_path / "o1", {}),
-                                 (small_path, tmp_path / "o2", {})])
+    r, small = _scaled(path, small_path, tmp_path, 4)
     f = _flow(r, 40000)
     assert f["gap_bytes_c2s"] == facts["lost_bytes"]
     assert f["stream_bytes_c2s"] == facts["stream_bytes"] - facts["lost_bytes"]
@@ -104,7 +112,6 @@ def test_endless_out_of_order_segments(tmp_path, baseline_mb):
     _clean_accounting(r)
     _clean_accounting(small)
     assert r["peak_mb"] - baseline_mb < 150, (r["peak_mb"], baseline_mb)
-    _linear(small, r, 4)
 
 
 def test_two_gigabyte_sequence_jump(tmp_path, baseline_mb):
@@ -182,7 +189,7 @@ def test_nats_control_line_of_100_mb_without_newline(tmp_path, baseline_mb):
     facts = g.write_nats_long_line(path, megabytes=100)
     small_path = tmp_path / "long_small.pcap"
     g.write_nats_long_line(small_path, megabytes=25)
-    r, small = dissect_in_child([(path, tmp_path / "l1", {}), (small_path, tmp_path / "l2", {})])
+    r, small = _scaled(path, small_path, tmp_path, 4)
     (a,) = _rows(r, "nats.line_too_long")
     assert a["nbytes"] == facts["line_bytes"] and a["offset"] == 0
     assert f"at least {facts['line_bytes']} bytes exceeds the limit of 4096" in a["detail"]
@@ -195,7 +202,6 @@ def test_nats_control_line_of_100_mb_without_newline(tmp_path, baseline_mb):
     _clean_accounting(r)
     # the line streams past: a 100 MB line must not cost 100 MB
     assert r["peak_mb"] - baseline_mb < 40, (r["peak_mb"], baseline_mb)
-    _linear(small, r, 4)
 
 
 def test_pub_declaring_4_gb(tmp_path, baseline_mb):

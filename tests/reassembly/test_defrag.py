@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +24,6 @@ from reassembly.network import L4Packet, NetworkDecoder
 from tests.conftest import SHARED
 
 CAPTURES = SHARED / "captures"
-needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason="shared captures missing")
 
 SRC4 = bytes([192, 0, 2, 1])
 DST4 = bytes([198, 51, 100, 2])
@@ -537,7 +535,6 @@ def expected() -> dict:
     return json.loads((CAPTURES / "expected.json").read_text())
 
 
-@needs_captures
 def test_fragmented_1_overlap_conflict():
     pkts, out, d = run_capture("zeek/ipv4/fragmented-1.pcap")
     (p,) = pkts
@@ -550,7 +547,6 @@ def test_fragmented_1_overlap_conflict():
     assert d.counters["fragments"] == 3 and d.counters["reassembled"] == 1
 
 
-@needs_captures
 def test_fragmented_2_never_completes():
     pkts, out, _ = run_capture("zeek/ipv4/fragmented-2.pcap")
     assert pkts == []
@@ -559,7 +555,6 @@ def test_fragmented_2_never_completes():
     assert "134 bytes of 164" in out[-1].detail
 
 
-@needs_captures
 def test_fragmented_3_incomplete_at_flush():
     pkts, out, d = run_capture("zeek/ipv4/fragmented-3.pcap")
     assert pkts == []
@@ -569,7 +564,6 @@ def test_fragmented_3_incomplete_at_flush():
     assert d.counters["fragments"] == 5 and d.counters["reassembled"] == 0
 
 
-@needs_captures
 @pytest.mark.parametrize("policy", [OverlapPolicy.FIRST, OverlapPolicy.LAST])
 def test_fragmented_4_http_request(policy):
     pkts, out, _ = run_capture("zeek/ipv4/fragmented-4.pcap", Limits(overlap_policy=policy))
@@ -588,7 +582,6 @@ def test_fragmented_4_http_request(policy):
         assert data.endswith(b"cmd.exe?/c+dir+c:\\\n")
 
 
-@needs_captures
 def test_fragmented_syn_options():
     pkts, out, _ = run_capture("zeek/ipv4/fragmented-syn.pcap")
     (p,) = pkts
@@ -599,7 +592,6 @@ def test_fragmented_syn_options():
     assert opts[-3:] == b"\x03\x03\x07"  # window scale 7
 
 
-@needs_captures
 def test_ipv6_fragmented_dns():
     pkts, out, _ = run_capture("zeek/ipv6-fragmented-dns.pcap")
     assert [p.frame for p in pkts] == [1, 2, 3, 5, 8]
@@ -610,7 +602,6 @@ def test_ipv6_fragmented_dns():
     assert "id 0x00000001" in out[0].detail
 
 
-@needs_captures
 def test_dns_fragmented_v4_and_v6(expected):
     rel = "ntop-nDPI/dns_fragmented.pcap"
     pkts, out, d = run_capture(rel)
@@ -629,7 +620,6 @@ def test_dns_fragmented_v4_and_v6(expected):
             assert struct.unpack_from("!H", p.payload, 4)[0] == len(p.payload)
 
 
-@needs_captures
 def test_badpackets_never_reassemble():
     pkts, out, d = run_capture("ntop-nDPI/badpackets.pcap")
     assert pkts == []
@@ -644,7 +634,6 @@ def test_badpackets_never_reassemble():
     assert len(lies) == 86 and len(snap) == 2 and snap[-1].nbytes == 6
 
 
-@needs_captures
 def test_defrag_eth_vlan_ipv4_tcp_syn():
     rel = "suricata-verify/defrag/bug-6887-defrag-eth-vlan-ipv4-tcp-syn/"
     rel += "frag-eth-vlan-ip-tcp-syn.pcap"
@@ -654,7 +643,6 @@ def test_defrag_eth_vlan_ipv4_tcp_syn():
     assert p.payload[13] == 0x02 and len(p.payload) == 24 and out == []
 
 
-@needs_captures
 def test_defrag_ipv6_tcp():
     pkts, out, d = run_capture("suricata-verify/defrag/bug-6887-defrag-ipv6-tcp/frag-ip-tcp.pcap")
     (p,) = pkts
@@ -664,7 +652,6 @@ def test_defrag_ipv6_tcp():
     assert out == [] and d.link_types_seen == {229: 3}
 
 
-@needs_captures
 def test_exception_policy_defrag_icmp():
     pkts, out, _ = run_capture("suricata-verify/exception-policy-defrag-01/ipv4frags.pcap")
     assert [(p.frame, p.proto, p.payload[0]) for p in pkts] == [(2, 1, 8), (3, 1, 0)]
@@ -673,7 +660,6 @@ def test_exception_policy_defrag_icmp():
     assert out == []
 
 
-@needs_captures
 def test_ipv6_malformed_fragments():
     pkts, out, d = run_capture(
         "suricata-verify/ipv6-evasion/ipv6-malformed-fragments-1/frag-1.pcap"
@@ -686,7 +672,6 @@ def test_ipv6_malformed_fragments():
     assert d.counters["fragments"] == 4 and len(pkts) == 10
 
 
-@needs_captures
 def test_socks5_http_over_fragments(expected):
     rel = "arkime/socks5-http-302-frag.pcap"
     pkts, out, d = run_capture(rel)
@@ -697,7 +682,6 @@ def test_socks5_http_over_fragments(expected):
     assert any(tcp_data(p).startswith(b"HTTP/1.1 302") for p in pkts)
 
 
-@needs_captures
 def test_fuzzed_raw_ipv4_fragment():
     pkts, out, _ = run_capture("ntop-nDPI/quic-fuzz-overflow.pcapng")
     assert pkts == [] and [a.kind for a in out] == ["ip.frag_bad", "ip.frag_incomplete"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import struct
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,7 +32,6 @@ from reassembly.network import L4Packet, NetworkDecoder
 from tests.conftest import SHARED
 
 CAPTURES = SHARED / "captures"
-needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason="shared captures missing")
 
 SRC4 = bytes([10, 0, 0, 1])
 DST4 = bytes([10, 0, 0, 2])
@@ -611,7 +609,6 @@ def expected() -> dict:
     return json.loads((CAPTURES / "expected.json").read_text())
 
 
-@needs_captures
 def test_dot1ad(expected):
     pkts, out, _ = run_capture("arkime/dot1ad.pcap")
     assert expected["arkime/dot1ad.pcap"]["packets"] == 2
@@ -620,14 +617,12 @@ def test_dot1ad(expected):
     assert out == []
 
 
-@needs_captures
 def test_three_stacked_vlans():
     pkts, out, _ = run_capture("suricata-verify/detect-vlan-id/input.pcap")
     assert [p.vlans for p in pkts] == [(200, 300, 400), ()]
     assert [p.proto for p in pkts] == [1, 1] and out == []
 
 
-@needs_captures
 @pytest.mark.parametrize(
     ("rel", "vlans"), [("zeek/http-vlan-0.pcap", (0,)), ("zeek/http-qinq-0.pcap", (0, 0))]
 )
@@ -638,13 +633,11 @@ def test_vlan_zero(rel, vlans, expected):
     assert {p.proto for p in pkts} == {6} and out == []
 
 
-@needs_captures
 def test_vlan_6_tcp_overlap_capture():
     pkts, _, _ = run_capture("suricata-verify/eve-overlap-payload-01/tcp-overlap.pcap")
     assert len(pkts) == 7 and {p.vlans for p in pkts} == {(6,)}
 
 
-@needs_captures
 @pytest.mark.parametrize(
     ("rel", "linktype"),
     [
@@ -667,7 +660,6 @@ def test_tcp_captures_all_frames_decode(rel, linktype, expected):
     assert not any(p.truncated for p in pkts) and out == []
 
 
-@needs_captures
 def test_sll2_http_request():
     pkts, _, _ = run_capture("suricata-verify/decode-sll2-01/input.pcap")
     tcp_payloads = [p.payload[(p.payload[12] >> 4) * 4 :] for p in pkts]
@@ -675,7 +667,6 @@ def test_sll2_http_request():
     assert tcp_payloads[3].startswith(b"GET /")
 
 
-@needs_captures
 def test_payload_syn_raw():
     pkts, _, _ = run_capture("zeek/tcp/payload-syn.pcap")
     syn = pkts[0]
@@ -684,7 +675,6 @@ def test_payload_syn_raw():
     assert len(syn.payload) - (syn.payload[12] >> 4) * 4 == 100
 
 
-@needs_captures
 def test_linux_sll2_arp_icmp():
     pkts, out, d = run_capture("zeek/linux_dlt_sll2.pcap")
     assert [(p.ip_version, p.proto) for p in pkts] == [(4, 1), (4, 1), (6, 58), (6, 58)]
@@ -692,7 +682,6 @@ def test_linux_sll2_arp_icmp():
     assert out == []
 
 
-@needs_captures
 def test_ipv6_linktype_mldv2():
     pkts, out, _ = run_capture("zeek/icmp/icmp6-mldv2.pcap")
     # hop-by-hop (router alert) then ICMPv6 type 143
@@ -700,7 +689,6 @@ def test_ipv6_linktype_mldv2():
     assert out == []
 
 
-@needs_captures
 @pytest.mark.parametrize(
     "rel",
     [
@@ -723,7 +711,6 @@ def test_ppp_quic_interop(rel, expected):
     assert out == []
 
 
-@needs_captures
 def test_ipv4_truncated_capture():
     pkts, out, d = run_capture("suricata-verify/ipv4-truncated/truncated.pcap")
     (p,) = pkts
@@ -734,7 +721,6 @@ def test_ipv4_truncated_capture():
     assert d.counters["truncated"] == 1
 
 
-@needs_captures
 def test_truncated_captures():
     pkts, out, _ = run_capture("zeek/trunc/trunc-hdr.pcap")
     assert pkts == [] and [a.kind for a in out] == ["link.truncated"]
@@ -750,7 +736,6 @@ def test_truncated_captures():
     assert p.l4_len == 65515 and p.truncated
 
 
-@needs_captures
 def test_snaplen_capture_truncation_summary():
     pkts, out, d = run_capture("zeek/tcp/truncated-header.pcap")
     # the SYN (options cut) and the 11 data segments lack bytes; the pure ACK/FIN
@@ -763,7 +748,6 @@ def test_snaplen_capture_truncation_summary():
     assert out[0].frame == 1 and out[1].nbytes == 11
 
 
-@needs_captures
 def test_every_capture_decodes_without_raising(expected):
     for rel, facts in expected.items():
         if facts.get("file_format", {}).get("type") not in ("pcap", "pcapng"):

@@ -74,7 +74,6 @@ def _capture_files() -> list[str]:
 
 
 CAPTURE_FILES = _capture_files()
-needs_shared = pytest.mark.skipif(not CAPTURE_FILES, reason="shared captures not available")
 
 
 def read_all(path) -> tuple[list[Frame], capture_mod.CaptureInfo, int]:
@@ -183,13 +182,11 @@ def write(tmp_path: Path, name: str, data: bytes) -> Path:
 # --------------------------------------------------------------------------------------
 
 
-@needs_shared
 def test_every_capture_file_has_an_expectation():
     assert len(CAPTURE_FILES) == 140
     assert set(CAPTURE_FILES) == set(EXPECTED)
 
 
-@needs_shared
 @pytest.mark.parametrize("rel", CAPTURE_FILES)
 def test_capture_matches_expected(rel):
     exp = EXPECTED[rel]
@@ -214,7 +211,6 @@ def test_capture_matches_expected(rel):
         assert isinstance(f.data, bytes)
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "rel",
     sorted(r for r in CAPTURE_FILES if r.startswith("pcapng-test-generator/output_le/")),
@@ -229,7 +225,6 @@ def test_pcapng_generator_le_and_be_agree(rel):
     assert le_info.unknown_blocks == be_info.unknown_blocks == 0
 
 
-@needs_shared
 def test_pcapng_generator_details():
     base = CAPTURES / "pcapng-test-generator/output_le"
     # test202: three sections (LE, BE, LE), five interfaces numbered globally
@@ -257,7 +252,6 @@ def test_pcapng_generator_details():
         assert len(read_all(base / rel)[1].link_types) == n_idb, rel
 
 
-@needs_shared
 def test_damaged_pcap_oversized_caplen():
     frames, info, _ = read_all(CAPTURES / "suricata-verify/bug-6875-01/fuzz.pcap")
     assert len(frames) == 1 and len(frames[0].data) == 188
@@ -267,7 +261,6 @@ def test_damaged_pcap_oversized_caplen():
     assert "1409179648" in d.reason
 
 
-@needs_shared
 def test_damaged_pcap_old_version_swapped_lengths():
     frames, info, _ = read_all(CAPTURES / "ntop-nDPI/fuzz-2021-10-13.pcap")
     assert len(frames) == 1
@@ -280,7 +273,6 @@ def test_damaged_pcap_old_version_swapped_lengths():
     assert "truncated" in info.damage[0].reason
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "rel,caplen,orig",
     [
@@ -298,7 +290,6 @@ def test_snaplen_truncated_frames(rel, caplen, orig):
         assert frames[0].orig_len == orig
 
 
-@needs_shared
 def test_modified_pcap_variant():
     frames, info, _ = read_all(CAPTURES / "deepflow/nats/nats-nrpc1.pcap")
     assert (info.format, info.variant, info.ts_resolution) == ("pcap", "modified", "us")
@@ -307,13 +298,11 @@ def test_modified_pcap_variant():
     assert all(f.data[12:14] == b"\x08\x00" for f in frames)
 
 
-@needs_shared
 def test_pcapng_with_pcap_extension_detected_by_magic():
     frames, info, _ = read_all(CAPTURES / "ntop-nDPI/quic_0RTT.pcap")
     assert info.format == "pcapng" and len(frames) == 17
 
 
-@needs_shared
 def test_multi_interface_pcapng():
     frames, info, _ = read_all(CAPTURES / "zeek/pcapng-multi-interface.pcapng")
     assert [f.interface for f in frames] == [0, 0, 1, 1, 1, 1]
@@ -323,7 +312,6 @@ def test_multi_interface_pcapng():
     assert {f.interface for f in frames} == {48}
 
 
-@needs_shared
 def test_decryption_secrets_block():
     frames, info, _ = read_all(CAPTURES / "ja4/chrome-cloudflare-quic-with-secrets.pcapng")
     keylog = (CAPTURES / "ja4/chrome-cloudflare-quic-with-secrets.keylog.txt").read_bytes()
@@ -333,7 +321,6 @@ def test_decryption_secrets_block():
     assert frames2 == frames
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "rel",
     [
@@ -361,7 +348,6 @@ def test_compressed_copies_yield_identical_frames(tmp_path, rel):
         assert cinfo.file_size == cread == len(data)
 
 
-@needs_shared
 @pytest.mark.parametrize("rel", CAPTURE_FILES[::7])
 def test_tiny_read_chunks_give_same_frames(monkeypatch, rel):
     frames, info, _ = read_all(CAPTURES / rel)
