@@ -298,9 +298,9 @@ class FlowTable:
                 info.mid_stream[direction] = True
             mine.on_segment(seq, data, ts_ns, frame)
         if missing > 0:
-            # the snaplen cut bytes that were sent: like an ACK, they prove the stream
-            # reaches past them, so they come out as a gap
-            mine.on_ack((seq + len(data) + missing) % (1 << 32), ts_ns, frame)
+            # the snaplen cut bytes that were sent: the stream reaches past them (a tail
+            # never seen again becomes a gap), but earlier holes may still be filled
+            mine.on_cut((seq + len(data) + missing) % (1 << 32))
         if flags & FIN:
             mine.on_fin(seq, len(data) + max(missing, 0))
             conn.fin[direction] = True

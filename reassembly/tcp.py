@@ -135,6 +135,18 @@ class TcpHalfStream:
         if self.pieces and self.pieces[0].start <= off and self.next_off < self.pieces[0].start:
             self._flush_hole(self.pieces[0].start, ts_ns, frame, "acked-unseen")
 
+    def on_cut(self, end_seq: int) -> None:
+        """The snaplen cut a segment that ends at ``end_seq``: those bytes were sent, so
+        the stream reaches at least that far (a tail the capture never shows becomes a
+        gap at the end).  Unlike an ACK it says nothing of the holes below: the sender
+        may still retransmit them in full, and those captured bytes must be placed, not
+        thrown away as given up (issue 18, bug 1)."""
+        if self.base is None:
+            return
+        off = self._unwrap(end_seq)
+        if self.acked_off is None or off > self.acked_off:
+            self.acked_off = off
+
     def on_fin(self, seq: int, data_len: int) -> None:
         if self.base is None:
             self.base = seq
@@ -371,6 +383,9 @@ class TcpHalfTracker:
     def on_ack(self, ack: int, ts_ns: int, frame: int) -> None:
         if self.base is None:
             self.base = ack
+
+    def on_cut(self, end_seq: int) -> None:
+        pass
 
     def on_fin(self, seq: int, data_len: int) -> None:
         if self.base is None:
