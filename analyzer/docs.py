@@ -31,7 +31,7 @@ _CORE_ORDER = ("flows", "anomalies")
 
 
 def type_name(t: pa.DataType) -> str:
-    """Compact, readable Arrow type name (``list<int32>``, ``timestamp[ns, UTC]``)."""
+    """Compact, readable Arrow type name (``list<int32>``, ``timestamp[us, UTC]``)."""
     if pa.types.is_timestamp(t):
         return f"timestamp[{t.unit}, {t.tz}]" if t.tz else f"timestamp[{t.unit}]"
     if pa.types.is_map(t):
@@ -95,9 +95,13 @@ def render_tables_md(specs: Iterable[TableSpec]) -> str:
         "- Parquet key-value metadata of every file: `msgcap.table`, `msgcap.table_version`, "
         "`msgcap.tool_version`, `msgcap.input_sha256`, `msgcap.capture_id`, "
         "`msgcap.options`.",
-        "- Timestamps are `timestamp[ns, UTC]` (Parquet `TIMESTAMP(NANOS, UTC)`). Spark keeps "
-        "microseconds only and cannot read nanosecond Parquet timestamps directly: use "
-        "`analyzer.sink.read_spark_table`.",
+        "- Timestamps are `timestamp[us, UTC]` (Parquet `TIMESTAMP(MICROS, UTC)`), which "
+        "`spark.read.parquet`, DuckDB, pandas and polars read as timestamps with default "
+        "settings; each timestamp column `X` is followed by `X_ns` (`int64`), its exact value "
+        "in nanoseconds since the Unix epoch (`X` is rounded down to the microsecond).",
+        "- Table versions: 2 (this layout) for every table. Version 1 stored timestamps as "
+        "Parquet `TIMESTAMP(NANOS, UTC)` without `_ns` columns, which Spark cannot read as "
+        "timestamps; a dataset's versions are in each file's `msgcap.table_version`.",
         "- Same input and options give the same rows in the same order.",
         "",
         "## Tables",

@@ -38,10 +38,10 @@ be typed as an integer by readers that *infer* partition types (pyarrow's
 partition as string too (Spark: ``spark.sql.sources.partitionColumnTypeInference.enabled
 =false``).
 
-Timestamps are stored as Parquet ``TIMESTAMP(NANOS, UTC)``: exact for pyarrow, pandas,
-polars and DuckDB.  Spark 4 cannot read that type as a timestamp; ``read_spark_table``
-reads it as a long (``spark.sql.legacy.parquet.nanosAsLong``) and converts it to
-``TimestampType`` (microseconds, floor), optionally keeping the nanoseconds.
+Timestamps (table version 2) are stored as Parquet ``TIMESTAMP(MICROS, UTC)``, the type
+plain ``spark.read.parquet`` reads with default settings, each followed by its exact
+value in nanoseconds as an int64 ``<name>_ns`` column (``dissectors.tables.TS``).
+Version 1 stored ``TIMESTAMP(NANOS)``, which Spark 4 cannot read as a timestamp.
 
 Validation (``validate=True``, the default) stays on in production.  Measured on a
 65536-row ``flows`` batch (31 columns): ``validate_batch`` ~0.03 ms (per column, not
@@ -69,7 +69,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dissectors.schema import arrow_schema, rows_to_batch, spark_schema, validate_batch
-from dissectors.tables import PARTITION_KEY, TableSpec, get_table
+from dissectors.tables import NS_SUFFIX, PARTITION_KEY, TableSpec, get_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow.dataset as ds
@@ -86,6 +86,7 @@ __all__ = [
     "check_capture_absent",
     "commit_files",
     "dataset_schema",
+    "exact_timestamps",
     "existing_partitions",
     "open_dataset",
     "part_file",
@@ -94,6 +95,7 @@ __all__ = [
     "read_spark_table",
     "remove_stale_parts",
     "table_dir",
+    "with_exact_columns",
 ]
 
 PART_FILE = "part-0.parquet"  # the file of a one-process run (part 0)
@@ -564,64 +566,64 @@ def open_dataset(out_dir: str | os.PathLike[str], spec: TableSpec) -> ds.Dataset
     )
 
 
-def _has_timestamp(t: pa.DataType) -> bool:
-    if pa.types.is_timestamp(t):
-        return True
-    return any(_has_timestamp(t.field(i).type) for i in range(t.num_fields))
+EXACT_TS = pa.timestamp("ns", tz="UTC")
+
+
+def exact_timestamps(table: pa.Table) -> pa.Table:
+    """``table`` with each timestamp column ``X`` that has its ``X_ns`` companion beside it
+    replaced by the exact value (``timestamp[ns, UTC]``, a zero-copy cast of ``X_ns``) and
+    the companion dropped: what msgcap's own in-memory readers (summary, report,
+    transcript) work on, so they never see the microsecond rounding Spark needs."""
+    names = table.column_names
+    for name in [n for n in names if pa.types.is_timestamp(table.schema.field(n).type)]:
+        exact = name + NS_SUFFIX
+        if exact not in table.column_names:
+            continue
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, table[exact].cast(EXACT_TS))
+        table = table.drop_columns([exact])
+    return table
+
+
+def with_exact_columns(schema: pa.Schema, columns: Sequence[str]) -> list[str]:
+    """``columns`` plus the ``X_ns`` companion of each timestamp column among them (for
+    ``exact_timestamps``), in order, the ones ``schema`` lacks left out."""
+    names = set(schema.names)
+    out: list[str] = []
+    for c in columns:
+        if c not in names:
+            continue
+        out.append(c)
+        if pa.types.is_timestamp(schema.field(c).type) and c + NS_SUFFIX in names:
+            out.append(c + NS_SUFFIX)
+    return list(dict.fromkeys(out))
+
+
+def _uri_join(base: str | os.PathLike[str], *parts: str) -> str:
+    """``base/part/...`` for a local path or a URI (``s3://b/x``: ``Path`` would fold
+    the ``//``)."""
+    text = os.fspath(base)
+    if "://" in text:
+        return "/".join([text.rstrip("/"), *parts])
+    return str(Path(text, *parts))
 
 
 def read_spark_table(
     spark: SparkSession,
     out_dir: str | os.PathLike[str],
     spec: TableSpec,
-    *,
-    keep_ns: bool = False,
 ) -> DataFrame:
-    """Read ``spec``'s table (all captures) into a Spark DataFrame whose columns are
-    ``spark_schema(spec)`` (types and comments; Spark makes every column nullable) plus
-    ``capture`` (string).
+    """Read ``spec``'s table (all captures; ``out_dir`` a path or a URI Spark knows) into
+    a Spark DataFrame whose columns are ``spark_schema(spec)`` (types and comments; Spark
+    makes every column nullable) plus ``capture`` (string, never inferred).
 
-    Timestamp columns are stored as nanoseconds; Spark reads them as longs (this sets
-    ``spark.sql.legacy.parquet.nanosAsLong=true`` on the session, needed until the
-    query runs) and they are converted to ``TimestampType`` rounding down to the
-    microsecond.  With ``keep_ns`` each one also appears as ``<name>_ns`` (long, exact
-    nanoseconds since the epoch) after ``capture``.
+    Nothing special is needed for timestamps any more (table version 2): they are
+    stored as microseconds, which plain ``spark.read.parquet`` reads as
+    ``TimestampType``; the exact nanoseconds are the ``<name>_ns`` long columns.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     declared = spark_schema(spec)
-    ts_cols = []
-    read_fields = []
-    for f, sf in zip(spec.columns, declared.fields, strict=True):
-        if pa.types.is_timestamp(f.type):
-            ts_cols.append(f.name)
-            read_fields.append(T.StructField(f.name, T.LongType(), True))
-        elif _has_timestamp(f.type):
-            raise NotImplementedError(
-                f"table {spec.name}: nested timestamp column {f.name} cannot be read by Spark"
-            )
-        else:
-            read_fields.append(T.StructField(f.name, sf.dataType, True))
-    read_fields.append(T.StructField(PARTITION_KEY, T.StringType(), True))
-    if keep_ns:
-        clash = {f"{c}_ns" for c in ts_cols} & set(spec.column_names)
-        if clash:
-            raise ValueError(f"table {spec.name}: keep_ns would duplicate {sorted(clash)}")
-
-    spark.conf.set("spark.sql.legacy.parquet.nanosAsLong", "true")
-    df = spark.read.schema(T.StructType(read_fields)).parquet(str(table_dir(out_dir, spec.name)))
-
-    cols = []
-    for sf in declared.fields:
-        name = f"`{sf.name}`"
-        if sf.name in ts_cols:
-            micros = F.expr(f"({name} - pmod({name}, 1000)) div 1000")
-            col = F.timestamp_micros(micros)
-        else:
-            col = F.col(name)
-        cols.append(col.alias(sf.name, metadata=sf.metadata))
-    cols.append(F.col(PARTITION_KEY))
-    if keep_ns:
-        cols.extend(F.col(f"`{c}`").alias(f"{c}_ns") for c in ts_cols)
-    return df.select(*cols)
+    fields = [T.StructField(sf.name, sf.dataType, True, sf.metadata) for sf in declared.fields]
+    fields.append(T.StructField(PARTITION_KEY, T.StringType(), True))
+    return spark.read.schema(T.StructType(fields)).parquet(_uri_join(out_dir, spec.name))

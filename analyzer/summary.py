@@ -182,10 +182,12 @@ class Dataset:
         if not self.has(name):
             self._cache[key] = None
             return None
+        from analyzer.sink import exact_timestamps, with_exact_columns
+
         dset = self._dataset(name)
-        names = set(dset.schema.names)
-        cols = [c for c in columns if c in names] if columns else None
-        table = dset.to_table(columns=cols, filter=where)
+        cols = with_exact_columns(dset.schema, columns) if columns else None
+        # timestamps exact to the nanosecond (the ``X_ns`` columns), as ``timestamp[ns]``
+        table = exact_timestamps(dset.to_table(columns=cols, filter=where))
         self._cache[key] = table
         return table
 

@@ -78,7 +78,7 @@ def _per_direction() -> tuple[Field, ...]:
 FLOWS = register_table(
     TableSpec(
         name="flows",
-        version=1,
+        version=2,  # 2: timestamps in microseconds + exact `_ns` columns
         description=(
             "One row per transport flow (TCP connection or UDP 5-tuple conversation), "
             "written when the flow ends. Says who the client and server were and how "
@@ -140,7 +140,7 @@ FLOWS = register_table(
 ANOMALIES = register_table(
     TableSpec(
         name="anomalies",
-        version=1,
+        version=2,  # 2: timestamps in microseconds + exact `_ns` columns
         description=(
             "One row per thing that was odd, lossy or skipped: capture damage, IP "
             "fragment trouble, TCP gaps and conflicting overlaps, limits hit, malformed "

@@ -8,12 +8,9 @@ row dicts into one Python list per column so Arrow converts each column in one c
 
 Spark mapping notes (``spark_schema``):
 
-* ``timestamp[ns, UTC]`` becomes ``TimestampType``.  Spark timestamps have microsecond
-  precision, so the last three digits of our nanosecond times are lost in Spark (the
-  Parquet files keep nanoseconds; ``analyzer.sink.read_spark_table`` can keep the raw
-  nanoseconds as extra ``<column>_ns`` long columns).  Spark 4 cannot read Parquet
-  ``TIMESTAMP(NANOS)`` as a timestamp at all; the reader helper reads it as a long and
-  converts, see ``analyzer.sink``.
+* Timestamps are ``timestamp[us, UTC]`` (``dissectors.tables.TS``), which Spark's
+  Parquet reader maps to ``TimestampType`` with default settings; the exact nanoseconds
+  are the int64 ``<column>_ns`` beside each one (``LongType``).
 * Spark reports every column of a Parquet file as nullable, whatever the file says;
   the declared nullability is still in ``spark_schema`` and enforced when writing.
 * Descriptions travel as the ``comment`` metadata of each ``StructField`` (what
@@ -30,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from dissectors.tables import (
+    TS,
     Field,
     TableSpec,
     all_tables,
@@ -55,6 +53,7 @@ __all__ = [
     "rows_to_batch",
     "spark_schema",
     "spark_type",
+    "timestamp_from_ns",
     "unregister_table",
     "validate_batch",
 ]
@@ -135,7 +134,7 @@ def spark_type(t: pa.DataType) -> SparkDataType:
     ):
         return T.BinaryType()
     if pa.types.is_timestamp(t):
-        # Spark keeps microseconds; sub-microsecond digits are lost (see module doc)
+        # TS is microseconds: exactly Spark's precision (nanoseconds: the ``_ns`` column)
         return T.TimestampType() if t.tz is not None else T.TimestampNTZType()
     if pa.types.is_decimal(t):
         return T.DecimalType(t.precision, t.scale)
@@ -219,6 +218,20 @@ def _first_null(col: pa.Array | pa.ChunkedArray) -> int:
 # ------------------------------------------------------------------------------ build
 
 
+def timestamp_from_ns(ns: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``TS`` values (UTC microseconds, rounded *down*, also before 1970) from int64
+    nanoseconds since the epoch; nulls stay null.  The one conversion every writer uses,
+    so a row's ``X`` and ``X_ns`` always agree."""
+    import numpy as np
+
+    if isinstance(ns, pa.ChunkedArray):
+        ns = ns.combine_chunks()
+    mask = ns.is_null().to_numpy(zero_copy_only=False) if ns.null_count else None
+    filled = ns.fill_null(0) if ns.null_count else ns
+    micros = filled.to_numpy(zero_copy_only=False).astype(np.int64, copy=False) // 1000
+    return pa.array(micros, type=TS, mask=mask)
+
+
 def rows_to_batch(
     spec: TableSpec, rows: Sequence[Mapping[str, Any]], *, check_keys: bool = True
 ) -> pa.RecordBatch:
@@ -226,7 +239,9 @@ def rows_to_batch(
 
     Missing keys become null.  With ``check_keys`` a key that is not a declared column
     raises ``SchemaError`` (a typo would otherwise silently produce a null column).
-    Timestamps may be given as integer nanoseconds since the epoch.  A value Arrow
+    Timestamps are given as integer nanoseconds since the epoch under the timestamp
+    column's name: that fills both the column (microseconds, rounded down) and its
+    exact ``<name>_ns`` companion (which rows need not, and should not, set).  A value Arrow
     cannot convert to the column's type raises ``SchemaError``.  Nullability is not
     checked here: that is ``validate_batch``'s job.
     """
@@ -243,11 +258,19 @@ def rows_to_batch(
             if col is not None:
                 col[i] = v
     arrays = []
+    exact: dict[str, pa.Array] = {}  # timestamp column -> its int64 nanoseconds
     for f in spec.columns:
         name = f.name
-        values = columns[name]
         try:
-            arrays.append(pa.array(values, type=f.type))
+            if f.exact_of is not None:
+                arrays.append(exact[f.exact_of])
+                continue
+            if pa.types.is_timestamp(f.type):
+                ns = pa.array(columns[name], type=pa.int64())
+                exact[name] = ns
+                arrays.append(timestamp_from_ns(ns))
+                continue
+            arrays.append(pa.array(columns[name], type=f.type))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
             raise SchemaError(spec.name, name, f"cannot convert values to {f.type}: {e}") from e
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -22,17 +22,26 @@ import pyarrow as pa
 __all__ = [
     "ENVELOPE",
     "ENVELOPE_NAMES",
+    "NS_SUFFIX",
     "PARTITION_KEY",
     "TS",
     "Field",
     "TableSpec",
     "all_tables",
+    "exact_ns_field",
     "get_table",
     "register_table",
     "unregister_table",
 ]
 
-TS = pa.timestamp("ns", tz="UTC")
+TS = pa.timestamp("us", tz="UTC")
+"""Type of every timestamp column: UTC microseconds, the Parquet ``TIMESTAMP(MICROS)`` that
+plain ``spark.read.parquet`` reads with default settings (Spark cannot read ``NANOS``).
+Each timestamp column ``X`` is followed by its exact value ``X_ns`` (int64 nanoseconds
+since the epoch), added by ``TableSpec`` itself; rows give ``X`` as integer nanoseconds
+and ``dissectors.schema.rows_to_batch`` fills both."""
+
+NS_SUFFIX = "_ns"
 
 PARTITION_KEY = "capture"
 """Hive partition key of the Parquet dataset (``OUT/<table>/capture=<capture_id>/``).
@@ -50,6 +59,32 @@ class Field:
     type: pa.DataType
     description: str
     nullable: bool = True
+    # for an ``X_ns`` column added by ``TableSpec``: ``X``, the timestamp it makes exact
+    exact_of: str | None = None
+
+
+def exact_ns_field(f: Field) -> Field:
+    """The ``<name>_ns`` companion of timestamp column ``f``: why two columns: Spark keeps
+    microseconds, the capture has nanoseconds, and a forensic tool must not round."""
+    return Field(
+        f.name + NS_SUFFIX,
+        pa.int64(),
+        f"Exact value of `{f.name}`: nanoseconds since the Unix epoch (`{f.name}` itself is "
+        "rounded down to the microsecond).",
+        f.nullable,
+        exact_of=f.name,
+    )
+
+
+def _with_exact_ns(fields: tuple[Field, ...]) -> tuple[Field, ...]:
+    out: list[Field] = []
+    for f in fields:
+        if f.exact_of is not None:
+            continue  # a companion given back (a spec rebuilt from ``columns``): re-derived
+        out.append(f)
+        if pa.types.is_timestamp(f.type):
+            out.append(exact_ns_field(f))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +104,7 @@ class TableSpec:
         if not isinstance(self.version, int) or self.version < 1:
             raise ValueError(f"table {self.name}: version must be an int >= 1")
         cols = (ENVELOPE + tuple(self.fields)) if self.envelope else tuple(self.fields)
+        cols = _with_exact_ns(cols)
         if not cols:
             raise ValueError(f"table {self.name}: no columns")
         names = [f.name for f in cols]
@@ -80,6 +116,11 @@ class TableSpec:
                 raise TypeError(f"table {self.name}: {f!r} is not a Field with an Arrow type")
             if not _NAME_RE.match(f.name):
                 raise ValueError(f"table {self.name}: column {f.name!r} must match [a-z][a-z0-9_]*")
+            if pa.types.is_timestamp(f.type) and f.type != TS:
+                raise ValueError(
+                    f"table {self.name}: column {f.name} must use the timestamp type TS "
+                    f"(timestamp[us, UTC]), not {f.type}"
+                )
             if f.name == PARTITION_KEY:
                 raise ValueError(
                     f"table {self.name}: column name {PARTITION_KEY!r} is reserved "
@@ -111,7 +152,7 @@ class TableSpec:
             raise KeyError(f"table {self.name} has no column {name!r}") from None
 
 
-ENVELOPE: tuple[Field, ...] = (
+ENVELOPE: tuple[Field, ...] = _with_exact_ns((
     Field(
         "capture_id", pa.string(),
         "Id of the capture file (first 16 hex digits of its SHA-256).", False,
@@ -148,7 +189,7 @@ ENVELOPE: tuple[Field, ...] = (
     Field("offset_end", pa.int64(), "Stream offset one past the last byte (exclusive)."),
     Field("frame_first", pa.int64(), "Capture frame number (1-based) carrying the first byte."),
     Field("frame_last", pa.int64(), "Capture frame number carrying the last byte."),
-)
+))
 
 ENVELOPE_NAMES = frozenset(f.name for f in ENVELOPE)
 

@@ -40,7 +40,7 @@ def _per_dir(name: str, what: str) -> tuple[Field, Field]:
 TLS_TABLE = register_table(
     TableSpec(
         "tls",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per TLS connection over TCP (TLS 1.0-1.3 record layer; QUIC's TLS is in "
         "`quic_packets` and the flow row), written when its flow ends. A flow is TLS from "
         "its first byte or after a plaintext STARTTLS-style exchange (NATS INFO with "

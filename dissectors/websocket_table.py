@@ -24,7 +24,7 @@ _I32 = pa.int32()
 WEBSOCKET_TABLE = register_table(
     TableSpec(
         "websocket",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "WebSocket (RFC 6455) connections on any TCP port, also under TLS (wss): one row "
         "per HTTP/1.1 upgrade (`kind` = `handshake`, with the server's answer) and one per "
         "control frame (`close`, `ping`, `pong`). Data frames are not rows: their unmasked, "

@@ -94,34 +94,11 @@ def _exists(spark: SparkSession, path: str) -> bool:
 
 
 def _read(spark: SparkSession, dataset: str, spec) -> DataFrame:
-    """``analyzer.sink.read_spark_table`` with ``keep_ns``; object-store URIs too."""
-    if "://" not in dataset:
-        from analyzer.sink import read_spark_table
+    """``analyzer.sink.read_spark_table`` (paths and object-store URIs): timestamps as
+    ``TimestampType`` and the exact ``<name>_ns`` longs, both stored in the files."""
+    from analyzer.sink import read_spark_table
 
-        return read_spark_table(spark, dataset, spec, keep_ns=True)
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from dissectors.schema import spark_schema
-    from dissectors.tables import PARTITION_KEY
-
-    declared = spark_schema(spec)
-    ts = [f.name for f in spec.columns if pa.types.is_timestamp(f.type)]
-    fields = [T.StructField(sf.name, T.LongType() if sf.name in ts else sf.dataType, True)
-              for sf in declared.fields]
-    fields.append(T.StructField(PARTITION_KEY, T.StringType(), True))
-    spark.conf.set("spark.sql.legacy.parquet.nanosAsLong", "true")
-    df = spark.read.schema(T.StructType(fields)).parquet(_join(dataset, spec.name))
-    cols = []
-    for sf in declared.fields:
-        c = F.col(f"`{sf.name}`")
-        if sf.name in ts:
-            c = F.timestamp_micros(F.expr(f"(`{sf.name}` - pmod(`{sf.name}`, 1000)) div 1000"))
-        cols.append(c.alias(sf.name))
-    cols.append(F.col(PARTITION_KEY))
-    cols.extend(F.col(f"`{c}`").alias(f"{c}_ns") for c in ts)
-    return df.select(*cols)
+    return read_spark_table(spark, dataset, spec)
 
 
 def load(spark: SparkSession, dataset: str) -> Tables:

@@ -40,7 +40,7 @@ _STREAM_KIND = Field(
 FELIX = register_table(
     TableSpec(
         "felix",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per Felix client-protocol frame (QUIC, UDP 5000 by default, decrypted with "
         "a TLS key log; or any TCP stream carrying the same frames), in stream order per "
         "QUIC stream and direction: the 12-byte header, the payload kind its flags select, "
@@ -217,7 +217,7 @@ FELIX = register_table(
 FELIX_MESSAGES = register_table(
     TableSpec(
         "felix_messages",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per application message in a Felix frame: JSON publish / event (one), "
         "publish_batch / publish_idempotent / event_batch (one per base64 entry) and every "
         "binary publish or event batch (one per entry, in order). `parent_record_id` is the "

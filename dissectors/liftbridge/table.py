@@ -59,7 +59,7 @@ _VALUE_COLUMNS = (
 LIFTBRIDGE_TABLE = register_table(
     TableSpec(
         "liftbridge",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per Liftbridge envelope (magic B9 0E 43 B4) carried in a NATS message "
         "payload, and one per plain (non-envelope) message on a subject known to be a "
         "Liftbridge stream subject (`magic_ok` = false, `msg_type` null). `parent_record_id` "
@@ -231,7 +231,7 @@ LIFTBRIDGE_TABLE = register_table(
 ENTRIES_TABLE = register_table(
     TableSpec(
         "liftbridge_entries",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per message-set entry of a Liftbridge ReplicationResponse (envelope type 3: "
         "leader epoch, high watermark, then entries of a 28-byte header and a serialized "
         "commit-log message). `parent_record_id` is the `liftbridge` row of the response; "

@@ -86,7 +86,7 @@ _GATEWAY_KEYS = ("gateway", "gateway_url", "gateway_urls", "gateway_cmd")
 NATS_CLUSTER_TABLE = register_table(
     TableSpec(
         _TABLE,
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per operation on a NATS server-to-server connection: routes within a "
         "cluster, gateways between clusters, leaf-node connections (INFO, CONNECT, RS+, "
         "RS-, LS+, LS-, RMSG, LMSG, HMSG, A+, A-, PING, PONG, +OK, -ERR). A message "

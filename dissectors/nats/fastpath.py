@@ -37,6 +37,8 @@ import numpy as np
 import pyarrow as pa
 
 from dissectors.api import Direction
+from dissectors.schema import timestamp_from_ns
+from dissectors.tables import NS_SUFFIX
 
 try:
     from dissectors.nats import _speedups
@@ -145,6 +147,11 @@ def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple]],
                 _DIRECTIONS = pa.array(["c2s", "s2c"], pa.string())
             codes = np.frombuffer(cols[name][2], dtype=np.uint8)
             arrays.append(_DIRECTIONS.take(pa.array(codes)))
+        elif pa.types.is_timestamp(f.type) and name in cols:
+            # the scanner fills int64 nanoseconds: the column and its exact ``_ns`` twin
+            arrays.append(timestamp_from_ns(_column(pa.int64(), n, cols[name])))
+        elif name.endswith(NS_SUFFIX) and name[: -len(NS_SUFFIX)] in cols:
+            arrays.append(_column(pa.int64(), n, cols[name[: -len(NS_SUFFIX)]]))
         elif name in cols:
             arrays.append(_column(f.type, n, cols[name]))
         elif name == "capture_id":

@@ -27,7 +27,7 @@ _BOOL = pa.bool_()
 NATS_TABLE = register_table(
     TableSpec(
         "nats",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per NATS client-protocol operation (INFO, CONNECT, PUB, HPUB, SUB, UNSUB, "
         "MSG, HMSG, PING, PONG, +OK, -ERR), in stream order per direction. A row's offsets "
         "cover its control line, headers, payload and trailing CRLF. Malformed or "

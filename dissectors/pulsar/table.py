@@ -37,7 +37,7 @@ MESSAGE_ID = pa.struct([
 PULSAR_COMMANDS = register_table(
     TableSpec(
         "pulsar_commands",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per Pulsar binary-protocol frame (TCP 6650), in stream order per direction: "
         "every BaseCommand type by name, with typed columns for the fields users join and "
         "filter on, the checksum verdict of SEND/MESSAGE frames, and the whole decoded "
@@ -217,7 +217,7 @@ PULSAR_COMMANDS = register_table(
 PULSAR_MESSAGES = register_table(
     TableSpec(
         "pulsar_messages",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per application message in SEND (c2s) and MESSAGE (s2c) frames: a "
         "non-batched message is one row, a batch one row per entry (batch_index and the "
         "SingleMessageMetadata fields), a chunked message one row once all its chunks are "

@@ -31,7 +31,7 @@ _I64 = pa.int64()
 QUIC_PACKETS = register_table(
     TableSpec(
         "quic_packets",
-        1,
+        2,  # 2: timestamps in microseconds + exact `_ns` columns
         "One row per QUIC packet (RFC 9000 §17), several per UDP datagram when packets are "
         "coalesced. Header fields are always filled; packet number, key phase and frame "
         "types only when the packet could be decrypted (Initial packets always can, from "

@@ -73,8 +73,10 @@ FLOWS_EXPECTED = [
     ("server_port", pa.int32(), False),
     ("role_source", pa.string(), False),
     ("vlan", pa.list_(pa.int32()), False),
-    ("ts_first", pa.timestamp("ns", tz="UTC"), False),
-    ("ts_last", pa.timestamp("ns", tz="UTC"), False),
+    ("ts_first", pa.timestamp("us", tz="UTC"), False),
+    ("ts_first_ns", pa.int64(), False),
+    ("ts_last", pa.timestamp("us", tz="UTC"), False),
+    ("ts_last_ns", pa.int64(), False),
     ("frame_first", pa.int64(), False),
     ("frame_last", pa.int64(), False),
 ]
@@ -111,7 +113,8 @@ ANOMALIES_EXPECTED = [
     ("direction", pa.string(), True),
     ("kind", pa.string(), False),
     ("detail", pa.string(), False),
-    ("ts", pa.timestamp("ns", tz="UTC"), True),
+    ("ts", pa.timestamp("us", tz="UTC"), True),
+    ("ts_ns", pa.int64(), True),
     ("frame", pa.int64(), True),
     ("offset", pa.int64(), True),
     ("nbytes", pa.int64(), True),
@@ -143,7 +146,7 @@ def _all_types_row(i: int = 0) -> dict:
 def test_flows_arrow_schema_is_the_declared_columns() -> None:
     got = arrow_schema(FLOWS)
     assert got.equals(_schema(FLOWS_EXPECTED), check_metadata=False)
-    assert got.metadata == {b"msgcap.table": b"flows", b"msgcap.table_version": b"1"}
+    assert got.metadata == {b"msgcap.table": b"flows", b"msgcap.table_version": b"2"}
     for f in FLOWS.columns:
         assert got.field(f.name).metadata == {b"description": f.description.encode()}
 
@@ -158,7 +161,8 @@ def test_protocol_table_gets_the_envelope_first() -> None:
     assert got.names == [f.name for f in ENVELOPE] + ["op", "payload"]
     assert got.field("capture_id").nullable is False
     assert got.field("parent_record_id").nullable is True
-    assert got.field("ts_first").type == pa.timestamp("ns", tz="UTC")
+    assert got.field("ts_first").type == pa.timestamp("us", tz="UTC")
+    assert got.field("ts_first_ns").type == pa.int64()
 
 
 def test_every_core_column_has_a_real_description() -> None:
@@ -195,6 +199,9 @@ def test_spark_schema_maps_every_type() -> None:
             T.StructField("blob", T.BinaryType(), True, {"comment": "bytes"}),
             T.StructField("f64", T.DoubleType(), True, {"comment": "a double"}),
             T.StructField("ts", T.TimestampType(), True, {"comment": "a timestamp"}),
+            T.StructField(
+                "ts_ns", T.LongType(), True, {"comment": ALL_TYPES.column("ts_ns").description}
+            ),
             T.StructField(
                 "ints", T.ArrayType(T.IntegerType(), containsNull=True), True, {"comment": "a list"}
             ),
@@ -270,7 +277,7 @@ def test_validator_rejects_wrong_type() -> None:
 
 def test_validator_rejects_timestamp_of_another_unit_or_zone() -> None:
     b = _good_batch()
-    for wrong in (pa.timestamp("us", tz="UTC"), pa.timestamp("ns")):
+    for wrong in (pa.timestamp("ns", tz="UTC"), pa.timestamp("us")):
         cols = b.columns
         cols[6] = b.column(6).cast(wrong, safe=False)
         bad = pa.RecordBatch.from_arrays(cols, names=b.schema.names)
@@ -312,7 +319,7 @@ def test_validator_rejects_missing_and_extra_columns() -> None:
         validate_batch(ALL_TYPES, short)
 
     extra = b.append_column("zzz", pa.array([0] * 5))
-    with pytest.raises(SchemaError, match="column 'zzz': unexpected column at position 9"):
+    with pytest.raises(SchemaError, match="column 'zzz': unexpected column at position 10"):
         validate_batch(ALL_TYPES, extra)
 
     renamed = b.rename_columns(["s", "i32x"] + b.schema.names[2:])
@@ -332,7 +339,9 @@ def test_rows_to_batch_orders_columns_and_fills_missing_with_null() -> None:
     assert b.schema.equals(arrow_schema(ALL_TYPES), check_metadata=True)
     got = b.to_pylist()
     assert list(got[0]) == ALL_TYPES.column_names
-    assert got[0]["ts"].value == 1_700_000_000_123_456_790  # ints are nanoseconds
+    # ints are nanoseconds: exact in ``ts_ns``, rounded down to the microsecond in ``ts``
+    assert got[0]["ts_ns"] == 1_700_000_000_123_456_790
+    assert b.column("ts").cast(pa.int64())[0].as_py() == 1_700_000_000_123_456
     assert got[0]["hdrs"] == [("k", "1")]
     assert got[1] == {n: None for n in ALL_TYPES.column_names} | {"s": "only", "i64": 7}
 
@@ -398,7 +407,8 @@ def test_render_tables_md_lists_every_column() -> None:
     assert order == sorted(order)
     assert "Version 3. Test table with every type." in text
     assert "| `vlan` | `list<int32>` | no | " in text
-    assert "| `ts_first` | `timestamp[ns, UTC]` | no | Capture time of the flow's first" in text
+    assert "| `ts_first` | `timestamp[us, UTC]` | no | Capture time of the flow's first" in text
+    assert "| `ts_first_ns` | `int64` | no | Exact value of `ts_first`" in text
     assert "| `hdrs` | `map<string, string>` | yes | a map |" in text
     assert "| `protocol` | `string` | yes | Name of the dissector" in text
     assert "## Envelope" in text

@@ -35,7 +35,7 @@ def _writer(out: Path, capture_id: str = CAPTURE_ID, **kw) -> DatasetWriter:
 
 
 def _plain(table: pa.Table) -> list[dict]:
-    """Rows as Python values, timestamps as integer nanoseconds."""
+    """Rows as Python values, timestamps as integer microseconds."""
     cols = {}
     for name in table.column_names:
         col = table.column(name)
@@ -46,7 +46,18 @@ def _plain(table: pa.Table) -> list[dict]:
 
 
 def _expected(spec, rows: list[dict]) -> list[dict]:
-    return [{n: r.get(n) for n in spec.column_names} for r in rows]
+    """Rows as ``_plain`` reads them back: a timestamp given in nanoseconds is stored in
+    microseconds (rounded down) and exactly in its ``_ns`` companion."""
+    out = []
+    for r in rows:
+        row = {}
+        for f in spec.columns:
+            v = r.get(f.exact_of or f.name)
+            if v is not None and pa.types.is_timestamp(f.type):
+                v //= 1000
+            row[f.name] = v
+        out.append(row)
+    return out
 
 
 # ----------------------------------------------------------------------- round trip
@@ -85,14 +96,14 @@ def test_file_layout_metadata_and_row_groups(tmp_path) -> None:
     md = pq.read_metadata(part)
     kv = md.metadata
     assert kv[b"msgcap.table"] == b"flows"
-    assert kv[b"msgcap.table_version"] == b"1"
+    assert kv[b"msgcap.table_version"] == b"2"
     assert kv[b"msgcap.tool_version"] == b"0.1.0"
     assert kv[b"msgcap.input_sha256"] == SHA.encode()
     assert kv[b"msgcap.capture_id"] == CAPTURE_ID.encode()
     assert json.loads(kv[b"msgcap.options"]) == OPTIONS
     assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [50, 50, 50, 20]
     assert md.row_group(0).column(0).compression == "ZSTD"
-    # exact Arrow types come back, ns and UTC included; non-nullable stays non-nullable
+    # exact Arrow types come back, us and UTC included; non-nullable stays non-nullable
     schema = pq.read_schema(part)
     assert schema.equals(arrow_schema(FLOWS), check_metadata=False)
 
@@ -288,8 +299,8 @@ def test_manifest_single_capture(tmp_path) -> None:
     assert m["options"] == OPTIONS
     assert m["rows"] == {"anomalies": 7, "flows": 9}
     assert m["tables"] == {
-        "anomalies": {"rows": 7, "versions": [1]},
-        "flows": {"rows": 9, "versions": [1]},
+        "anomalies": {"rows": 7, "versions": [2]},
+        "flows": {"rows": 9, "versions": [2]},
     }
     kinds = [anomaly_row(i)["kind"] for i in range(7)]
     assert m["anomalies_by_kind"] == {k: kinds.count(k) for k in sorted(set(kinds))}

@@ -65,23 +65,27 @@ def test_spark_reads_flows_with_the_declared_schema(spark, tmp_path) -> None:
         expect = {f.name: want.get(f.name) for f in FLOWS.columns}  # unset columns: null
         for c in ("ts_first", "ts_last"):
             expect[c] = want[c] // 1000  # Spark keeps microseconds
+            expect[f"{c}_ns"] = want[c]  # and the exact nanoseconds beside them
         assert r == expect
 
 
-def test_spark_keep_ns_gives_exact_nanoseconds(spark, tmp_path) -> None:
+def test_plain_spark_read_parquet_gives_timestamps_and_exact_nanoseconds(spark, tmp_path) -> None:
+    """Table version 2: no msgcap helper and no Spark setting needed."""
     from pyspark.sql import types as T
 
     rows = [anomaly_row(i) for i in range(40)]
     with DatasetWriter(tmp_path, CAPTURE_ID, SHA, "0.1.0", {}) as w:
         w.write_rows(ANOMALIES, rows)
-    df = read_spark_table(spark, tmp_path, ANOMALIES, keep_ns=True)
-    assert df.schema == _expected_schema(ANOMALIES, extra=[("ts_ns", T.LongType())])
+    df = spark.read.parquet(str(tmp_path / "anomalies"))
+    assert df.schema["ts"].dataType == T.TimestampType()
+    assert df.schema["ts_ns"].dataType == T.LongType()
     got = _ts_as_micros(df, ANOMALIES).orderBy("record_id").collect()
     assert [r["ts_ns"] for r in got] == [r.get("ts") for r in rows]
     micros = [None if r.get("ts") is None else r["ts"] // 1000 for r in rows]
     assert [r["ts"] for r in got] == micros
     assert [r["flow_id"] for r in got] == [r.get("flow_id") for r in rows]
     assert got[0]["ts_ns"] is None and got[1]["ts_ns"] == T0 + 1
+    assert read_spark_table(spark, tmp_path, ANOMALIES).schema == _expected_schema(ANOMALIES)
 
 
 def test_spark_reads_every_type(spark, tmp_path) -> None:
@@ -99,11 +103,12 @@ def test_spark_reads_every_type(spark, tmp_path) -> None:
         assert bytes(r["blob"]) == want["blob"]
         assert r["f64"] == want["f64"]
         assert r["ts"] == want["ts"] // 1000
+        assert r["ts_ns"] == want["ts"]
         assert r["ints"] == want["ints"]
         assert r["hdrs"] == dict(want["hdrs"])
     assert got["nulls"] == {
         "s": "nulls", "i32": None, "i64": -1, "flag": None, "blob": None, "f64": None,
-        "ts": None, "ints": None, "hdrs": None, "capture": CAPTURE_ID,
+        "ts": None, "ts_ns": None, "ints": None, "hdrs": None, "capture": CAPTURE_ID,
     }  # fmt: skip
 
 
