@@ -68,6 +68,10 @@ class Detector:
         self.options = options or {}
         # called once a flow has its session, e.g. to hook payload dispatch into it
         self.on_session = on_session or (lambda fd: None)
+        # called when a candidate's probe raised (it is then dropped for that flow):
+        # the pipeline records it; by default it counts as a silent "no"
+        self.on_probe_error: Callable[[FlowDispatch, type[Dissector], BaseException], None] = (
+            lambda fd, cand, exc: None)
 
     def start(self, flow: FlowInfo, stream_id: int | None = None) -> FlowDispatch:
         """Detection state for a TCP flow, or for one QUIC stream (``stream_id``)."""
@@ -131,9 +135,19 @@ class Detector:
         still: list[type[Dissector]] = []
         mid = fd.flow.mid_stream
         for cand in fd.candidates:
-            verdicts = {
-                d: _safe_probe(cand, d, bytes(fd.prefix[d])) for d in Direction if fd.prefix[d]
-            }
+            try:
+                verdicts = {
+                    d: Verdict(cand.probe(d, bytes(fd.prefix[d])))
+                    for d in Direction
+                    if fd.prefix[d]
+                }
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a plugin's sys.exit() too
+                # a probe must never raise: one that does (or answers no Verdict) is a
+                # bug of its dissector, which is dropped for this flow and reported
+                self.on_probe_error(fd, cand, exc)
+                continue
             # a direction captured mid-stream may begin inside a PDU: its "no" proves
             # nothing, so only a direction seen from its start can rule a candidate out
             if any(v == Verdict.NO and not mid[d] for d, v in verdicts.items()):
@@ -162,11 +176,3 @@ class Detector:
         fd.held.clear()
         fd.prefix = [bytearray(), bytearray()]
         return records
-
-
-def _safe_probe(cand: type[Dissector], direction: Direction, prefix: bytes) -> Verdict:
-    """A probe must never raise; one that does is treated as a "no"."""
-    try:
-        return Verdict(cand.probe(direction, prefix))
-    except Exception:
-        return Verdict.NO

@@ -8,7 +8,10 @@ same input gives the same rows in the same order.
 
 A dissector that raises is a bug, not bad input: the pipeline records a
 ``pipeline.dissector_error`` anomaly, stops feeding that flow (the rest of its bytes
-count as undecoded) and goes on; with ``strict`` (tests) it re-raises.
+count as undecoded) and goes on; with ``strict`` (tests) it re-raises.  "Raises" means
+any ``BaseException`` but ``KeyboardInterrupt``: a plugin whose library calls
+``sys.exit()`` must not end the run as if it had succeeded.  A probe that raises drops
+its dissector for that flow, with the same anomaly.
 """
 
 from __future__ import annotations
@@ -151,6 +154,7 @@ class CaptureDissection:
         self.detector = Detector(
             list(registry.dissectors.values()), decode_as, session_options, self._on_session
         )
+        self.detector.on_probe_error = self._probe_error
         # rows of the compiled fast path, per table, until they become an Arrow batch;
         # only with a writer that takes batches (the Spark run sinks take dict rows)
         self.fast = fastpath.enabled(options.fast) and hasattr(writer, "write_batch")
@@ -199,6 +203,13 @@ class CaptureDissection:
             return
         flow = fd.flow
         scope = self.payloads.scope((flow.server.ip, flow.server.port))
+        for failed, exc in scope.setup_errors:  # a plugin's new_state raised
+            self._anomaly_row(
+                "pipeline.payload_dissector_error",
+                f"{failed} new_state raised {exc!r}; it decodes nothing for this server",
+                flow, None, None, None, None, None, "pipeline",
+            )
+        scope.setup_errors.clear()
 
         def on_message(row: Record, payload: bytes) -> list[Record]:
             v = row.values
@@ -417,13 +428,15 @@ class CaptureDissection:
     ) -> None:
         try:
             records = call()
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit of a plugin too
             self._dissector_error(fd, exc, ts_ns, frame)
             return
         if records:
             self._emit_records(fd, records)
 
-    def _dissector_error(self, fd: FlowDispatch, exc: Exception, ts_ns: int | None,
+    def _dissector_error(self, fd: FlowDispatch, exc: BaseException, ts_ns: int | None,
                          frame: int | None) -> None:
         """A dissector raised: record it and stop decoding the flow (strict: re-raise)."""
         if self.options.strict:
@@ -441,6 +454,25 @@ class CaptureDissection:
             "pipeline",
         )
         self._abandon(fd)
+
+    def _probe_error(self, fd: FlowDispatch, cand: type[Dissector],
+                     exc: BaseException) -> None:
+        """``cand.probe`` raised on this flow's first bytes: it is no longer offered the
+        flow (``Detector``); recorded at the segment that made it raise (strict: raised)."""
+        if self.options.strict:
+            raise exc
+        span = fd.held[-1][3] if fd.held and fd.held[-1][0] == "data" else None
+        self._anomaly_row(
+            "pipeline.dissector_error",
+            f"{cand.name} probe raised {exc!r}; {cand.name} is not tried on this flow",
+            fd.flow,
+            None,
+            span.ts_first_ns if span is not None else None,
+            span.frame_first if span is not None else None,
+            None,
+            None,
+            "pipeline",
+        )
 
     def _abandon(self, fd: FlowDispatch) -> None:
         """After a dissector bug: keep counting, stop decoding."""
@@ -466,7 +498,9 @@ class CaptureDissection:
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
             try:  # _guarded, inlined: this is the per-segment path
                 records = self.detector.data(fd, ev.direction, ev.data, span)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - SystemExit of a plugin too
                 self._dissector_error(fd, exc, ev.ts_first_ns, ev.frame_first)
                 return
             if records:

@@ -8,6 +8,13 @@ declared by the dissectors and learned ones — most specific first, then payloa
 probes.  Exact bindings are capped (oldest dropped first) so a capture full of one-shot
 reply inboxes cannot grow memory without bound.
 
+A payload dissector is plugin code: whatever it raises (any ``BaseException`` but
+``KeyboardInterrupt``, so a library's ``sys.exit()`` too) becomes a
+``pipeline.payload_dissector_error`` row on the message, never the end of the run.  A
+``probe_payload`` that raised is not asked again in that scope (it would raise on every
+message); ``probed`` answers "maybe" for it so that the reference path, which records
+the row, sees the message whether the NATS fast path runs or not.
+
 ``decoded`` counts the messages handed to a dissector's ``decode`` (the only place a
 scope's state changes): a process that dissects only some flows of a capture
 (``analyzer.parallel``) knows its scopes stayed as a full run's while it is 0 in
@@ -62,9 +69,22 @@ class ScopeDispatcher(Bindings):
     def __init__(
         self, dissectors: list[type[PayloadDissector]], options: dict[str, Any], strict: bool
     ) -> None:
-        self.by_name = {d.name: d for d in dissectors}
-        self.states = {d.name: d.new_state(options) for d in dissectors}
         self.strict = strict
+        self.states: dict[str, Any] = {}
+        # (dissector, exception) of a new_state that raised: that dissector is left out
+        # of the scope; the pipeline reports them once (and empties the list)
+        self.setup_errors: list[tuple[str, BaseException]] = []
+        for d in dissectors:
+            try:
+                self.states[d.name] = d.new_state(options)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
+                if strict:
+                    raise
+                self.setup_errors.append((d.name, exc))
+        dissectors = [d for d in dissectors if d.name in self.states]
+        self.by_name = {d.name: d for d in dissectors}
         self.exact: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.patterns: list[tuple[tuple[str, ...], str, str]] = []
         for d in dissectors:
@@ -73,6 +93,7 @@ class ScopeDispatcher(Bindings):
         self._sort()
         default_probe = PayloadDissector.probe_payload.__func__
         self.probers = [d for d in dissectors if d.probe_payload.__func__ is not default_probe]
+        self.probe_failed: set[str] = set()  # probers that raised (given "maybe" by probed)
         self._cache: dict[str, tuple[str, str] | None] = {}
         self.dropped_bindings = 0
         self.decoded = 0  # messages given to a dissector's decode
@@ -111,11 +132,15 @@ class ScopeDispatcher(Bindings):
     def probed(self, payload: bytes) -> bool:
         """Whether a probe claims ``payload`` (as ``dispatch`` asks them)."""
         for cand in self.probers:
+            if cand.name in self.probe_failed:
+                continue
             try:
                 if cand.probe_payload(payload) == Verdict.YES:
                     return True
-            except Exception:
-                continue
+            except KeyboardInterrupt:
+                raise
+            except BaseException:  # noqa: BLE001 - ``dispatch`` records and drops it
+                return True
         return False
 
     def bound(self, subject: str) -> bool:
@@ -142,28 +167,44 @@ class ScopeDispatcher(Bindings):
     def dispatch(self, msg: CarriedMessage) -> list[Record]:
         """Rows decoded from ``msg`` by whichever payload dissector it belongs to."""
         hit = self._match(msg.subject)
+        failed: list[Record] = []
         if hit is None:
             for cand in self.probers:
+                if cand.name in self.probe_failed:
+                    continue
                 try:
                     verdict = cand.probe_payload(msg.payload)
-                except Exception:
-                    verdict = Verdict.NO
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
+                    if self.strict:
+                        raise
+                    self.probe_failed.add(cand.name)
+                    failed.append(msg.anomaly(
+                        "pipeline.payload_dissector_error",
+                        f"{cand.name} probe_payload raised {exc!r}; it is not asked again "
+                        "for messages of this server"))
+                    continue
                 if verdict == Verdict.YES:
                     hit = (cand.name, "")
                     break
         if hit is None:
-            return []
+            return failed
         name, hint = hit
         cls = self.by_name.get(name)
         if cls is None:
             return []
         self.decoded += 1
         try:
-            return cls.decode(self.states[name], self, msg, hint)
-        except Exception as exc:
+            records = cls.decode(self.states[name], self, msg, hint)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
             if self.strict:
                 raise
-            return [msg.anomaly("pipeline.payload_dissector_error", f"{name} raised {exc!r}")]
+            return [*failed,
+                    msg.anomaly("pipeline.payload_dissector_error", f"{name} raised {exc!r}")]
+        return [*failed, *records] if failed else records
 
 
 class PayloadDispatcher:

@@ -123,8 +123,10 @@ def check_plugin(cls: object) -> str:
 def _load(ep: EntryPoint, reg: Registry) -> None:
     try:
         cls = ep.load()
-    except Exception as exc:  # a broken plugin is reported, not fatal
-        reg.errors.append((ep.value, f"import failed: {exc!r}"))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a broken plugin (even sys.exit at import)
+        reg.errors.append((ep.value, f"import failed: {exc!r}"))  # is reported, not fatal
         return
     why = check_plugin(cls)
     if why:

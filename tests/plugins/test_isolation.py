@@ -105,10 +105,14 @@ def _rows(out: Path, table: str) -> list[dict]:
 def test_raising_dissector_costs_one_flow(capture, registry, tmp_path) -> None:
     out = tmp_path / "out"
     result = dissect_capture(capture, out, Options(validate=True), registry=registry)
-    assert result.anomalies["pipeline.dissector_error"] == 1
+    assert result.anomalies["pipeline.dissector_error"] == 2
     errors = [a for a in _rows(out, "anomalies") if a["kind"] == "pipeline.dissector_error"]
-    assert errors[0]["flow_id"] == 0
+    assert [e["flow_id"] for e in errors] == [0, 3]
     assert "zz_boom raised RuntimeError('plugin bug')" in errors[0]["detail"]
+    # a raising probe is no silent "no" (issue 17, part 4): one row, at its segment
+    assert errors[1]["detail"] == (
+        "zz_boom probe raised ValueError('probe bug'); zz_boom is not tried on this flow")
+    assert errors[1]["frame"] is not None
     flows = {f["flow_id"]: f for f in _rows(out, "flows")}
     assert flows[0]["protocol"] == "zz_boom"
     # what follows the error in the broken flow is counted undecoded
@@ -119,7 +123,7 @@ def test_raising_dissector_costs_one_flow(capture, registry, tmp_path) -> None:
     boom = _rows(out, "zz_boom")
     assert [(r["flow_id"], r["text"]) for r in boom] == [
         (0, "BOOM hello"), (2, "BOOM again"), (2, "fine")]
-    # a probe that raises counts as "no": that flow is simply unclaimed
+    # a probe that raised drops its dissector for that flow: nobody else claims it
     assert flows[3]["protocol"] is None
     assert result.manifest["status"] == "degraded"
 
@@ -267,3 +271,146 @@ def test_registry_refuses_a_second_dissector_with_a_taken_name() -> None:
     other = type("Other", (BoomDissector,), {})
     assert not reg.add(other, "b")
     assert reg.errors == [("b", "dissector name 'zz_boom' already taken")]
+
+
+# ------------------------------------------- plugins that raise SystemExit (issue 17, part 4)
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+_EXITING = '''
+    import sys
+    from typing import ClassVar
+    import pyarrow as pa
+    from dissectors.api import Dissector, Field, Session, TableSpec, Transport, Verdict
+
+    class RaisingProbe(Dissector):
+        """Its probe raises what ZZ_RAISE names (a library calling sys.exit, a bug)."""
+        name: ClassVar[str] = "aa_probe_raises"  # sorts first: asked before nats
+        transport: ClassVar[Transport] = Transport.TCP
+
+        @classmethod
+        def probe(cls, direction, prefix):
+            import os
+            what = os.environ["ZZ_RAISE"]
+            if what == "exit0":
+                sys.exit(0)
+            if what == "exit3":
+                sys.exit(3)
+            raise ValueError("probe bug")
+
+        @classmethod
+        def session(cls, options):
+            raise AssertionError("never claims a flow")
+
+    class _ExitingSession(Session):
+        def feed(self, direction, data, span):
+            sys.exit(0)
+
+        def gap(self, direction, offset, nbytes, ts_ns):
+            return []
+
+        def close(self, ts_ns):
+            return []
+
+    class ExitingSession(Dissector):
+        """Claims NATS flows (the server's INFO) and calls sys.exit(0) in feed."""
+        name: ClassVar[str] = "aa_session_exits"
+        transport: ClassVar[Transport] = Transport.TCP
+        tables: ClassVar[tuple] = (
+            TableSpec("aa_session_exits", 1, "Never written.", (Field("x", pa.int32(), "x"),)),)
+
+        @classmethod
+        def probe(cls, direction, prefix):
+            return Verdict.YES if prefix.startswith(b"INFO ") else Verdict.NO
+
+        @classmethod
+        def session(cls, options):
+            return _ExitingSession()
+'''
+
+
+def _plugin_site(tmp_path: Path, entry: str) -> Path:
+    site = tmp_path / "site"
+    dist = site / "zz_exiting-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zz-exiting\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[msgcap.dissectors]\n{entry}\n")
+    (site / "zz_exiting.py").write_text(textwrap.dedent(_EXITING))
+    return site
+
+
+def _baseline(tmp_path: Path, *captures: Path) -> Path:
+    out = tmp_path / "baseline"
+    proc = msgcap("dissect", *map(str, captures), "-o", str(out))
+    assert proc.returncode in (0, 1), proc.stderr
+    return out
+
+
+def _sorted(out: Path, table: str) -> list[dict]:
+    """Rows in id order, without the ids (an anomaly row of a flow takes one of its ids,
+    so the rows after it are numbered one further than without the plugin)."""
+    rows = sorted(_rows(out, table), key=lambda r: r["record_id"])
+    return [{k: v for k, v in r.items() if k not in ("record_id", "parent_record_id")}
+            for r in rows]
+
+
+@pytest.mark.parametrize("what", ["exit0", "exit3", "value"])
+def test_regression_probe_raising_systemexit_ended_the_run_clean_with_nothing_written(
+        what, tmp_path) -> None:
+    """A probe that raised SystemExit left exit 0, an empty OUT and no message; one that
+    raised ValueError was dropped without a row.  Now: one ``pipeline.dissector_error``
+    per flow it was asked about, everything else written as without the plugin, exit 1."""
+    site = _plugin_site(tmp_path, "aa_probe_raises = zz_exiting:RaisingProbe")
+    capture = SAMPLES / "nats-basic.pcap"
+    base = _baseline(tmp_path, capture)
+    out = tmp_path / "out"
+    proc = msgcap("dissect", str(capture), "-o", str(out),
+                  env={"PYTHONPATH": str(site), "ZZ_RAISE": what})
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    exc = {"exit0": "SystemExit(0)", "exit3": "SystemExit(3)",
+           "value": "ValueError('probe bug')"}[what]
+    errors = [a for a in _rows(out, "anomalies") if a["kind"] == "pipeline.dissector_error"]
+    flows = _rows(out, "flows")
+    with_bytes = sorted(f["flow_id"] for f in flows
+                        if f["stream_bytes_c2s"] + f["stream_bytes_s2c"] > 0)
+    assert sorted(e["flow_id"] for e in errors) == with_bytes and with_bytes
+    assert {e["detail"] for e in errors} == {
+        f"aa_probe_raises probe raised {exc}; aa_probe_raises is not tried on this flow"}
+    # the rest is exactly what a run without the plugin writes
+    assert _sorted(out, "nats") == _sorted(base, "nats")
+    assert sorted(flows, key=lambda f: f["flow_id"]) == sorted(
+        _rows(base, "flows"), key=lambda f: f["flow_id"])
+    import json
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "degraded"
+    assert manifest["anomalies_by_kind"]["pipeline.dissector_error"] == len(with_bytes)
+
+
+def test_regression_session_raising_systemexit_ended_the_run_clean_with_nothing_written(
+        tmp_path) -> None:
+    """A session whose feed calls sys.exit(0) loses its flows (one row each, named), and
+    the other capture of the same run is written whole; exit 1."""
+    site = _plugin_site(tmp_path, "aa_session_exits = zz_exiting:ExitingSession")
+    nats, pulsar = SAMPLES / "nats-basic.pcap", SAMPLES / "pulsar-client.pcap"
+    base = _baseline(tmp_path, nats, pulsar)
+    out = tmp_path / "out"
+    proc = msgcap("dissect", str(nats), str(pulsar), "-o", str(out),
+                  env={"PYTHONPATH": str(site)})
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    flows = _rows(out, "flows")
+    taken = sorted(f["flow_id"] for f in flows if f["protocol"] == "aa_session_exits")
+    assert taken  # the NATS flows (their server speaks first: INFO)
+    errors = [a for a in _rows(out, "anomalies") if a["kind"] == "pipeline.dissector_error"]
+    assert sorted(e["flow_id"] for e in errors) == taken
+    assert {e["detail"] for e in errors} == {
+        "aa_session_exits raised SystemExit(0); the rest of this flow is left undecoded"}
+    for f in flows:  # nothing of a broken flow counts as decoded
+        if f["protocol"] == "aa_session_exits":
+            assert f["decoded_bytes_c2s"] == f["decoded_bytes_s2c"] == 0
+            assert f["undecoded_bytes_s2c"] == f["stream_bytes_s2c"] > 0
+    # the Pulsar capture is untouched by the plugin
+    for table in ("pulsar_commands", "pulsar_messages"):
+        assert _sorted(out, table) == _sorted(base, table)
+    assert pq.read_table(out / "aa_session_exits").num_rows == 0
