@@ -63,6 +63,7 @@ from dissectors.framing import (
     Oversize,
     Resynced,
     TrailerStatus,
+    line_op_resync,
 )
 from dissectors.nats import parser as nats_parser
 from dissectors.redaction import redact_json_text, redact_text_after_brace
@@ -165,22 +166,9 @@ def _verb(line: bytes) -> tuple[str | None, list[bytes]]:
     return _OP_BYTES.get(args[0].upper()), args
 
 
-def resync(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
-    """The next line that starts with an op of server links (``framing.ResyncFn``)."""
-    p: int | None = 0
-    if prev_byte is not None and prev_byte != 0x0A:
-        lf = buf.find(b"\n")
-        p = lf + 1 if lf >= 0 else None
-    while p is not None and p < len(buf):
-        head = bytes(buf[p : p + 8]).upper()
-        for op in _OP_BYTES:
-            if head.startswith(op) or op.startswith(head):
-                if len(head) < len(op) + 1 and op.startswith(head):
-                    return p, False  # too short to tell
-                return p, True
-        lf = buf.find(b"\n", p)
-        p = lf + 1 if lf >= 0 else None
-    return len(buf), False
+resync = line_op_resync({op: bytes(range(256)) for op in _OP_BYTES})
+"""The next line that starts with an op of server links, followed by any byte
+(``framing.ResyncFn``; one regular-expression scan, linear on any junk)."""
 
 
 class _Dir:

@@ -25,6 +25,7 @@ import re
 from typing import Any, NamedTuple
 
 from dissectors.api import Direction, Verdict
+from dissectors.framing import line_op_resync
 
 __all__ = [
     "C2S_OPS",
@@ -582,22 +583,9 @@ def _is_cluster_json(line: bytes) -> bool:
     return is_cluster_json(line)
 
 
-def resync(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
-    """Resync rule (``framing.ResyncFn``): the next line that starts with a known op.
+resync = line_op_resync(_ALL_OPS)
+"""Resync rule (``framing.ResyncFn``): the next line that starts with a known op.
 
-    A line starts at ``buf[0]`` when the previous byte was LF or is unknown (right after a
-    gap: TCP segments usually begin at an operation), and after every LF in ``buf``.
-    """
-    p: int | None = 0
-    if prev_byte is not None and prev_byte != 0x0A:
-        lf = buf.find(b"\n")
-        p = lf + 1 if lf >= 0 else None
-    while p is not None and p < len(buf):
-        verb, decided = _verb_at(buf, p, _ALL_OPS)
-        if verb is not None:
-            return p, True
-        if not decided:
-            return p, False
-        lf = buf.find(b"\n", p)
-        p = lf + 1 if lf >= 0 else None
-    return len(buf), False
+A line starts at ``buf[0]`` when the previous byte was LF or is unknown (right after a
+gap: TCP segments usually begin at an operation), and after every LF in ``buf``.  One
+regular-expression scan (``framing.line_op_resync``): linear and fast on any junk."""
