@@ -577,7 +577,10 @@ class TlsLayer:
         decrypting = conn.decided and conn.decrypt
         tls13 = conn.version == 0x0304
         if ctype == ContentType.CHANGE_CIPHER_SPEC:
-            if not tls13:
+            # after a HelloRetryRequest (TLS 1.3 only) both sides' ChangeCipherSpec is the
+            # middlebox-compatibility one (RFC 8446 D.4), sent before the real
+            # ServerHello fixes the version: it protects nothing
+            if not tls13 and not conn.hello_retry:
                 if side.ccs and decrypting:
                     self._once(conn, side, "tls.renegotiation",
                                "a second ChangeCipherSpec (renegotiation): its new keys cannot "

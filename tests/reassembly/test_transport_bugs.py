@@ -6,8 +6,10 @@ cases no public capture shows were crafted with scapy by ``tests/data/crafted/ge
 
 from __future__ import annotations
 
+from reassembly.events import Anomaly, StreamData, TlsConnection
 from tests.conftest import SHARED
 from tests.reassembly.streams import reassemble
+from tests.tls.helpers import events as tls_events
 
 CAPTURES = SHARED / "captures"
 CRAFTED = SHARED / "crafted"
@@ -29,3 +31,17 @@ def test_bug1_truncated_segment_does_not_discard_a_later_retransmission():
     assert stream.count(b"bytes missing]") == 9
     assert b"[1448 bytes missing]" in stream  # the hole nothing ever filled
     assert stream.count(b"[8 bytes missing]") == 2
+
+
+def test_bug2_tls13_hello_retry_request_is_decrypted():
+    """A real OpenSSL TLS 1.3 handshake with a HelloRetryRequest: the server's (and the
+    client's) compatibility ChangeCipherSpec after the HRR is not a TLS 1.2 one, so the
+    real ServerHello is read and the session decrypts with its key log."""
+    pcap = CRAFTED / "tls13-hello-retry.pcap"
+    evs = tls_events(pcap, pcap.with_suffix(".keys").read_text())
+    (tls,) = [e for e in evs if isinstance(e, TlsConnection)]
+    assert (tls.hello_retry, tls.tls_version, tls.cipher_suite) == (True, 0x0304, 0x1302)
+    assert (tls.decrypted, tls.undecrypted_reason, tls.app_bytes) == (True, None, (23, 5))
+    data = b"".join(e.data for e in evs if isinstance(e, StreamData) and e.direction == 0)
+    assert data == b"PUB hrr.test 5\r\nhello\r\n"
+    assert not [e for e in evs if isinstance(e, Anomaly)]
