@@ -28,14 +28,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import BinaryIO, TypeVar
 
 __all__ = [
     "NATS_CONNECT_SECRETS",
+    "GatedWriter",
+    "LineGate",
     "fold_name",
+    "go_unquote",
+    "keeping_secrets",
     "marker",
+    "may_be_secret_key",
+    "redact",
+    "redact_bytes",
     "redact_json_text",
-    "redact_text_after_brace",
+    "redact_text",
+    "secrets_kept",
 ]
 
 # NATS CONNECT members that carry or prove credentials (nats-server's clientOpts:
@@ -217,13 +228,390 @@ def redact_json_text(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) 
     return out, len(spans)
 
 
-def redact_text_after_brace(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) -> str:
-    """For free text (anomaly details quoting wire bytes, possibly cut short): when a
-    quoted secret member name appears, everything from the first ``{`` (or from that
-    name, if earlier) to the end becomes one marker."""
-    if not _mentions_secret(text, secrets):
+# -- the gate: every free text that leaves the process ----------------------------------
+#
+# Structured columns (``json_raw``) are redacted above, member by member, on text that
+# parsed.  Everything else that can quote wire bytes -- anomaly details, the reassembled
+# bytes ``follow`` prints, the views, logs, the manifest -- passes ``redact_bytes`` /
+# ``redact_text``, which works on the raw bytes (before any ``repr`` or escaping) and
+# assumes the worst about them: they may be cut at either end (a capture that starts
+# mid-CONNECT, a detail that quotes the first 120 bytes of a line), may not be valid
+# UTF-8, and may be JSON only in the eyes of Go's ``encoding/json`` (nats-server's
+# decoder), which Python's ``json`` rejects.  Hence two rules, both conservative:
+#
+# 1. A value after anything that may be a credential key is withheld.  "May be" is wide:
+#    the key is read every way a decoder could read it (``\uXXXX`` resolved, invalid UTF-8
+#    and unknown escapes dropped, Unicode case folding with ``ſ``/``K``, a doubly escaped
+#    ``\\u0070`` from text that was escaped once already) and matches when any reading
+#    contains a credential stem (``pass``, ``token``, ``jwt``, ``sig``, ``key``, ...) or is
+#    a tail of a credential name (``ss`` of a ``pass`` cut by the capture's start).  Text
+#    that may start inside a string is also read with the opposite quote parity, and the
+#    union of both readings is withheld.
+# 2. The argument of a CONNECT-like op (``CONNECT``, a piece of it such as ``CONNEC`` or
+#    ``NECT``, a near miss such as ``CONECT``, or any other op but INFO followed by ``{``)
+#    that is not one complete, well-formed JSON object on its line is withheld whole, up
+#    to the end of its line.
+#
+# A withheld value becomes ``marker(value)``: for a string, ``value`` is what Go decodes
+# (``go_unquote``: escapes resolved, each invalid UTF-8 byte as U+FFFD), i.e. the bytes
+# the server compared; otherwise the raw bytes withheld.
+
+# Stems that make a member name a possible credential (nats-server client, route, leaf
+# node and gateway CONNECTs: pass, auth_token, jwt, sig, nkey; others for plugins' JSON).
+SECRET_STEMS: tuple[str, ...] = (
+    "pass", "pwd", "token", "jwt", "sig", "nkey", "key", "secret", "auth", "cred",
+    "bearer", "cookie", "session",
+)
+# Tails of the credential names: what is left of a key when a capture starts inside it.
+_TAILS: frozenset[str] = frozenset(
+    name.replace("_", "")[i:] for name in NATS_CONNECT_SECRETS for i in range(len(name))
+)
+_CONNECT = "connect"
+_MARKER_BYTES = MARKER_PREFIX.encode()
+_KEEP: ContextVar[bool] = ContextVar("msgcap_keep_secrets", default=False)
+_ESCAPES = {
+    ord('"'): b'"', ord("\\"): b"\\", ord("/"): b"/", ord("b"): b"\b", ord("f"): b"\f",
+    ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t",
+}
+_HEX4 = re.compile(rb"[0-9a-fA-F]{4}")
+_NOT_ALNUM = re.compile(r"[\W_]+")
+_BACKSLASH_HEX = re.compile(r"\\+(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\})")
+_OP_WORD = re.compile(rb"[A-Za-z\x80-\xff]{3,}")
+_SPACE = b" \t\r\x0b\x0c"
+
+T = TypeVar("T", str, bytes)
+
+
+@contextmanager
+def keeping_secrets(keep: bool = True) -> Iterator[None]:
+    """Within this block ``redact_bytes``/``redact_text`` return their input unchanged
+    (``--keep-secrets``).  A context variable, so pure parsers (``nats.parser.show``)
+    need no extra argument and concurrent runs in threads do not see each other's
+    choice."""
+    token = _KEEP.set(keep)
+    try:
+        yield
+    finally:
+        _KEEP.reset(token)
+
+
+def secrets_kept() -> bool:
+    """Is the gate switched off here (``keeping_secrets``)?"""
+    return _KEEP.get()
+
+
+def _go_utf8(b: bytes) -> str:
+    """Decode like Go's ``utf8.DecodeRune`` loop: each invalid byte becomes U+FFFD."""
+    out: list[str] = []
+    i = 0
+    while i < len(b):
+        try:
+            out.append(b[i:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as e:
+            out.append(b[i : i + e.start].decode("utf-8"))
+            out.append("\ufffd")
+            i += e.start + 1
+    return "".join(out)
+
+
+def go_unquote(body: bytes) -> bytes:
+    """The UTF-8 bytes Go's ``encoding/json`` makes of a string's content (``body``,
+    without its quotes): escapes resolved (a lone surrogate as U+FFFD), invalid UTF-8
+    as U+FFFD.  Never raises: a bad or cut escape is kept as its raw text."""
+    out = bytearray()
+    i, n = 0, len(body)
+    while i < n:
+        j = body.find(b"\\", i)
+        if j < 0:
+            out += body[i:]
+            break
+        out += body[i:j]
+        c = body[j + 1] if j + 1 < n else -1
+        if c in _ESCAPES:
+            out += _ESCAPES[c]
+            i = j + 2
+        elif c == ord("u") and _HEX4.fullmatch(body, j + 2, j + 6):
+            cp = int(body[j + 2 : j + 6], 16)
+            i = j + 6
+            if 0xD800 <= cp < 0xDC00 and body[i : i + 2] == b"\\u" and _HEX4.fullmatch(
+                body, i + 2, i + 6
+            ):
+                lo = int(body[i + 2 : i + 6], 16)
+                if 0xDC00 <= lo < 0xE000:
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+                    i += 6
+            if 0xD800 <= cp < 0xE000:
+                cp = 0xFFFD
+            out += chr(cp).encode()
+        else:
+            out += body[j : j + 2]
+            i = j + 2
+    return _go_utf8(bytes(out)).encode()
+
+
+def _key_readings(raw: bytes) -> set[str]:
+    """Every way a decoder (or a reader of once-escaped text) may read a member name,
+    folded and reduced to letters and digits."""
+    readings = {go_unquote(raw).decode(), raw.decode("latin-1")}
+    undoubled = raw.replace(b"\\\\", b"\\")
+    if undoubled != raw:
+        readings.add(go_unquote(undoubled).decode())
+    for r in list(readings):
+        readings.add(_BACKSLASH_HEX.sub("", r))
+    return {_NOT_ALNUM.sub("", fold_name(r).casefold()) for r in readings}
+
+
+def may_be_secret_key(raw: bytes) -> bool:
+    """Could ``raw`` (a member name as it stands on the wire, without quotes, maybe cut
+    at its start) name a credential under any reading?  Empty names count: they are what
+    is left of a name made only of bytes a decoder drops."""
+    for r in _key_readings(raw):
+        if not r or r in _TAILS or any(stem in r for stem in SECRET_STEMS):
+            return True
+    return False
+
+
+# token kinds of the byte scanner
+_T_STR, _T_PUNCT, _T_WORD = 0, 1, 2
+_WS_B = frozenset(b" \t\r\n\x0b\x0c")
+_PUNCT_B = frozenset(b"{}[]:,")
+_LITERALS = frozenset({b"true", b"false", b"null"})  # nothing to hide in these
+
+
+def _byte_tokens(data: bytes, in_string: bool) -> list[tuple[int, int, int, bool]]:
+    """``(kind, start, end, closed)`` tokens; a string ends at its closing quote or at a
+    line end (JSON strings hold no raw newline); with ``in_string`` the text is read as
+    if it started inside a string (a fragment cut mid-string)."""
+    toks: list[tuple[int, int, int, bool]] = []
+    i, n = 0, len(data)
+    if in_string:
+        i = -1  # the implied opening quote
+    while i < n:
+        c = data[i] if i >= 0 else 0x22
+        if c in _WS_B:
+            i += 1
+        elif c == 0x22:
+            j = i + 1
+            closed = False
+            while j < n:
+                d = data[j]
+                if d == 0x5C:
+                    j += 2
+                elif d == 0x22:
+                    closed = True
+                    break
+                elif d == 0x0A:
+                    break
+                else:
+                    j += 1
+            end = min(j + 1, n) if closed else min(j, n)
+            toks.append((_T_STR, max(i, -1), end, closed))
+            i = end
+        elif c in _PUNCT_B:
+            toks.append((_T_PUNCT, i, i + 1, True))
+            i += 1
+        else:
+            j = i + 1
+            while j < n and data[j] not in _WS_B and data[j] not in _PUNCT_B and data[j] != 0x22:
+                j += 1
+            toks.append((_T_WORD, i, j, True))
+            i = j
+    return toks
+
+
+def _str_body(data: bytes, a: int, b: int, closed: bool) -> bytes:
+    return data[a + 1 : b - 1] if closed else data[a + 1 : b]
+
+
+def _value_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
+    """Spans ``(start, end, hashed value)`` of values that follow a possible credential
+    key (rule 1) in one quote-parity reading of ``data``."""
+    toks = _byte_tokens(data, in_string)
+    spans: list[tuple[int, int, bytes]] = []
+    k = 0
+    while k + 2 < len(toks):
+        kind, a, b, closed = toks[k]
+        colon = toks[k + 1]
+        if kind == _T_PUNCT or colon[0] != _T_PUNCT or data[colon[1]] != 0x3A:
+            k += 1
+            continue
+        key = _str_body(data, a, b, closed) if kind == _T_STR else data[a:b]
+        if not may_be_secret_key(key):
+            k += 2
+            continue
+        vk, va, vb, vclosed = toks[k + 2]
+        if vk == _T_STR:
+            body = _str_body(data, va, vb, vclosed)
+            if not body.startswith(_MARKER_BYTES):
+                spans.append((va, vb, go_unquote(body)))
+            k += 3
+            continue
+        if vk == _T_PUNCT and data[va] in b"{[":
+            depth, m = 0, k + 2
+            while m < len(toks):
+                t = toks[m]
+                if t[0] == _T_PUNCT and data[t[1]] in b"{[":
+                    depth += 1
+                elif t[0] == _T_PUNCT and data[t[1]] in b"}]":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                m += 1
+            end = toks[m][2] if m < len(toks) else len(data)
+            spans.append((va, end, data[va:end]))
+            k = m + 1
+            continue
+        if vk == _T_WORD and data[va:vb] not in _LITERALS and not data[va:vb].startswith(
+            _MARKER_BYTES
+        ):
+            spans.append((va, vb, data[va:vb]))
+        k += 3
+    return spans
+
+
+def _complete_object_end(data: bytes, start: int, stop: int) -> int:
+    """End of the JSON object that opens at ``start`` if it closes before ``stop`` with
+    every string closed and a plausible member structure; else -1."""
+    depth = 0
+    for kind, a, b, closed in _byte_tokens(data[start:stop], False):
+        if kind == _T_STR and not closed:
+            return -1
+        if kind == _T_PUNCT:
+            c = data[start + a]
+            if c in b"{[":
+                depth += 1
+            elif c in b"}]":
+                depth -= 1
+                if depth == 0:
+                    return start + b
+                if depth < 0:
+                    return -1
+    return -1
+
+
+def _connect_like(word: bytes) -> bool:
+    """Is ``word`` (an op-like run of letters) CONNECT, a piece of it, or a near miss?"""
+    w = word.decode("latin-1").casefold()
+    if w in _CONNECT or _CONNECT in w:
+        return True
+    if abs(len(w) - len(_CONNECT)) > 2:
+        return False
+    # edit distance <= 2 (insertions, deletions, substitutions, transpositions as 2)
+    prev = list(range(len(_CONNECT) + 1))
+    for i, ch in enumerate(w, 1):
+        cur = [i]
+        for j, cj in enumerate(_CONNECT, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ch != cj)))
+        prev = cur
+    return prev[-1] <= 2
+
+
+def _connect_spans(data: bytes) -> list[tuple[int, int, bytes]]:
+    """Rule 2: arguments of CONNECT-like ops that are not one complete object."""
+    spans: list[tuple[int, int, bytes]] = []
+    for m in _OP_WORD.finditer(data):
+        i = m.end()
+        while i < len(data) and data[i] in _SPACE:
+            i += 1
+        if i >= len(data) or data[i] != 0x7B:  # "{"
+            continue
+        word = m.group()
+        if word.lower() == b"info" or not (_connect_like(word) or i > m.end()):
+            continue
+        eol = data.find(b"\n", i)
+        eol = len(data) if eol < 0 else eol
+        if _complete_object_end(data, i, eol) < 0:
+            spans.append((i, eol, data[i:eol]))
+    return spans
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """The redaction gate on raw bytes (see the rules above): ``data`` with every possible
+    credential replaced by its marker; unchanged inside ``keeping_secrets()``."""
+    if _KEEP.get() or (b'"' not in data and b"{" not in data):
+        return data
+    if b"\n" in data[:-1]:  # line by line: each line may be a fragment, and most lines
+        lines = data.splitlines(keepends=True)  # hold neither quote nor brace
+        out = [redact_bytes(line) for line in lines]
+        return data if all(a is b for a, b in zip(out, lines, strict=True)) else b"".join(out)
+    spans = _value_spans(data, False) + _value_spans(data, True) + _connect_spans(data)
+    if not spans:
+        return data
+    spans.sort(key=lambda s: (s[0], -s[1]))
+    parts: list[bytes] = []
+    pos = 0
+    for start, end, value in spans:
+        if end <= pos:
+            continue
+        if start < pos:  # overlaps what is already withheld: withhold the rest too
+            start, value = pos, data[pos:end]
+        parts.append(data[pos:start])
+        quoted = data[start : start + 1] == b'"'
+        mark = marker(value).encode()
+        parts.append(b'"' + mark + b'"' if quoted else mark)
+        pos = end
+    parts.append(data[pos:])
+    return b"".join(parts)
+
+
+def redact_text(text: str) -> str:
+    """The gate for text that is already ``str`` (details built elsewhere, log messages,
+    rendered views): its UTF-8 bytes (lone surrogates kept) pass ``redact_bytes``."""
+    if _KEEP.get() or ('"' not in text and "{" not in text):
         return text
-    at = text.find("{")
-    if at < 0:
-        at = 0
-    return text[:at] + marker(text[at:].encode("utf-8", "surrogatepass"))
+    raw = text.encode("utf-8", "surrogatepass")
+    out = redact_bytes(raw)
+    return text if out is raw else out.decode("utf-8", "surrogatepass")
+
+
+def redact(value: T) -> T:
+    """``redact_bytes`` or ``redact_text``, by the type of ``value``."""
+    return redact_bytes(value) if isinstance(value, bytes) else redact_text(value)
+
+
+class LineGate:
+    """The gate for a byte stream printed as it arrives (``msgcap follow``): whole lines
+    pass ``redact_bytes``; a partial line is held until its end, until ``flush`` (the
+    caller flushes before it prints the other direction or a gap marker, so the order of
+    the bytes is kept) or until ``max_held_bytes`` (then it is gated as a fragment)."""
+
+    __slots__ = ("_held", "max_held_bytes")
+
+    def __init__(self, max_held_bytes: int = 65536) -> None:
+        self._held = b""
+        self.max_held_bytes = max_held_bytes
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._held + data
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0:
+            if len(buf) < self.max_held_bytes:
+                self._held = buf
+                return b""
+            cut = len(buf)
+        self._held = buf[cut:]
+        return redact_bytes(buf[:cut])
+
+    def flush(self) -> bytes:
+        out, self._held = redact_bytes(self._held), b""
+        return out
+
+
+class GatedWriter:
+    """A binary file whose ``write`` passes a ``LineGate``; ``flush`` lets out the held
+    partial line.  What ``msgcap follow`` prints the reassembled bytes through."""
+
+    __slots__ = ("_file", "_gate")
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._gate = LineGate()
+
+    def write(self, data: bytes) -> int:
+        self._file.write(self._gate.feed(data))
+        return len(data)
+
+    def flush(self) -> None:
+        self._file.write(self._gate.flush())
+        self._file.flush()

@@ -30,8 +30,8 @@ The kind of link is learned from the INFO/CONNECT JSON (``gateway`` → gateway;
 
 Links authenticate like clients (CONNECT ``user``/``pass``, ``auth_token``, ``jwt``/``sig``
 for leaf nodes): unless the option ``keep_secrets`` is true those values are replaced in
-``json_raw`` and in anomaly details by ``<redacted len=N sha256=HEX>``
-(``dissectors.redaction``, as for the ``nats`` table).
+``json_raw`` and in anomaly details by ``<redacted len=N sha256=HEX>``, and both pass the
+redaction gate (``dissectors.redaction``, as for the ``nats`` table).
 """
 
 from __future__ import annotations
@@ -66,7 +66,12 @@ from dissectors.framing import (
     line_op_resync,
 )
 from dissectors.nats import parser as nats_parser
-from dissectors.redaction import redact_json_text, redact_text_after_brace
+from dissectors.redaction import (
+    keeping_secrets,
+    redact_json_text,
+    redact_text,
+    secrets_kept,
+)
 
 __all__ = ["NATS_CLUSTER_TABLE", "NatsClusterDissector", "NatsClusterSession", "is_cluster_json"]
 
@@ -201,11 +206,17 @@ class NatsClusterSession(Session):
     # -- Session API ----------------------------------------------------------------------
 
     def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        if self.keep_secrets and not secrets_kept():  # --keep-secrets: gate off
+            with keeping_secrets():
+                return self.feed(direction, data, span)
         st = self._dirs[direction]
         st.framer.feed(data, span)
         return self._drain(direction, st)
 
     def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
+        if self.keep_secrets and not secrets_kept():
+            with keeping_secrets():
+                return self.gap(direction, offset, nbytes, ts_ns)
         st = self._dirs[direction]
         out: list[Record] = []
         for ev in st.framer.gap(offset, nbytes):
@@ -214,6 +225,9 @@ class NatsClusterSession(Session):
         return out
 
     def close(self, ts_ns: int) -> list[Record]:
+        if self.keep_secrets and not secrets_kept():
+            with keeping_secrets():
+                return self.close(ts_ns)
         out: list[Record] = []
         for d in (Direction.C2S, Direction.S2C):
             st = self._dirs[d]
@@ -277,7 +291,7 @@ class NatsClusterSession(Session):
     def _anomaly(self, out: list[Record], kind: str, detail: str, direction: Direction,
                  ev: Any) -> None:
         if not self.keep_secrets:
-            detail = redact_text_after_brace(detail)
+            detail = redact_text(detail)
         out.append(Record.anomaly(kind, detail, direction, ev.start, ev.end, ev.ts_first_ns,
                                   ev.ts_last_ns, ev.frame_first, ev.frame_last))
 
@@ -372,7 +386,7 @@ class NatsClusterSession(Session):
             raw = line.split(None, 1)[1] if len(args) > 1 else b""
             v["json_raw"] = txt(raw)
             if op == "CONNECT" and not self.keep_secrets:
-                v["json_raw"] = redact_json_text(v["json_raw"])[0]
+                v["json_raw"] = redact_text(redact_json_text(v["json_raw"])[0])
             try:
                 obj = json.loads(raw)
             except (ValueError, UnicodeDecodeError):

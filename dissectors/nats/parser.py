@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from dissectors.api import Direction, Verdict
 from dissectors.framing import line_op_resync
+from dissectors.redaction import redact_bytes
 
 __all__ = [
     "C2S_OPS",
@@ -74,8 +75,10 @@ def text(b: bytes) -> str:
 
 
 def show(b: bytes, limit: int = 120) -> str:
-    """Short printable rendering of wire bytes for anomaly details."""
-    s = repr(bytes(b[:limit]))[2:-1]
+    """Short printable rendering of wire bytes for anomaly details.  The bytes pass the
+    redaction gate first, raw and cut as they will be shown (a credential can hide in
+    any quoted line: ``dissectors.redaction``; off under ``keeping_secrets``)."""
+    s = repr(redact_bytes(bytes(b[:limit])))[2:-1]
     return s + "..." if len(b) > limit else s
 
 

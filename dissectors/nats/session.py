@@ -35,8 +35,9 @@ with the *whole* payload (not the capped column copy) when the payload is at mos
 
 Credentials (``dissectors.redaction``): unless the option ``keep_secrets`` is true, the
 values of CONNECT's ``pass``, ``auth_token``, ``jwt``, ``sig`` and ``nkey`` members are
-replaced in ``json_raw`` by a marker with their length and SHA-256, and an anomaly detail
-that quotes wire bytes naming one of them is cut at the JSON it quotes.
+replaced in ``json_raw`` by a marker with their length and SHA-256, then ``json_raw`` and
+every anomaly detail pass the redaction gate (wire bytes are gated raw, before ``repr``, in
+``parser.show``).  With ``keep_secrets`` the session runs inside ``keeping_secrets()``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,12 @@ from dissectors.framing import (
 )
 from dissectors.nats import fastpath, parser
 from dissectors.nats.table import DEFAULT_HEADER_CAP, DEFAULT_PAYLOAD_CAP
-from dissectors.redaction import redact_json_text, redact_text_after_brace
+from dissectors.redaction import (
+    keeping_secrets,
+    redact_json_text,
+    redact_text,
+    secrets_kept,
+)
 
 __all__ = [
     "DEFAULT_CARRY_MAX",
@@ -159,6 +165,9 @@ class NatsSession(Session):
     # ---- Session API -------------------------------------------------------------
 
     def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        if self.keep_secrets and not secrets_kept():  # --keep-secrets: gate off
+            with keeping_secrets():
+                return self.feed(direction, data, span)
         st = self._dirs[direction]
         st.framer.feed(data, span)
         if self.fast_on:
@@ -166,6 +175,9 @@ class NatsSession(Session):
         return self._drain(direction, st)
 
     def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
+        if self.keep_secrets and not secrets_kept():
+            with keeping_secrets():
+                return self.gap(direction, offset, nbytes, ts_ns)
         st = self._dirs[direction]
         # the fast path may have left a partial operation to wait for its bytes: the
         # reference takes it now, as it would have when those bytes came in
@@ -176,6 +188,9 @@ class NatsSession(Session):
         return out
 
     def close(self, ts_ns: int) -> list[Record]:
+        if self.keep_secrets and not secrets_kept():
+            with keeping_secrets():
+                return self.close(ts_ns)
         out: list[Record] = []
         for direction in (Direction.C2S, Direction.S2C):
             st = self._dirs[direction]
@@ -302,7 +317,7 @@ class NatsSession(Session):
         start: int | None = None, end: int | None = None,
     ) -> None:
         if not self.keep_secrets:
-            detail = redact_text_after_brace(detail)
+            detail = redact_text(detail)
         out.append(Record.anomaly(
             kind, detail, direction,
             ev.start if start is None else start, ev.end if end is None else end,
@@ -317,7 +332,7 @@ class NatsSession(Session):
             return
         op, values, hdr, total, problems = parser.parse_line(line)
         if op == "CONNECT" and not self.keep_secrets and "json_raw" in values:
-            values["json_raw"] = redact_json_text(values["json_raw"])[0]
+            values["json_raw"] = redact_text(redact_json_text(values["json_raw"])[0])
         if op is None:
             st.framer.reject(ev.end - ev.start)
             p = problems[0]
