@@ -124,7 +124,9 @@ def cmd_follow(args: argparse.Namespace) -> int:
     wanted = {"c2s": {Direction.C2S}, "s2c": {Direction.S2C}, "both": set(Direction)}[
         args.direction
     ]
-    out = sys.stdout.buffer
+    from dissectors.redaction import GatedWriter
+
+    out = sys.stdout.buffer if args.keep_secrets else GatedWriter(sys.stdout.buffer)
     err = Console(stderr=True)
     found = False
     gaps = 0
@@ -481,6 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write only captured bytes; list gaps on stderr instead of inline",
     )
+    p.add_argument("--keep-secrets", action="store_true",
+                   help="print credentials in the bytes as they are (default: withheld, "
+                   "length and SHA-256 kept; see docs/robustness.md)")
     _add_view_options(p, decoded=True)
     p.set_defaults(func=cmd_follow)
 

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analyzer.sink import DatasetWriter, part_files, partition_dir
+from dissectors.redaction import redact_text
 
 __all__ = [
     "EXIT_CODES",
@@ -182,7 +183,9 @@ def _capture_entry(out_dir: Path, run: CaptureRun, now: str) -> dict[str, Any]:
         "processed": now,
         "status": status.value,
         "exit_code": status.exit_code,
-        "error": run.error,
+        # an error text may quote input bytes: the redaction gate (dissectors.redaction)
+        "error": run.error if run.error is None or run.options.get("keep_secrets") is True
+        else redact_text(run.error),
         "rows": dict(sorted(run.rows.items())),
         "table_versions": dict(sorted(run.table_versions.items())),
         "anomalies_by_kind": by_kind,
