@@ -7,33 +7,50 @@ Exit codes (documented in the README): 0 clean, 1 completed with anomalies
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+# Only light modules at import time: `msgcap --help` must cost little more than the
+# interpreter (rich, pyarrow, the reassembly and dissectors are imported by the
+# command that needs them; tests/analyzer/test_cli_startup.py checks it).
+from analyzer.cliutil import (
+    EXIT_CLEAN,
+    EXIT_DEGRADED,
+    EXIT_FAILED,
+    STDIN,
+    TIME_FORMATS,
+    TIME_HELP,
+    UserError,
+    check_capture,
+    check_decode_as,
+    check_keylog,
+    check_output_dir,
+    flow_ids_text,
+    format_ts,
+    out_console,
+    parse_decode_as,
+    print_error,
+    print_table,
+    print_user_error,
+    silence_stdout,
+    time_label,
+)
 
-from analyzer.flowsummary import iter_flow_rows
-from analyzer.progress import capture_progress
-from reassembly.capture import CaptureFormatError, open_capture
-from reassembly.engine import Reassembler, capture_damage_events
-from reassembly.events import Anomaly, Direction, StreamClose, StreamData, StreamGap
+if TYPE_CHECKING:
+    from reassembly.events import Anomaly
 
-EXIT_CLEAN, EXIT_DEGRADED, EXIT_FAILED = 0, 1, 2
+__all__ = ["EXIT_CLEAN", "EXIT_DEGRADED", "EXIT_FAILED", "build_parser", "main"]
 
 
-def _wide_console() -> Console:
-    """A pipe or file gets whole tables rather than ones squeezed to 80 columns."""
-    return Console(width=None if sys.stdout.isatty() else 220)
+def _stderr_console():
+    from rich.console import Console
 
-
-def _ts(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _anomaly_json(a: Anomaly) -> dict:
@@ -45,7 +62,21 @@ def _anomaly_json(a: Anomaly) -> dict:
     }
 
 
+def _check_captures(paths: list[str]) -> None:
+    """Every CAPTURE checked before any work (and before an output directory exists)."""
+    if sum(p == STDIN for p in paths) > 1:
+        raise UserError("- (standard input) is given more than once",
+                        "read standard input once; give the other captures as files")
+    for path in paths:
+        check_capture(path)
+
+
 def cmd_flows(args: argparse.Namespace) -> int:
+    from analyzer.flowsummary import iter_flow_rows
+    from analyzer.progress import capture_progress
+    from reassembly.capture import open_capture
+
+    _check_captures(args.captures)
     rows: list[dict] = []
     anomalies: list[Anomaly] = []
     for path in args.captures:
@@ -58,78 +89,76 @@ def cmd_flows(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
+        sys.stdout.flush()
     else:
-        _print_flows(rows)
+        _print_flows(rows, args.time)
     if anomalies:
         kinds = Counter(a.kind for a in anomalies)
         summary = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-        Console(stderr=True).print(f"[yellow]anomalies:[/] {summary}")
+        _stderr_console().print(f"[yellow]anomalies:[/] {summary}")
     return EXIT_DEGRADED if anomalies else EXIT_CLEAN
 
 
-def _print_flows(rows: list[dict]) -> None:
-    table = Table(title=f"{len(rows)} flows", header_style="bold")
+def _print_flows(rows: list[dict], time_mode: str = "utc") -> None:
     several = bool(rows) and "capture" in rows[0]
-    if several:
-        table.add_column("capture")
-    for col in (
-        "id",
-        "proto",
-        "client",
-        "server",
-        "first packet (UTC)",
-        "secs",
-        "pkts c/s",
-        "stream bytes c/s",
-        "gap bytes c/s",
-        "conflicts",
-        "roles by",
-    ):
-        table.add_column(col, justify="left" if col in ("proto", "client", "server") else "right")
+    t0 = min((r["ts_first_ns"] for r in rows), default=None)
+    headers = [*(["capture"] if several else []), "id", "transport", "client", "server",
+               f"first packet ({time_label(time_mode)})", "secs", "pkts c/s",
+               "stream bytes c/s", "gap bytes c/s", "conflicts", "roles by"]
+    table = []
     for r in rows:
-        table.add_row(
+        table.append([
             *([r["capture"]] if several else []),
             str(r["flow_id"]),
             r["transport"],
             f"{r['client_ip']}:{r['client_port']}",
             f"{r['server_ip']}:{r['server_port']}",
-            _ts(r["ts_first_ns"]),
+            format_ts(r["ts_first_ns"], time_mode, t0),
             f"{(r['ts_last_ns'] - r['ts_first_ns']) / 1e9:.3f}",
             f"{r['packets_c2s']}/{r['packets_s2c']}",
             f"{r['stream_bytes_c2s']}/{r['stream_bytes_s2c']}",
             f"{r['gap_bytes_c2s']}/{r['gap_bytes_s2c']}",
             str(r["overlap_conflicts_c2s"] + r["overlap_conflicts_s2c"]),
             r["role_source"],
-        )
-    _wide_console().print(table)
+        ])
+    right = ("id", "secs", "pkts c/s", "stream bytes c/s", "gap bytes c/s", "conflicts")
+    print_table(out_console(), f"{len(rows)} flows", headers, table, right=right)
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
     if args.decoded:
         if args.raw:
-            Console(stderr=True).print(
-                "[red]error:[/] --raw and --decoded cannot be combined\n"
-                "[bold]fix:[/] --raw writes captured bytes, --decoded decoded messages: give one"
+            raise UserError(
+                "--raw and --decoded cannot be combined",
+                "--raw writes captured bytes, --decoded decoded messages: give one",
             )
-            return EXIT_FAILED
         from analyzer.transcript import run_follow_decoded
 
         return run_follow_decoded(args)
-    if Path(args.capture).is_dir():
-        Console(stderr=True).print(
-            f"[red]error:[/] {args.capture} is a directory; raw bytes come from a capture\n"
-            "[bold]fix:[/] give the capture file, or add --decoded to follow a dataset's flow"
+    if args.json:
+        raise UserError("--json needs --decoded (raw follow writes the flow's bytes)",
+                        "add --decoded for one JSON object per message")
+    if args.capture != STDIN and Path(args.capture).is_dir():
+        raise UserError(
+            f"{args.capture} is a directory; raw bytes come from a capture",
+            "give the capture file, or add --decoded to follow a dataset's flow",
         )
-        return EXIT_FAILED
+    check_capture(args.capture)
+    from analyzer.progress import capture_progress
+    from reassembly.capture import open_capture
+    from reassembly.engine import Reassembler, capture_damage_events
+    from reassembly.events import Direction, StreamClose, StreamData, StreamGap
+
     wanted = {"c2s": {Direction.C2S}, "s2c": {Direction.S2C}, "both": set(Direction)}[
         args.direction
     ]
     from dissectors.redaction import GatedWriter
 
     out = sys.stdout.buffer if args.keep_secrets else GatedWriter(sys.stdout.buffer)
-    err = Console(stderr=True)
+    err = _stderr_console()
     found = False
     gaps = 0
+    seen: set[int] = set()  # TCP flow ids met, for the hint when the flow is not there
     with open_capture(args.capture) as reader, capture_progress(reader, "follow") as wrap:
         for ev in wrap(Reassembler().process(reader)):
             if isinstance(ev, StreamData | StreamGap) and ev.flow.flow_id == args.flow:
@@ -147,14 +176,18 @@ def cmd_follow(args: argparse.Namespace) -> int:
                     )
                 else:
                     out.write(b"[%d bytes missing]" % ev.nbytes)
-            elif isinstance(ev, StreamClose) and ev.flow.flow_id == args.flow:
-                found = True
-                break
+            elif isinstance(ev, StreamClose):
+                if ev.flow.flow_id == args.flow:
+                    found = True
+                    break
+                seen.add(ev.flow.flow_id)
         damage = capture_damage_events(reader)
     out.flush()
     if not found:
-        err.print(f"[red]no TCP flow {args.flow} in {args.capture}[/] (see `msgcap flows`)")
-        return EXIT_FAILED
+        raise UserError(
+            f"no TCP flow {args.flow} in {args.capture} (TCP flow ids: {flow_ids_text(seen)})",
+            f"list the flows with `msgcap flows {args.capture}`",
+        )
     return EXIT_DEGRADED if gaps or damage else EXIT_CLEAN
 
 
@@ -166,16 +199,6 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more bytes")
     return value
-
-
-def _parse_decode_as(items: list[str]) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for item in items:
-        port, sep, name = item.partition("=")
-        if not sep or not port.isdigit() or not name:
-            raise argparse.ArgumentTypeError(f"--decode-as wants PORT=NAME, got {item!r}")
-        out[int(port)] = name
-    return out
 
 
 def _positive(text: str) -> int:
@@ -198,25 +221,18 @@ def _dissect_one(path: str, out: str, options, show_progress: bool, workers: int
 
 
 def cmd_dissect(args: argparse.Namespace) -> int:
+    _check_captures(args.captures)
+    check_output_dir(args.output)
+    decode_as = parse_decode_as(args.decode_as)
+    if args.keylog:
+        check_keylog(args.keylog)
     from analyzer.pipeline import Options
     from dissectors.registry import discover
 
     registry = discover()
     for origin, why in registry.errors:
-        Console(stderr=True).print(f"[yellow]plugin {origin} not loaded:[/] {why}")
-    try:
-        decode_as = _parse_decode_as(args.decode_as)
-        for name in decode_as.values():
-            registry.get(name)
-    except (argparse.ArgumentTypeError, KeyError) as exc:
-        message = exc.args[0] if exc.args else str(exc)
-        Console(stderr=True).print(f"[red]error:[/] {message}")
-        return EXIT_FAILED
-    if args.keylog and not Path(args.keylog).is_file():
-        Console(stderr=True).print(
-            f"[red]error:[/] key log {args.keylog} not found (give an SSLKEYLOGFILE path)"
-        )
-        return EXIT_FAILED
+        _stderr_console().print(f"[yellow]plugin {origin} not loaded:[/] {why}")
+    check_decode_as(decode_as, registry)
     options = Options(
         payload_cap=args.payload_cap,
         decode_as=decode_as,
@@ -224,28 +240,107 @@ def cmd_dissect(args: argparse.Namespace) -> int:
         keep_secrets=args.keep_secrets,
         keylog=args.keylog,
     )
-    started = time.perf_counter()
-    results = []
-    if args.workers > 1 and len(args.captures) == 1:
-        # one capture: split by flow across the processes (analyzer.parallel)
-        results = [_dissect_one(args.captures[0], args.output, options, True, args.workers)]
-    elif args.workers > 1:
-        # several captures: as many at once, one process each (each capture whole)
-        with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            futures = [
-                pool.submit(_dissect_one, p, args.output, options, False) for p in args.captures
-            ]
-            results = [f.result() for f in futures]
-    else:
-        results = [_dissect_one(p, args.output, options, True) for p in args.captures]
-    elapsed = time.perf_counter() - started
+    out = Path(args.output)
+    created = not out.exists()
+    try:
+        with _stdin_spooled(args.captures) as (captures, spooled):
+            results, elapsed = _dissect_all(captures, args, options)
+            if spooled is not None:
+                _name_stdin_input(out, spooled)
+    except FileExistsError as exc:
+        # the sink words it for Python callers ("pass overwrite=True")
+        message = str(exc.args[0] if exc.args else exc).partition("; pass overwrite")[0]
+        raise UserError(message, "add --overwrite to replace it, or give another -o "
+                        "directory") from None
+    except BaseException:
+        _remove_if_empty(out, created)
+        raise
     manifest = results[-1].manifest
-    print_run_summary(results, manifest, elapsed)
+    if not args.quiet:
+        print_run_summary(results, manifest, elapsed)
     return {"clean": EXIT_CLEAN, "degraded": EXIT_DEGRADED}.get(manifest["status"], EXIT_FAILED)
 
 
+def _dissect_all(captures: list[str], args: argparse.Namespace, options) -> tuple[list, float]:
+    started = time.perf_counter()
+    progress = not args.quiet
+    if args.workers > 1 and len(captures) == 1:
+        # one capture: split by flow across the processes (analyzer.parallel)
+        results = [_dissect_one(captures[0], args.output, options, progress, args.workers)]
+    elif args.workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        # several captures: as many at once, one process each (each capture whole)
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            futures = [
+                pool.submit(_dissect_one, p, args.output, options, False) for p in captures
+            ]
+            results = [f.result() for f in futures]
+    else:
+        results = [_dissect_one(p, args.output, options, progress) for p in captures]
+    return results, time.perf_counter() - started
+
+
+def _remove_if_empty(out: Path, created: bool) -> None:
+    """A run that failed leaves no empty dataset directory it created behind."""
+    if not created or not out.is_dir():
+        return
+    leftovers = [p for p in out.iterdir() if p.name != ".manifest.lock"]
+    if not leftovers:
+        (out / ".manifest.lock").unlink(missing_ok=True)
+        out.rmdir()
+
+
+STDIN_NAME = "-"  # the manifest's input path of a capture read from standard input
+_SPOOL_CHUNK = 1 << 20
+
+
+@contextlib.contextmanager
+def _stdin_spooled(captures: list[str]):
+    """``-`` among the captures: standard input copied, 1 MiB at a time, to a
+    temporary file that stands in for it (removed afterwards).
+
+    Why a file: a dataset's partition is named by the capture's SHA-256, which must be
+    known before the first row is written, and a pipe can be read only once; the copy
+    keeps memory bounded (the disk holds the stream) and gives the same capture id,
+    the same rows and the same manifest hash as the file the stream came from."""
+    if STDIN not in captures:
+        yield captures, None
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="msgcap-stdin-") as tmp:
+        spool = Path(tmp) / "stdin.capture"
+        src = sys.stdin.buffer
+        with open(spool, "wb") as f:
+            while block := src.read(_SPOOL_CHUNK):
+                f.write(block)
+        if spool.stat().st_size == 0:
+            raise UserError("standard input is empty (0 bytes)",
+                            "pipe a capture into it, e.g. tcpdump -w - | msgcap dissect - -o OUT")
+        check_capture(str(spool), shown="standard input")
+        yield [str(spool) if c == STDIN else c for c in captures], str(spool)
+
+
+def _name_stdin_input(out: Path, spool: str) -> None:
+    """The manifest names standard input ``-``, not the temporary copy."""
+    import os
+
+    from analyzer.manifest import MANIFEST_NAME, dumps, read_manifest
+
+    manifest = read_manifest(out)
+    if manifest is None:
+        return
+    for entry in manifest.get("inputs", []):
+        if entry.get("input", {}).get("path") == spool:
+            entry["input"]["path"] = STDIN_NAME
+    tmp = out / f".{MANIFEST_NAME}.stdin.tmp"
+    tmp.write_text(dumps(manifest), encoding="utf-8")
+    os.replace(tmp, out / MANIFEST_NAME)
+
+
 def print_run_summary(results, manifest: dict, elapsed: float) -> None:
-    console = Console(stderr=True)
+    console = _stderr_console()
     rows: Counter = Counter()
     anomalies: Counter = Counter()
     protocols: Counter = Counter()
@@ -262,7 +357,9 @@ def print_run_summary(results, manifest: dict, elapsed: float) -> None:
         ("anomalies by kind", "kind", anomalies),
     ):
         if counts:
-            console.print(_count_table(title, what, counts))
+            print_table(console, title, [what, "count"],
+                        [[name, f"{n:,}"] for name, n in sorted(counts.items())],
+                        right=("count",))
     secs = max(elapsed, 1e-9)
     console.print(
         f"{len(results)} capture(s), {packets:,} packets, {size / 1e6:.1f} MB in {elapsed:.2f} s "
@@ -271,36 +368,26 @@ def print_run_summary(results, manifest: dict, elapsed: float) -> None:
     )
 
 
-def _count_table(title: str, what: str, counts: Counter) -> Table:
-    t = Table(title=title, header_style="bold")
-    t.add_column(what)
-    t.add_column("count", justify="right")
-    for name, n in sorted(counts.items()):
-        t.add_row(name, f"{n:,}")
-    return t
-
-
 def cmd_protocols(args: argparse.Namespace) -> int:
     from dissectors.registry import discover
 
     reg = discover()
-    t = Table(title="dissectors", header_style="bold")
-    for col in ("name", "transport", "ports", "tables", "from"):
-        t.add_column(col)
+    rows = []
     every = {**reg.dissectors, **reg.payload}
     for name in sorted(every):
         d = every[name]
         carried = name in reg.payload
-        t.add_row(
+        rows.append([
             name,
             f"in {'/'.join(d.carriers)}" if carried else d.transport.name.lower(),
             ", ".join(str(p) for p in getattr(d, "default_ports", ())) or "-",
             ", ".join(s.name for s in d.tables),
             reg.origins.get(name, ""),
-        )
-    _wide_console().print(t)
+        ])
+    print_table(out_console(), "dissectors", ["name", "transport", "ports", "tables", "from"],
+                rows)
     for origin, why in reg.errors:
-        Console(stderr=True).print(f"[yellow]plugin {origin} not loaded:[/] {why}")
+        _stderr_console().print(f"[yellow]plugin {origin} not loaded:[/] {why}")
     return EXIT_DEGRADED if reg.errors else EXIT_CLEAN
 
 
@@ -310,22 +397,15 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     specs = {s.name: s for s in tables_for(discover())}
     if args.table and args.table not in specs:
-        Console(stderr=True).print(
-            f"[red]no table {args.table!r}[/] (tables: {', '.join(sorted(specs))})"
-        )
-        return EXIT_FAILED
+        raise UserError(f"no table {args.table!r}",
+                        f"give one of: {', '.join(sorted(specs))} (or none for all)")
+    console = out_console()
     for name in [args.table] if args.table else sorted(specs):
         spec = specs[name]
-        t = Table(
-            title=f"{spec.name} (v{spec.version}): {spec.description}",
-            header_style="bold",
-            title_justify="left",
-        )
-        for col in ("column", "type", "null", "meaning"):
-            t.add_column(col)
-        for f in spec.columns:
-            t.add_row(f.name, str(f.type), "yes" if f.nullable else "no", f.description)
-        _wide_console().print(t)
+        print_table(console, f"{spec.name} (v{spec.version}): {spec.description}",
+                    ["column", "type", "null", "meaning"],
+                    [[f.name, str(f.type), "yes" if f.nullable else "no", f.description]
+                     for f in spec.columns])
     return EXIT_CLEAN
 
 
@@ -347,6 +427,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return run_report(args)
 
 
+CAPTURE_HELP = ("a pcap or pcapng file (gzip/zstd compressed too); - reads one from "
+                "standard input (e.g. tcpdump -w - | msgcap ...)")
+KEYLOG_HELP = ("NSS key log (the SSLKEYLOGFILE a client wrote) with the TLS secrets to decrypt "
+               "TLS over TCP, WebSocket over TLS (wss) and QUIC; a file with no secret line "
+               "is refused at once")
+DECODE_AS_HELP = ("force dissector NAME on a TCP or UDP port, whichever side uses it, like "
+                  "Wireshark's Decode As (repeatable; names: `msgcap protocols`)")
+FLOW_HELP = "flow id, as listed by `msgcap flows CAPTURE` (the `id` column)"
+
+
+def _add_time_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--time", choices=TIME_FORMATS, default="utc", help=TIME_HELP)
+
+
 def _add_view_options(p: argparse.ArgumentParser, decoded: bool = False) -> None:
     """Options shared by summary / follow --decoded / ladder / report."""
     if decoded:
@@ -360,8 +454,9 @@ def _add_view_options(p: argparse.ArgumentParser, decoded: bool = False) -> None
         "--capture", dest="capture_id", metavar="ID",
         help="capture id (prefix) when a dataset holds several captures",
     )
-    p.add_argument("--keylog", metavar="FILE", help="NSS key log for QUIC decryption (captures)")
-    p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME")
+    p.add_argument("--keylog", metavar="FILE", help=KEYLOG_HELP + " (captures only)")
+    p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME",
+                   help=DECODE_AS_HELP + " (captures only)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or notes on stderr")
 
 
@@ -379,9 +474,12 @@ def _add_view_parsers(sub) -> None:
     p = sub.add_parser("ladder", help="arrow diagram of a flow or of one message's path")
     p.add_argument("source", metavar="CAPTURE|DATASET", help=src)
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--flow", type=_non_negative, metavar="ID", help="client ↔ server")
+    which.add_argument("--flow", type=_non_negative, metavar="ID",
+                       help="client ↔ server of this flow (" + FLOW_HELP + ")")
     which.add_argument("--message", type=_non_negative, metavar="RECORD_ID",
                        help="publisher → server → subscribers (NATS, Pulsar)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per arrow (NDJSON) instead of the diagram")
     p.add_argument("--limit", type=int, default=200, metavar="N",
                    help="messages drawn for --flow (0: all; default 200)")
     p.add_argument("--width", type=int, metavar="COLS", help="diagram width (default: terminal)")
@@ -392,7 +490,7 @@ def _add_view_parsers(sub) -> None:
     p.add_argument("source", metavar="DATASET", help=src)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
     p.add_argument("--flow", type=_non_negative, metavar="ID",
-                   help="conversation the sequence diagram opens with")
+                   help="conversation the sequence diagram opens with (" + FLOW_HELP + ")")
     p.add_argument("--title", help="page title")
     _add_view_options(p)
     p.set_defaults(func=cmd_report)
@@ -422,7 +520,7 @@ def _add_spark_parser(sub) -> None:
     p = ssub.add_parser(
         "ingest", parents=[common], help="captures -> the dataset `dissect` writes, on Spark"
     )
-    p.add_argument("captures", nargs="+", metavar="CAPTURE")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="dataset directory")
     p.add_argument(
         "--split-bytes", type=int, default=128 << 20, metavar="N",
@@ -434,16 +532,21 @@ def _add_spark_parser(sub) -> None:
         help="dissect IP pairs that share a server endpoint in one task (default: when "
         "payload dissectors such as STAN are installed; see docs/spark.md)",
     )
-    p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME")
-    p.add_argument("--payload-cap", type=_non_negative, default=4096, metavar="BYTES")
-    p.add_argument("--keylog", metavar="FILE", help="NSS key log for QUIC decryption")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME",
+                   help=DECODE_AS_HELP)
+    p.add_argument("--payload-cap", type=_non_negative, default=4096, metavar="BYTES",
+                   help="payload bytes kept per message (length and SHA-256 always kept)")
+    p.add_argument("--keylog", metavar="FILE", help=KEYLOG_HELP)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a capture already present in OUT")
     p.set_defaults(func=cmd_spark_ingest)
     p = ssub.add_parser(
         "analyze", parents=[common], help="cross-flow analyses of a dataset -> Parquet"
     )
-    p.add_argument("dataset", metavar="DATASET")
-    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("dataset", metavar="DATASET",
+                   help="a dataset directory written by `msgcap dissect` or `spark ingest`")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="directory the analyses' Parquet tables are written to")
     p.add_argument("--only", action="append", metavar="NAME", help="run only these analyses")
     p.set_defaults(func=cmd_spark_analyze)
 
@@ -451,53 +554,95 @@ def _add_spark_parser(sub) -> None:
 def cmd_new_dissector(args: argparse.Namespace) -> int:
     from analyzer.scaffold import ScaffoldError, scaffold
 
+    check_output_dir(args.output, what="the directory msgcap-NAME/ is created in")
     try:
         root = scaffold(args.name, args.transport, args.output)
     except ScaffoldError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
-        return EXIT_FAILED
+        raise UserError(str(exc), "choose another NAME (or -o DIR), or remove what is there"
+                        ) from None
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    console = Console()
-    console.print(f"wrote {root}/: {', '.join(files)}")
-    console.print(f"next: cd {root} && pip install -e . && pytest && msgcap protocols")
+    print(f"wrote {root}/: {', '.join(files)}")
+    print(f"next: cd {root} && pip install -e '.[test]' && pytest && msgcap protocols")
     return EXIT_CLEAN
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with msgcap's error style: the usage, then ``error:`` and ``fix:``."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print_error(message, f"see `{self.prog} --help`")
+        raise SystemExit(EXIT_FAILED)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("msgcap")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version`` without looking the version up unless asked (it costs an import)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import platform
+
+        print(f"msgcap {_version()} (Python {platform.python_version()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="msgcap", description="Forensic analyzer for message-broker packet captures."
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("flows", help="one row per TCP/UDP flow")
-    p.add_argument("captures", nargs="+", metavar="CAPTURE")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help=CAPTURE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    _add_time_option(p)
     p.set_defaults(func=cmd_flows)
 
     p = sub.add_parser("follow", help="write the reassembled bytes of one TCP flow to stdout")
-    p.add_argument("capture", metavar="CAPTURE")
-    p.add_argument("--flow", type=_non_negative, required=True, metavar="FLOW_ID")
-    p.add_argument("--direction", choices=("c2s", "s2c", "both"), default="both")
+    p.add_argument("capture", metavar="CAPTURE",
+                   help=CAPTURE_HELP + "; with --decoded also a dataset directory")
+    p.add_argument("--flow", type=_non_negative, required=True, metavar="FLOW_ID",
+                   help=FLOW_HELP)
+    p.add_argument("--direction", choices=("c2s", "s2c", "both"), default="both",
+                   help="client to server, server to client, or both (default)")
     p.add_argument(
         "--raw",
         action="store_true",
         help="write only captured bytes; list gaps on stderr instead of inline",
     )
+    p.add_argument("--json", action="store_true",
+                   help="with --decoded: one JSON object per message (NDJSON)")
     p.add_argument("--keep-secrets", action="store_true",
                    help="print credentials in the bytes as they are (default: withheld, "
                    "length and SHA-256 kept; see docs/robustness.md)")
+    _add_time_option(p)
     _add_view_options(p, decoded=True)
     p.set_defaults(func=cmd_follow)
 
     p = sub.add_parser("dissect", help="decode captures into a Parquet dataset")
-    p.add_argument("captures", nargs="+", metavar="CAPTURE")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="dataset directory")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help=CAPTURE_HELP)
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="dataset directory (created when missing)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar and no run summary on stderr (errors still)")
     p.add_argument(
         "--decode-as",
         action="append",
         default=[],
         metavar="PORT=NAME",
-        help="force a dissector for a TCP port (repeatable)",
+        help=DECODE_AS_HELP,
     )
     p.add_argument(
         "--payload-cap",
@@ -516,11 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
         "flows to its own part-<k>.parquet (the same rows as one process; compare "
         "sorted by record_id). Several CAPTUREs: N captures at once, one process each",
     )
-    p.add_argument(
-        "--keylog",
-        metavar="FILE",
-        help="NSS key log (SSLKEYLOGFILE format) with TLS secrets, for QUIC decryption",
-    )
+    p.add_argument("--keylog", metavar="FILE", help=KEYLOG_HELP)
     p.add_argument(
         "--overwrite", action="store_true", help="replace a capture already present in OUT"
     )
@@ -539,7 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_protocols)
 
     p = sub.add_parser("schema", help="print the declared columns of the output tables")
-    p.add_argument("table", nargs="?")
+    p.add_argument("table", nargs="?", help="one table (default: every table)")
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser(
@@ -559,13 +700,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INT64_MAX = (1 << 63) - 1  # ids are int64 columns in every table
+
+
+def _check_ids(args: argparse.Namespace) -> None:
+    """An id no table can hold is a user error, not a pyarrow overflow deep inside."""
+    for name in ("flow", "message"):
+        value = getattr(args, name, None)
+        if value is not None and value > INT64_MAX:
+            raise UserError(f"--{name} {value} is beyond the largest id a dataset holds "
+                            f"({INT64_MAX})",
+                            "give an id listed by `msgcap flows` (flow ids) or `msgcap follow "
+                            "--decoded` (record ids)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; user mistakes become ``error:`` + ``fix:`` and exit 2, and a
+    stdout closed by the reader (``| head``) ends the run quietly with exit 0."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
-    except (CaptureFormatError, OSError, FileExistsError) as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
-        return EXIT_FAILED
+        _check_ids(args)
+        from dissectors.redaction import gated_stdout  # no credential leaves by stdout
+
+        with gated_stdout(keep=getattr(args, "keep_secrets", False) is True):
+            return args.func(args)
+    except UserError as exc:
+        return print_user_error(exc)
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_CLEAN
+    except KeyboardInterrupt:
+        print_error("interrupted", "run it again; a dataset being written was not finished")
+        return 130
+    except OSError as exc:
+        if isinstance(getattr(exc, "fix", None), str):  # analyzer.sink.OutputError
+            return print_error(exc.message, exc.fix)
+        where = f" ({exc.filename})" if exc.filename else ""
+        return print_error(f"{exc.strerror or exc}{where}", "check the path and its permissions")
+    except Exception as exc:
+        from reassembly.capture import CaptureFormatError
+
+        if isinstance(exc, CaptureFormatError):
+            return print_error(str(exc), "give a pcap or pcapng capture file")
+        raise
 
 
 if __name__ == "__main__":

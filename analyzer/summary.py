@@ -50,6 +50,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzer.cliutil import (
+    FlexTable,
+    UserError,
+    check_capture,
+    check_decode_as,
+    check_keylog,
+    out_console,
+    parse_decode_as,
+    print_user_error,
+)
+
 __all__ = [
     "DELIVERY_WINDOW_NS",
     "Dataset",
@@ -84,17 +95,6 @@ MESSAGE_KIND = {
 }
 
 
-class UserError(Exception):
-    """A mistake of the user's (bad path, unknown flow, missing key log, ...): shown as
-    one sentence plus the fix, exit code 2, never a traceback."""
-
-    def __init__(self, message: str, fix: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.fix = fix
-
-    def __str__(self) -> str:
-        return f"{self.message}; {self.fix}"
 
 
 # ------------------------------------------------------------------------ dataset access
@@ -228,12 +228,7 @@ def open_source(
     """A dataset for ``path``: a dataset directory as is, or a capture dissected into a
     temporary directory (removed afterwards).  User mistakes raise ``UserError``."""
     p = Path(path)
-    if not p.exists():
-        raise UserError(
-            f"{path} does not exist",
-            "give a capture file (pcap/pcapng) or a dataset directory written by "
-            "`msgcap dissect CAPTURE -o DIR`",
-        )
+    check_capture(path, dataset_ok=True)
     if p.is_file() and p.name == "manifest.json":
         p = p.parent
     if p.is_dir():
@@ -249,33 +244,11 @@ def open_source(
             )
         yield Dataset(p)
         return
-    _check_capture(path)
-    if keylog and not Path(keylog).is_file():
-        raise UserError(
-            f"key log {keylog} not found",
-            "give the SSLKEYLOGFILE the client wrote (NSS key log format) with --keylog",
-        )
+    if keylog:
+        check_keylog(keylog)
     with tempfile.TemporaryDirectory(prefix="msgcap-") as tmp:
         _dissect_into(path, tmp, keylog=keylog, decode_as=decode_as or {}, quiet=quiet)
         yield Dataset(tmp, capture=path)
-
-
-def _check_capture(path: str) -> None:
-    from reassembly.capture import CaptureFormatError, open_capture
-
-    try:
-        with open_capture(path):
-            pass
-    except CaptureFormatError as exc:
-        raise UserError(
-            f"{path} is not a capture msgcap can read ({exc})",
-            "give a pcap/pcapng file (optionally gzip/zstd/lz4), or a dataset directory",
-        ) from None
-    except IsADirectoryError:  # pragma: no cover - directories are handled before
-        raise
-    except OSError as exc:
-        raise UserError(f"{path} cannot be read ({exc.strerror or exc})",
-                        "check the path and its permissions") from None
 
 
 def _dissect_into(path: str, out: str, *, keylog, decode_as, quiet: bool) -> None:
@@ -284,14 +257,7 @@ def _dissect_into(path: str, out: str, *, keylog, decode_as, quiet: bool) -> Non
     from dissectors.registry import discover
 
     registry = discover()
-    for name in decode_as.values():
-        try:
-            registry.get(name)
-        except KeyError:
-            raise UserError(
-                f"--decode-as names an unknown dissector {name!r}",
-                "see `msgcap protocols` for the names",
-            ) from None
+    check_decode_as(decode_as, registry)
     options = Options(decode_as=decode_as, keylog=keylog)
 
     def wrap(reader, events):
@@ -1077,14 +1043,11 @@ def _count_map(m: dict[str, int]) -> str:
 
 def render_summary(s: dict[str, Any], console) -> None:
     """The summary as rich tables on ``console``."""
-    from rich.table import Table
     from rich.text import Text
 
-    def table(title: str, *cols: str, right: Sequence[str] = ()) -> Table:
-        t = Table(title=title, title_justify="left", header_style="bold", title_style="bold")
-        for c in cols:
-            t.add_column(c, justify="right" if c in right else "left", overflow="fold")
-        return t
+    def table(title: str, *cols: str, right: Sequence[str] = ()) -> FlexTable:
+        # values wrap, headers do not; a block per row when the columns cannot fit
+        return FlexTable(title, list(cols), tuple(right))
 
     tot = s["totals"]
     status = s["status"]
@@ -1228,40 +1191,15 @@ def summary_json(s: dict[str, Any]) -> str:
 
 
 def stdout_console(quiet: bool = False):
-    """Console for results on stdout: the whole width on a terminal, 200 columns in a
-    pipe (not rich's 80, which would squeeze the tables); NO_COLOR is honoured by rich."""
-    import sys
-
-    from rich.console import Console
-
-    return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    """Console for results on stdout (``analyzer.cliutil.out_console``: the terminal's
+    width, or a readable one in a pipe; a closed pipe ends the command quietly)."""
+    return out_console()
 
 
 def stderr_console(quiet: bool = False):
     from rich.console import Console
 
     return Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)
-
-
-def print_user_error(exc: UserError) -> int:
-    """One sentence and the fix on stderr; the exit code for a failed run (2)."""
-    from rich.markup import escape
-
-    console = stderr_console()
-    console.print(f"[bold red]error:[/] {escape(exc.message)}")
-    console.print(f"[bold]fix:[/] {escape(exc.fix)}")
-    return 2
-
-
-def parse_decode_as(items: Sequence[str]) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for item in items or ():
-        port, sep, name = item.partition("=")
-        if not sep or not port.isdigit() or not name:
-            raise UserError(f"--decode-as wants PORT=NAME, got {item!r}",
-                            "write it like --decode-as 4222=nats (see `msgcap protocols`)")
-        out[int(port)] = name
-    return out
 
 
 def run_summary(args) -> int:

@@ -12,6 +12,7 @@ request -> reply), so both views and `summary` agree on what belongs together.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ import pyarrow.dataset as pads
 from rich.console import Console
 from rich.text import Text
 
+from analyzer.cliutil import flow_ids_text, format_ts
 from analyzer.summary import (
     MESSAGE_KIND,
     MSGS,
@@ -226,9 +228,11 @@ def flow_info(ds: Dataset, flow_id: int, capture_id: str | None = None) -> dict[
     if capture_id:
         rows = [r for r in rows if r["capture_id"].startswith(capture_id)]
     if not rows:
-        all_flows = ds.read("flows", ["flow_id"])
-        ids = sorted(set(all_flows["flow_id"].to_pylist())) if all_flows is not None else []
-        shown = f"{ids[0]}..{ids[-1]}" if ids else "none"
+        # the ids of the capture(s) the user means, not of the whole dataset
+        all_flows = ds.read("flows", ["capture_id", "flow_id"])
+        pairs = zip(all_flows["capture_id"].to_pylist(), all_flows["flow_id"].to_pylist(),
+                    strict=True) if all_flows is not None else ()
+        shown = flow_ids_text(f for c, f in pairs if not capture_id or c.startswith(capture_id))
         raise UserError(
             f"no flow {flow_id} in {ds.origin}" + (f" capture {capture_id}" if capture_id else "")
             + f" (flow ids: {shown})",
@@ -341,24 +345,46 @@ def flow_title(info: dict) -> str:
     )
 
 
-def render_transcript(info: dict, msgs: list[Msg], console: Console) -> None:
-    """One line per decoded message: time, +seconds, direction, op, key fields, preview."""
+_CLOCK_NOTE = {"utc": "time is UTC", "local": "time is local", "epoch": "time is epoch s",
+               "relative": "time"}
+
+
+def render_transcript(info: dict, msgs: list[Msg], console: Console,
+                      time_mode: str = "utc") -> None:
+    """One line per decoded message: time, +seconds, direction, op, key fields, preview.
+
+    Header lines are not wrapped (a transcript line is as long as its message)."""
     t0 = info["ts_first"]
-    console.print(Text(flow_title(info), style="bold"))
+    console.print(Text(flow_title(info), style="bold"), soft_wrap=True)
     n = sum(1 for m in msgs if not m.anomaly)
-    console.print(Text(f"{n} decoded messages, {len(msgs) - n} anomalies; time is UTC, +s "
-                       "from the flow's first packet; C→S client to server", style="dim"))
+    console.print(Text(f"{n} decoded messages, {len(msgs) - n} anomalies; "
+                       f"{_CLOCK_NOTE.get(time_mode, 'time')}, +s "
+                       "from the flow's first packet; C→S client to server", style="dim"),
+                  soft_wrap=True)
     for m in msgs:
-        _transcript_line(m, t0, console, indent="")
+        _transcript_line(m, t0, console, indent="", time_mode=time_mode)
         for c in m.children:
-            _transcript_line(c, t0, console, indent="  ↳ ")
+            _transcript_line(c, t0, console, indent="  ↳ ", time_mode=time_mode)
 
 
-def _transcript_line(m: Msg, t0: int, console: Console, indent: str) -> None:
-    clock = ts_text(m.ts_ns)[11:-1] if m.ts_ns else "?"
+def _clock(ns: int, time_mode: str) -> str:
+    """The first column of a transcript line: time of day (UTC or local), epoch
+    seconds, or nothing for ``relative`` (the +s column is there already)."""
+    if not ns:
+        return "?"
+    if time_mode == "relative":
+        return ""
+    text = format_ts(ns, time_mode)
+    return text if time_mode == "epoch" else text[11:26]
+
+
+def _transcript_line(m: Msg, t0: int, console: Console, indent: str,
+                     time_mode: str = "utc") -> None:
+    clock = _clock(m.ts_ns, time_mode)
     arrow = {"c2s": "C→S", "s2c": "S→C"}.get(m.direction or "", " · ")
     line = Text(no_wrap=True, overflow="ellipsis")
-    line.append(f"{clock} ", style="dim")
+    if clock:
+        line.append(f"{clock} ", style="dim")
     line.append(f"{(m.ts_ns - t0) / 1e9:+11.6f} ", style="dim")
     line.append(f"{arrow} ", style="cyan" if m.direction == "c2s" else "magenta")
     if m.anomaly:
@@ -398,16 +424,15 @@ def _draw(lanes: list[str], steps: list[Step], console: Console, gutter_title: s
     span = (width - gutter - 2) / max(1, n - 1) if n > 1 else width - gutter - 2
     pos = [gutter + 1 + round(i * span) for i in range(n)]
     head = [" "] * width
-    cell = int(span) - 2 if n > 1 else width - gutter
     title = list(gutter_title.ljust(gutter))
     head[:gutter] = title
-    for i, name in enumerate(lanes):
-        name = name if len(name) <= cell else name[: max(1, cell - 1)] + "…"
-        start = max(gutter, min(width - len(name), pos[i] - len(name) // 2))
-        if i == 0:
-            start = max(gutter, pos[i] - 1)
-        if i == n - 1 and n > 1:
-            start = min(width - len(name), pos[i] - len(name) + 1)
+    spans = _lane_spans(lanes, pos, gutter, width)
+    if spans is None:  # names would overlap or be cut: numbered lanes and a legend
+        tags = [f"[{i + 1}]" for i in range(n)]
+        for tag, name in zip(tags, lanes, strict=True):
+            console.print(Text(f"{tag} {name}", style="bold"), soft_wrap=True)
+        spans = _lane_spans(tags, pos, gutter, width) or []
+    for start, name in spans:
         head[start:start + len(name)] = list(name)
     console.print(Text("".join(head).rstrip(), style="bold"), soft_wrap=True)
     bar = [" "] * width
@@ -440,11 +465,32 @@ def _draw(lanes: list[str], steps: list[Step], console: Console, gutter_title: s
         console.print(text, soft_wrap=True)
 
 
+def _lane_spans(names: list[str], pos: list[int], gutter: int,
+                width: int) -> list[tuple[int, str]] | None:
+    """Where each lane's name starts above its line (the first left-aligned, the last
+    right-aligned, the others centred), or None when two would overlap or one does not
+    fit whole: the ladder then prints a legend rather than fragments of names."""
+    n = len(names)
+    out: list[tuple[int, str]] = []
+    for i, name in enumerate(names):
+        start = max(gutter, min(width - len(name), pos[i] - len(name) // 2))
+        if i == 0:
+            start = max(gutter, pos[i] - 1)
+        if i == n - 1 and n > 1:
+            start = min(width - len(name), pos[i] - len(name) + 1)
+        if start < gutter or start + len(name) > width:
+            return None
+        if out and start <= out[-1][0] + len(out[-1][1]):
+            return None
+        out.append((start, name))
+    return out
+
+
 def render_flow_ladder(info: dict, msgs: list[Msg], console: Console,
                        limit: int = 0, width: int | None = None) -> int:
     """client ↔ server arrows of one flow; returns the number of messages not drawn."""
     t0 = info["ts_first"]
-    console.print(Text(flow_title(info), style="bold"))
+    console.print(Text(flow_title(info), style="bold"), soft_wrap=True)
     client = f"client {_endpoint(info, 'client')}" + (
         f" ({info['client_name']})" if info.get("client_name") else "")
     server = f"server {_endpoint(info, 'server')}"
@@ -745,7 +791,7 @@ def _acks(ack: dict, msg: dict) -> bool:
 
 def render_path_ladder(title: str, lanes: list[str], steps: list[Step], notes: list[str],
                        console: Console, width: int | None = None) -> None:
-    console.print(Text(title, style="bold"))
+    console.print(Text(title, style="bold"), soft_wrap=True)
     _draw(lanes, steps, console, "latency", width)
     for n in notes:
         console.print(Text(n, style="dim"))
@@ -753,6 +799,53 @@ def render_path_ladder(title: str, lanes: list[str], steps: list[Step], notes: l
 
 def flow_has_anomalies(msgs: list[Msg]) -> bool:
     return any(m.anomaly for m in msgs)
+
+
+# ------------------------------------------------------------------------ NDJSON
+
+
+def msg_objects(info: dict, msgs: list[Msg]) -> Iterator[dict[str, Any]]:
+    """One plain-JSON object per message (children after their parent, with its
+    record id in ``parent_record_id``), for `follow --decoded --json` and `ladder
+    --flow --json`: the same facts as a transcript line, none cut short but the
+    payload preview."""
+    t0 = info["ts_first"]
+    ends = {"c2s": ("client", "server"), "s2c": ("server", "client")}
+
+    def obj(m: Msg) -> dict[str, Any]:
+        src, dst = ends.get(m.direction or "", (None, None))
+        return {
+            "capture_id": info["capture_id"], "flow_id": info["flow_id"],
+            "table": m.table, "record_id": m.record_id,
+            "parent_record_id": m.parent_record_id, "ts": ts_text(m.ts_ns),
+            "ts_ns": m.ts_ns, "rel_s": round((m.ts_ns - t0) / 1e9, 9),
+            "direction": m.direction, "from": src, "to": dst, "kind": m.kind,
+            "anomaly": m.anomaly, "fields": dict(m.fields), "preview": m.preview,
+            "frame": m.frame, "offset": m.offset, "stream_id": m.stream_id,
+        }
+
+    for m in msgs:
+        yield obj(m)
+        for c in m.children:
+            yield obj(c)
+
+
+def step_objects(lanes: list[str], steps: list[Step]) -> Iterator[dict[str, Any]]:
+    """One object per arrow of a message's path (`ladder --message --json`)."""
+    for st in steps:
+        yield {"from": lanes[st.src], "to": lanes[st.dst], "label": st.label,
+               "latency": st.gutter.strip(), "latency_ns": st.t_ns, "note": st.note or None}
+
+
+def write_ndjson(objects: Iterator[dict[str, Any]]) -> None:
+    """One JSON object per line on stdout (``jq -c``, ``| head`` and line tools work)."""
+    import json
+    import sys
+
+    out = sys.stdout
+    for o in objects:
+        out.write(json.dumps(o, ensure_ascii=False, default=str) + "\n")
+    out.flush()
 
 
 # ------------------------------------------------------------------------ command line
@@ -771,7 +864,10 @@ def run_follow_decoded(args) -> int:
                 msgs = [m for m in msgs if m.direction in (args.direction, None)]
     except UserError as exc:
         return print_user_error(exc)
-    render_transcript(info, msgs, stdout_console())
+    if getattr(args, "json", False):
+        write_ndjson(msg_objects(info, msgs))
+    else:
+        render_transcript(info, msgs, stdout_console(), getattr(args, "time", "utc"))
     return 1 if flow_has_anomalies(msgs) else 0
 
 
@@ -793,12 +889,19 @@ def run_ladder(args) -> int:
                          decode_as=parse_decode_as(args.decode_as), quiet=args.quiet) as ds:
             if args.message is not None:
                 title, lanes, steps, notes = message_path(ds, args.message, args.capture_id)
-                render_path_ladder(title, lanes, steps, notes, console, width=args.width)
+                if getattr(args, "json", False):
+                    write_ndjson(step_objects(lanes, steps))
+                else:
+                    render_path_ladder(title, lanes, steps, notes, console, width=args.width)
                 return 0
             info = flow_info(ds, args.flow, args.capture_id)
             msgs = flow_messages(ds, info)
     except UserError as exc:
         return print_user_error(exc)
+    if getattr(args, "json", False):
+        shown = msgs if not args.limit else msgs[:args.limit]
+        write_ndjson(msg_objects(info, shown))
+        return 1 if flow_has_anomalies(msgs) else 0
     hidden = render_flow_ladder(info, msgs, console, limit=args.limit, width=args.width)
     if hidden:
         stderr_console(args.quiet).print(

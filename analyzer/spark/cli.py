@@ -5,29 +5,55 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 
-EXIT_CLEAN, EXIT_DEGRADED, EXIT_FAILED = 0, 1, 2
+from analyzer.cliutil import (
+    EXIT_CLEAN,
+    EXIT_DEGRADED,
+    EXIT_FAILED,
+    STDIN,
+    UserError,
+    check_capture,
+    check_decode_as,
+    check_keylog,
+    check_output_dir,
+    parse_decode_as,
+)
+
+
+def _conf(items: list[str]) -> dict:
+    from analyzer.spark.session import parse_conf
+
+    try:
+        return parse_conf(items)
+    except ValueError as exc:
+        raise UserError(str(exc), "write each setting as --conf KEY=VALUE") from None
 
 
 def run_ingest(args: argparse.Namespace) -> int:
-    from analyzer.cli import _parse_decode_as, print_run_summary
+    """Every argument is checked before Spark starts (which takes seconds)."""
+    from analyzer.cli import print_run_summary
+
+    for path in args.captures:
+        if path == STDIN:
+            raise UserError("spark ingest reads files its tasks can open; - (standard "
+                            "input) cannot be split", "save the stream to a file first, or "
+                            "use `msgcap dissect - -o OUT`")
+        check_capture(path)
+    check_output_dir(args.output)
+    decode_as = parse_decode_as(args.decode_as)
+    if args.keylog:
+        check_keylog(args.keylog)
+    conf = _conf(args.conf)
     from analyzer.pipeline import Options
     from analyzer.spark.ingest import ingest
-    from analyzer.spark.session import get_spark, parse_conf
+    from analyzer.spark.session import get_spark
     from dissectors.registry import discover
 
     err = Console(stderr=True)
-    try:
-        decode_as = _parse_decode_as(args.decode_as)
-        registry = discover()
-        for name in decode_as.values():
-            registry.get(name)
-        conf = parse_conf(args.conf)
-    except (argparse.ArgumentTypeError, KeyError, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        return EXIT_FAILED
+    check_decode_as(decode_as, discover())
     options = Options(payload_cap=args.payload_cap, decode_as=decode_as,
                       overwrite=args.overwrite)
     if args.keylog:
@@ -45,17 +71,35 @@ def run_ingest(args: argparse.Namespace) -> int:
     return {"clean": EXIT_CLEAN, "degraded": EXIT_DEGRADED}.get(manifest["status"], EXIT_FAILED)
 
 
-def run_analyze(args: argparse.Namespace) -> int:
-    from analyzer.spark.analyses import ANALYSES, run_all
-    from analyzer.spark.session import get_spark, parse_conf
+def check_dataset(path: str) -> None:
+    """``UserError`` unless ``path`` is a dataset directory (before Spark starts)."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path} does not exist",
+                        "give a dataset directory written by `msgcap dissect CAPTURE -o DIR` "
+                        "or `msgcap spark ingest`")
+    if not p.is_dir():
+        raise UserError(f"{path} is a file, not a dataset directory",
+                        f"dissect it first: `msgcap dissect {path} -o DIR`, then give DIR")
+    if not ((p / "manifest.json").is_file() or (p / "flows").is_dir()):
+        raise UserError(f"{path} is a directory but not a msgcap dataset (no manifest.json, "
+                        "no flows/)", f"create one with `msgcap dissect CAPTURE -o {path}`")
 
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from analyzer.spark.analyses import ANALYSES
+
+    check_dataset(args.dataset)
+    check_output_dir(args.output)
     unknown = [n for n in args.only or [] if n not in ANALYSES]
     if unknown:
-        Console(stderr=True).print(
-            f"[red]error:[/] unknown analyses {unknown} (known: {', '.join(ANALYSES)})"
-        )
-        return EXIT_FAILED
-    spark = get_spark(args.master, parse_conf(args.conf), "msgcap spark analyze")
+        raise UserError(f"unknown analyses {unknown}", f"give --only one of: "
+                        f"{', '.join(ANALYSES)}")
+    conf = _conf(args.conf)
+    from analyzer.spark.analyses import run_all
+    from analyzer.spark.session import get_spark
+
+    spark = get_spark(args.master, conf, "msgcap spark analyze")
     run_all(spark, args.dataset, args.output, names=args.only,
             echo=lambda line: print(line, file=sys.stdout))
     return EXIT_CLEAN

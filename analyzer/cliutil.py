@@ -1,0 +1,369 @@
+"""How every `msgcap` command reports a mistake, ends on a closed pipe, and prints time.
+
+Why one module: each command used to word its failures its own way (bare ``[Errno 2]``
+from some, ``error:`` + ``fix:`` from others) and a closed stdout (``| head``) came out as
+``error: [Errno 32] Broken pipe``.  Every command now raises :class:`UserError` for a
+user's mistake and lets ``analyzer.cli.main`` print it through :func:`print_error`; the
+checks every command needs on its paths (missing, a directory, empty, not a capture,
+``-o`` on a file) live here once.
+
+Kept free of heavy imports (no rich, pyarrow or reassembly at import time): `msgcap
+--help` imports only this module and argparse.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+EXIT_CLEAN, EXIT_DEGRADED, EXIT_FAILED = 0, 1, 2
+STDIN = "-"  # a CAPTURE argument that means standard input
+
+CAPTURE_FIX = (
+    "give a capture file (pcap or pcapng as tcpdump -w, dumpcap or Wireshark write it; "
+    "gzip/zstd compressed too), or - to read one from standard input"
+)
+
+
+class UserError(Exception):
+    """A mistake of the user's (bad path, unknown flow, missing key log, ...): shown as
+    one sentence plus the fix, exit code 2, never a traceback."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.fix}"
+
+
+def print_error(message: str, fix: str) -> int:
+    """``error: ...`` and ``fix: ...`` on stderr; the exit code of a failed run (2).
+
+    Plain text (no markup to escape, nothing to import); red only on a terminal."""
+    red, bold, off = ("\x1b[1;31m", "\x1b[1m", "\x1b[0m") if _colour(sys.stderr) else ("",) * 3
+    try:
+        sys.stderr.write(f"{red}error:{off} {message}\n{bold}fix:{off} {fix}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed too: the exit code still tells
+        pass
+    return EXIT_FAILED
+
+
+def print_user_error(exc: UserError) -> int:
+    return print_error(exc.message, exc.fix)
+
+
+def _colour(stream) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------------ closed stdout
+
+
+def silence_stdout() -> None:
+    """After a ``BrokenPipeError`` on stdout: point fd 1 at /dev/null so that the
+    interpreter's final flush does not print "Exception ignored ... BrokenPipeError".
+
+    Python ignores SIGPIPE (a write to a closed pipe raises ``BrokenPipeError``
+    instead of killing the process), which lets temporary datasets be removed on the
+    way out; this is the other half of the recipe in the `signal` module's docs."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # a captured stdout (tests)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+# ------------------------------------------------------------------------ path checks
+
+
+def check_capture(path: str, *, dataset_ok: bool = False, shown: str | None = None) -> None:
+    """``UserError`` unless ``path`` names a readable capture (or ``-``, stdin).
+
+    ``dataset_ok``: the command also reads a dataset directory; then a directory is the
+    caller's to handle and is not refused here.  ``shown``: the name the user knows the
+    file by (standard input copied to a temporary file)."""
+    if path == STDIN:
+        return
+    p = Path(path)
+    name = shown or path
+    also = ("; or a dataset directory written by `msgcap dissect CAPTURE -o DIR`"
+            if dataset_ok else "")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise UserError(f"{name} does not exist", CAPTURE_FIX + also) from None
+    except OSError as exc:
+        raise UserError(f"{name} cannot be read ({exc.strerror or exc})",
+                        "check the path and its permissions") from None
+    if p.is_dir():
+        if dataset_ok:
+            return
+        raise UserError(
+            f"{name} is a directory, not a capture file",
+            "give one capture file inside it (a shell glob like DIR/*.pcap gives several); "
+            "a dataset directory is read by `msgcap summary`, `ladder`, `report` and "
+            "`follow --decoded`",
+        )
+    if not p.is_file():  # a FIFO (<(tcpdump -w -)) or a device: read it as it comes
+        return
+    if st.st_size == 0:
+        raise UserError(f"{name} is empty (0 bytes)",
+                        "give a capture that holds packets; if tcpdump is still writing "
+                        "it, stop the capture first (or pipe it: tcpdump -w - | msgcap ... -)")
+    from reassembly.capture import CaptureFormatError, open_capture
+
+    try:
+        with open_capture(path, digest=False):
+            pass
+    except CaptureFormatError as exc:
+        detail = str(exc).removeprefix(f"{path}: ")
+        if _looks_like_text(p):
+            detail += ", and it looks like text"
+        raise UserError(f"{name} is not a capture msgcap can read ({detail})",
+                        CAPTURE_FIX + also) from None
+    except OSError as exc:
+        raise UserError(f"{name} cannot be read ({exc.strerror or exc})",
+                        "check the path and its permissions") from None
+
+
+def _looks_like_text(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return bool(head) and all(b in b"\t\n\r\f" or 0x20 <= b < 0x7F or b >= 0x80 for b in head)
+
+
+def check_output_dir(path: str, flag: str = "-o", what: str = "a dataset directory") -> None:
+    """``UserError`` when ``path`` exists and is not a directory (``what`` goes there)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UserError(
+            f"{flag} {path} is a file; the output is {what}",
+            f"give {flag} a directory (created when missing), e.g. {flag} {p.with_suffix('')}"
+            f"-out",
+        )
+    parent = p.parent
+    if not p.exists() and parent.exists() and not parent.is_dir():
+        raise UserError(f"{flag} {path}: {parent} is a file, not a directory",
+                        f"give {flag} a path inside a directory")
+
+
+def check_output_file(path: str, flag: str = "-o") -> None:
+    """``UserError`` when a file cannot be written at ``path`` (a directory, no parent)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{flag} {path} is a directory; a file is written there",
+                        f"give {flag} a file name, e.g. {flag} {p / 'report.html'}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"{flag} {path}: the directory {parent} does not exist",
+                        f"create it first (mkdir -p {parent}) or write elsewhere")
+
+
+def parse_decode_as(items: list[str] | None) -> dict[int, str]:
+    """``--decode-as PORT=NAME`` (repeatable) as {port: dissector name}."""
+    out: dict[int, str] = {}
+    for item in items or ():
+        port, sep, name = item.partition("=")
+        if not sep or not port.isdigit() or not name or not 0 < int(port) < 65536:
+            raise UserError(f"--decode-as wants PORT=NAME, got {item!r}",
+                            "write it like --decode-as 4222=nats (a TCP or UDP port from 1 "
+                            "to 65535; names: `msgcap protocols`)")
+        out[int(port)] = name
+    return out
+
+
+def check_decode_as(decode_as: dict[int, str], registry) -> None:
+    """Every ``--decode-as`` name is a dissector of ``registry``."""
+    for port, name in decode_as.items():
+        try:
+            registry.get(name)
+        except KeyError:
+            known = ", ".join(sorted(registry.dissectors))
+            raise UserError(f"--decode-as {port}={name} names an unknown dissector {name!r}",
+                            f"use one of: {known} (see `msgcap protocols`)") from None
+
+
+def check_keylog(path: str) -> None:
+    """A key log that gives no secret at all is said at once, naming the file and how
+    many of its lines parsed (before, a text file was accepted silently and only a
+    ``quic.keylog`` anomaly hinted at it, even on a TLS capture)."""
+    p = Path(path)
+    if not p.is_file():
+        what = "is a directory, not a file" if p.is_dir() else "not found"
+        raise UserError(f"key log {path} {what}",
+                        "give --keylog the SSLKEYLOGFILE the client wrote (NSS key log format)")
+    from reassembly.quic.keylog import KeyLog
+
+    try:
+        log = KeyLog.from_file(p)
+    except OSError as exc:
+        raise UserError(f"key log {path} cannot be read ({exc.strerror or exc})",
+                        "check the path and its permissions") from None
+    if log.lines == 0:
+        raise UserError(
+            f"key log {path}: 0 secret lines parsed ({log.bad_lines} other line(s) not in "
+            "the NSS key log format)",
+            "give the file SSLKEYLOGFILE pointed at when the client ran: lines like "
+            "CLIENT_RANDOM <64 hex> <96 hex> or CLIENT_TRAFFIC_SECRET_0 <64 hex> <hex>",
+        )
+
+
+def flow_ids_text(ids) -> str:
+    """``0..5`` for consecutive ids, else the first few; "none" for no flows."""
+    ids = sorted(set(ids))
+    if not ids:
+        return "none"
+    if ids[-1] - ids[0] + 1 == len(ids):
+        return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])
+    shown = ", ".join(str(i) for i in ids[:8])
+    return shown + (f", … ({len(ids)} flows, up to {ids[-1]})" if len(ids) > 8 else "")
+
+
+# ------------------------------------------------------------------------ time
+
+
+TIME_FORMATS = ("utc", "local", "epoch", "relative")
+TIME_HELP = ("how times are printed: utc (default), local (this machine's zone), epoch "
+             "(seconds since 1970), relative (seconds since the first packet shown)")
+
+
+def format_ts(ns: int | None, mode: str = "utc", t0_ns: int | None = None) -> str:
+    """One timestamp in the chosen ``--time`` format (microsecond precision)."""
+    if ns is None:
+        return "-"
+    if mode == "epoch":
+        return f"{ns // 1_000_000_000}.{ns % 1_000_000_000 // 1000:06d}"
+    if mode == "relative":
+        return f"{(ns - (t0_ns if t0_ns is not None else ns)) / 1e9:+.6f}"
+    dt = datetime.fromtimestamp(ns // 1000 / 1e6, UTC)
+    if mode == "local":
+        return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S.%f%z")
+    return dt.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def time_label(mode: str) -> str:
+    """The column header of a time in ``mode``."""
+    return {"utc": "UTC", "local": "local", "epoch": "epoch s",
+            "relative": "+s"}.get(mode, mode)
+
+
+# ------------------------------------------------------------------------ output width
+
+
+PIPE_WIDTH = 100  # columns of a table written to a pipe or file (not 200: diffs, mail)
+
+
+def stdout_width() -> int | None:
+    """Terminal width on a terminal (rich measures it); in a pipe ``COLUMNS``, else the
+    width of the terminal the command was typed in (``msgcap flows X | less``), else
+    :data:`PIPE_WIDTH`, so that piped output is not 160-190 columns wide."""
+    if sys.stdout.isatty():
+        return None
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    for fd in (2, 0):
+        try:
+            return os.get_terminal_size(fd).columns
+        except OSError:
+            continue
+    return PIPE_WIDTH
+
+
+_OUT_CLASS = None
+
+
+def out_console(**kwargs):
+    """A rich Console on stdout whose closed pipe raises ``BrokenPipeError`` (handled
+    once, quietly, in ``analyzer.cli.main``) instead of rich's own ``SystemExit(1)``,
+    which would say "degraded" for ``| head``.  Width: :func:`stdout_width`."""
+    global _OUT_CLASS
+    if _OUT_CLASS is None:
+        from rich.console import Console
+
+        class _Out(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                raise BrokenPipeError
+
+        _OUT_CLASS = _Out
+    kwargs.setdefault("width", stdout_width())
+    kwargs.setdefault("highlight", False)
+    return _OUT_CLASS(**kwargs)
+
+
+def _longest_word(text: str) -> int:
+    return max((len(w) for w in text.split()), default=0)
+
+
+class FlexTable:
+    """A table that degrades at narrow widths: values wrap, headers never break; when
+    the headers (or the longest word of a column) cannot fit side by side, each row is
+    printed as a block of ``header: value`` lines instead (the "narrow form", like
+    ``psql``'s expanded display).  Printed with ``console.print(table)`` like a rich
+    ``Table``; the choice is made at the width of the console it is printed on."""
+
+    def __init__(self, title: str | None, headers: list[str], right: tuple[str, ...] = ()):
+        self.title = title
+        self.headers = list(headers)
+        self.right = right
+        self.rows: list[list[str]] = []
+
+    def add_row(self, *values: str) -> None:
+        self.rows.append([str(v) for v in values])
+
+    def fits(self, width: int) -> bool:
+        need = [max(len(h), *(_longest_word(r[i]) for r in self.rows)) if self.rows
+                else len(h) for i, h in enumerate(self.headers)]
+        return sum(need) + 3 * len(self.headers) + 1 <= width
+
+    def __rich_console__(self, console, options):
+        from rich.table import Table
+        from rich.text import Text
+
+        if not self.fits(options.max_width):
+            if self.title:
+                yield Text(self.title, style="bold")
+            pad = max(len(h) for h in self.headers)
+            for n, r in enumerate(self.rows):
+                if n:
+                    yield Text("")
+                for h, v in zip(self.headers, r, strict=True):
+                    line = Text(f"{h:>{pad}}: ", style="dim")
+                    line.append(v)
+                    yield line
+            return
+        t = Table(title=self.title, title_justify="left", header_style="bold",
+                  title_style="bold")
+        for h in self.headers:
+            t.add_column(h, justify="right" if h in self.right else "left", min_width=len(h),
+                         overflow="fold")
+        for r in self.rows:
+            t.add_row(*r)
+        yield t
+
+
+def print_table(console, title: str | None, headers: list[str], rows: list[list[str]],
+                right: tuple[str, ...] = ()) -> None:
+    """Print ``rows`` as a :class:`FlexTable`."""
+    t = FlexTable(title, headers, right)
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
