@@ -28,16 +28,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TextIO, TypeVar
 
 __all__ = [
     "NATS_CONNECT_SECRETS",
     "GatedWriter",
     "LineGate",
     "fold_name",
+    "gated_stdout",
     "go_unquote",
     "keeping_secrets",
     "marker",
@@ -259,8 +261,8 @@ def redact_json_text(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) 
 # Stems that make a member name a possible credential (nats-server client, route, leaf
 # node and gateway CONNECTs: pass, auth_token, jwt, sig, nkey; others for plugins' JSON).
 SECRET_STEMS: tuple[str, ...] = (
-    "pass", "pwd", "token", "jwt", "sig", "nkey", "key", "secret", "auth", "cred",
-    "bearer", "cookie", "session",
+    "pass", "pwd", "token", "jwt", "sig", "nkey", "apikey", "privatekey", "secret", "auth",
+    "cred", "bearer",
 )
 # Tails of the credential names: what is left of a key when a capture starts inside it.
 _TAILS: frozenset[str] = frozenset(
@@ -376,7 +378,8 @@ def may_be_secret_key(raw: bytes) -> bool:
 _T_STR, _T_PUNCT, _T_WORD = 0, 1, 2
 _WS_B = frozenset(b" \t\r\n\x0b\x0c")
 _PUNCT_B = frozenset(b"{}[]:,")
-_LITERALS = frozenset({b"true", b"false", b"null"})  # nothing to hide in these
+# nothing to hide in these (Go will not put a number into a string credential field)
+_NUMBER = re.compile(rb"true|false|null|-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
 def _byte_tokens(data: bytes, in_string: bool) -> list[tuple[int, int, int, bool]]:
@@ -462,9 +465,8 @@ def _value_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
             spans.append((va, end, data[va:end]))
             k = m + 1
             continue
-        if vk == _T_WORD and data[va:vb] not in _LITERALS and not data[va:vb].startswith(
-            _MARKER_BYTES
-        ):
+        word = data[va:vb]
+        if vk == _T_WORD and not _NUMBER.fullmatch(word) and not word.startswith(_MARKER_BYTES):
             spans.append((va, vb, data[va:vb]))
         k += 3
     return spans
@@ -535,7 +537,8 @@ def redact_bytes(data: bytes) -> bytes:
         lines = data.splitlines(keepends=True)  # hold neither quote nor brace
         out = [redact_bytes(line) for line in lines]
         return data if all(a is b for a, b in zip(out, lines, strict=True)) else b"".join(out)
-    spans = _value_spans(data, False) + _value_spans(data, True) + _connect_spans(data)
+    whole = _connect_spans(data)
+    spans = _value_spans(data, False) + _value_spans(data, True) + whole
     if not spans:
         return data
     spans.sort(key=lambda s: (s[0], -s[1]))
@@ -547,9 +550,12 @@ def redact_bytes(data: bytes) -> bytes:
         if start < pos:  # overlaps what is already withheld: withhold the rest too
             start, value = pos, data[pos:end]
         parts.append(data[pos:start])
-        quoted = data[start : start + 1] == b'"'
         mark = marker(value).encode()
-        parts.append(b'"' + mark + b'"' if quoted else mark)
+        # a value becomes a JSON string (JSON stays JSON); a withheld CONNECT argument not
+        if data[start : start + 1] in (b"{", b"[") and (start, end, value) in whole:
+            parts.append(mark)
+        else:
+            parts.append(b'"' + mark + b'"')
         pos = end
     parts.append(data[pos:])
     return b"".join(parts)
@@ -615,3 +621,50 @@ class GatedWriter:
     def flush(self) -> None:
         self._file.write(self._gate.flush())
         self._file.flush()
+
+
+class _GatedText:
+    """``sys.stdout`` behind a ``LineGate`` (text in, text out; other attributes are the
+    real stream's, so rich still sees the terminal)."""
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self._gate = LineGate()
+
+    def write(self, text: str) -> int:
+        out = self._gate.feed(text.encode("utf-8", "surrogateescape"))
+        if out:
+            self._file.write(out.decode("utf-8", "surrogateescape"))
+        return len(text)
+
+    def flush(self) -> None:
+        out = self._gate.flush()
+        if out:
+            self._file.write(out.decode("utf-8", "surrogateescape"))
+        self._file.flush()
+
+    @property
+    def buffer(self) -> BinaryIO:  # raw bytes (msgcap follow gates them itself)
+        self.flush()
+        return self._file.buffer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+@contextmanager
+def gated_stdout(keep: bool = False) -> Iterator[None]:
+    """Every text a command prints on stdout passes the gate (``analyzer.cli.main``: the
+    views, ``--json``, messages); ``keep`` (``--keep-secrets``) leaves stdout alone."""
+    if keep or _KEEP.get():
+        yield
+        return
+    real = sys.stdout
+    gated = _GatedText(real)
+    sys.stdout = gated  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        with suppress(BrokenPipeError, ValueError):  # a closed pipe or stream: nothing to say
+            gated.flush()

@@ -33,6 +33,7 @@ from analyzer.summary import (
     nats_request_reply,
     ts_text,
 )
+from dissectors.redaction import redact_text
 
 __all__ = ["PLOT_IDS", "build_report"]
 
@@ -172,7 +173,7 @@ def _anomalies_table(s: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{_esc(a['kind'])}</td><td class='num'>{a['count']:,}</td>"
         f"<td>{_esc(a['example']['capture_id'])} flow {_esc(a['example']['flow_id'])} frame "
-        f"{_esc(a['example']['frame'])}: {_esc(a['example']['detail'])}</td></tr>"
+        f"{_esc(a['example']['frame'])}: {_esc(redact_text(a['example']['detail']))}</td></tr>"
         for a in an["by_kind"]
     )
     return ("<table class='facts'><tr><th>kind</th><th>count</th><th>first example</th></tr>"
