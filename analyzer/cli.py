@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 # interpreter (rich, pyarrow, the reassembly and dissectors are imported by the
 # command that needs them; tests/analyzer/test_cli_startup.py checks it).
 from analyzer.cliutil import (
+    CAPTURE_FIX,
     EXIT_CLEAN,
     EXIT_DEGRADED,
     EXIT_FAILED,
@@ -717,8 +718,8 @@ def _check_ids(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; user mistakes become ``error:`` + ``fix:`` and exit 2, and a
     stdout closed by the reader (``| head``) ends the run quietly with exit 0."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # --help into a closed pipe too
         _check_ids(args)
         from dissectors.redaction import gated_stdout  # no credential leaves by stdout
 
@@ -740,8 +741,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         from reassembly.capture import CaptureFormatError
 
-        if isinstance(exc, CaptureFormatError):
-            return print_error(str(exc), "give a pcap or pcapng capture file")
+        if isinstance(exc, CaptureFormatError):  # "-" read as it came (flows, follow)
+            message = str(exc)
+            if message.startswith(f"{STDIN}: "):
+                message = "standard input: " + message.removeprefix(f"{STDIN}: ")
+            return print_error(message, CAPTURE_FIX)
         raise
 
 

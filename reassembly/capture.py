@@ -35,6 +35,11 @@ MAX_RECORD = 64 << 20
 MIN_CAPLEN_LIMIT = 262144
 
 
+# The capture path that means standard input, and the device it is opened through.
+STDIN = "-"
+STDIN_DEVICE = "/dev/stdin"
+
+
 class CaptureFormatError(Exception):
     """The file is not a capture at all (empty, or unknown magic bytes)."""
 
@@ -165,7 +170,9 @@ def open_capture(path: str | os.PathLike[str], *, digest: bool = True) -> Captur
     from .pcapng import SHB_MAGIC, PcapngReader
 
     spath = os.fspath(path)
-    source = ByteSource(spath, digest)
+    # "-": standard input, read as it arrives (a pipe from `tcpdump -w -`), CHUNK bytes
+    # at a time like any file; the digest is of the bytes read, file_size stays 0
+    source = ByteSource(STDIN_DEVICE if spath == STDIN else spath, digest)
     try:
         head = source.read_at_least(max(CHUNK, 64), CHUNK)
         if not head:
