@@ -71,3 +71,12 @@ class Limits:
     # (a decompression bomb is cut there: the rest of the message becomes a gap).
     ws_max_handshake_bytes: int = 16 * 1024
     ws_max_inflated_bytes: int = 64 * 1024 * 1024
+    # Decompression ratio: once a direction has inflated more than
+    # ``ws_inflate_ratio_floor_bytes``, its output may not exceed this many times the
+    # compressed bytes fed in.  Real text compresses 3-20x; a bomb (``\r\n`` runs) ~1000x.
+    # Past it the direction is given up (``limit.websocket_inflate``, the rest gaps).
+    ws_max_inflate_ratio: int = 200
+    ws_inflate_ratio_floor_bytes: int = 1024 * 1024
+    # Bytes all WebSocket decompression of a run may produce (a per-run budget: many
+    # flows each under the per-message cap still cannot add up to hours of parsing).
+    ws_max_inflated_total_bytes: int = 1024 * 1024 * 1024

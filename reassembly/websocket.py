@@ -21,7 +21,10 @@ Strategy (sans-IO, after wsproto; one ``_Conn`` per WebSocket flow):
   first frame has RSV1 set is inflated (raw DEFLATE, the ``00 00 ff ff`` tail added at
   the message end), with the sliding window kept across messages unless the
   ``*_no_context_takeover`` parameter of that direction was agreed.  One message may
-  inflate to ``Limits.ws_max_inflated_bytes`` at most: the rest is cut (a gap).
+  inflate to ``Limits.ws_max_inflated_bytes`` at most: the rest is cut (a gap).  A
+  direction whose output outgrows ``ws_max_inflate_ratio`` times its compressed input
+  (past a floor), or a run whose inflaters together pass ``ws_max_inflated_total_bytes``,
+  stops decompressing: a bomb of ``\\r\\n`` (1 KB → 1 MiB) costs the bound, not minutes.
 * **Loss.**  A gap inside an uncompressed frame's payload becomes a gap of the same
   size in the message stream and reading goes on.  A gap in a frame header, or across
   frames, loses the framing; a gap in a compressed message loses the inflate window
@@ -118,6 +121,7 @@ class _Side:
         "direction", "mode", "out_off", "hdr", "hdr_off", "hdr_ts", "hdr_frame", "remaining",
         "mask", "mask_pos", "opcode", "fin", "control", "msg_op", "msg_deflate", "inflater",
         "inflated", "no_context", "skip_msg", "masked_reported", "frames", "messages",
+        "deflate_in", "deflate_out",
     )
 
     def __init__(self, direction: Direction) -> None:
@@ -143,6 +147,10 @@ class _Side:
         self.masked_reported = False
         self.frames = 0
         self.messages = 0
+        # compressed bytes fed to / inflated bytes taken from the inflater, all messages
+        # of this direction: the decompression ratio bound (Limits.ws_max_inflate_ratio)
+        self.deflate_in = 0
+        self.deflate_out = 0
 
 
 class _Conn:
@@ -173,6 +181,8 @@ class WebSocketLayer:
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
         self.counters = {"connections": 0, "frames": 0}
+        # bytes all inflaters of this run produced (Limits.ws_max_inflated_total_bytes)
+        self.inflated_total = 0
 
     def process(self, events: Iterable[Event]) -> Iterator[Event]:
         out = self._out
@@ -497,13 +507,42 @@ class WebSocketLayer:
                  out: bytearray) -> None:
         if side.inflater is None:
             side.inflater = zlib.decompressobj(-15)
-        cap = self.limits.ws_max_inflated_bytes
+        lim = self.limits
+        cap = lim.ws_max_inflated_bytes
         room = cap - side.inflated
+        # never ask for more output than the ratio and the run's budget allow: the work
+        # of a bomb stops at the bound, not after it
+        side.deflate_in += len(chunk)
+        by_ratio = max(lim.ws_inflate_ratio_floor_bytes,
+                       lim.ws_max_inflate_ratio * side.deflate_in) - side.deflate_out
+        by_run = lim.ws_max_inflated_total_bytes - self.inflated_total
+        bound = min(room, by_ratio, by_run)
         try:
-            got = side.inflater.decompress(chunk, room + 1)
+            got = side.inflater.decompress(chunk, max(bound, 0) + 1)
         except zlib.error as exc:
             self._inflate_lost(conn, side, f"permessage-deflate data does not inflate ({exc})",
                                ev, out)
+            return
+        side.deflate_out += len(got)
+        self.inflated_total += len(got)
+        if len(got) > bound and bound < room:
+            got = got[: max(bound, 0)]
+            out += got
+            side.inflated += len(got)
+            if by_ratio <= by_run:
+                why = (f"inflates more than {lim.ws_max_inflate_ratio} times its "
+                       f"{side.deflate_in} compressed bytes (limit ws_max_inflate_ratio, past "
+                       f"{lim.ws_inflate_ratio_floor_bytes} bytes)")
+            else:
+                why = (f"would take the run past {lim.ws_max_inflated_total_bytes} inflated "
+                       "bytes (limit ws_max_inflated_total_bytes)")
+            self._anomaly(conn, side, "limit.websocket_inflate",
+                          f"{side.direction.short} permessage-deflate data {why}; "
+                          "decompression stops and the rest of this direction is not read",
+                          ev.ts_first_ns, ev.frame_first, side.hdr_off)
+            side.inflater = None
+            side.skip_msg = True
+            self._lost(conn, side, "decompression was cut", ev, out)
             return
         if len(got) > room:
             got = got[:room]
