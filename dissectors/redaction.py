@@ -249,6 +249,8 @@ def redact_json_text(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) 
 #    a tail of a credential name (``ss`` of a ``pass`` cut by the capture's start).  Text
 #    that may start inside a string is also read with the opposite quote parity, and the
 #    union of both readings is withheld.
+# 3. On a line, everything up to a ``}`` or ``]`` that closes nothing opened before it is
+#    withheld: it is the tail of a JSON text cut at its start, maybe inside a password.
 # 2. The argument of a CONNECT-like op (``CONNECT``, a piece of it such as ``CONNEC`` or
 #    ``NECT``, a near miss such as ``CONECT``, or any other op but INFO followed by ``{``)
 #    that is not one complete, well-formed JSON object on its line is withheld whole, up
@@ -472,6 +474,24 @@ def _value_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
     return spans
 
 
+def _tail_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
+    """Rule 3: a ``}``/``]`` that closes nothing opened on this line ends the tail of a
+    JSON text whose start was cut off (a capture starting inside a CONNECT's value): all
+    before it is withheld, since the key that would tell is gone."""
+    depth, end = 0, -1
+    for kind, a, _b, _closed in _byte_tokens(data, in_string):
+        if kind == _T_PUNCT:
+            c = data[a]
+            if c in b"{[":
+                depth += 1
+            elif c in b"}]":
+                if depth == 0:
+                    end = a + 1
+                else:
+                    depth -= 1
+    return [(0, end, data[:end])] if end > 0 else []
+
+
 def _complete_object_end(data: bytes, start: int, stop: int) -> int:
     """End of the JSON object that opens at ``start`` if it closes before ``stop`` with
     every string closed and a plausible member structure; else -1."""
@@ -538,7 +558,8 @@ def redact_bytes(data: bytes) -> bytes:
         out = [redact_bytes(line) for line in lines]
         return data if all(a is b for a, b in zip(out, lines, strict=True)) else b"".join(out)
     whole = _connect_spans(data)
-    spans = _value_spans(data, False) + _value_spans(data, True) + whole
+    spans = (_value_spans(data, False) + _value_spans(data, True) + whole
+             + _tail_spans(data, False) + _tail_spans(data, True))
     if not spans:
         return data
     spans.sort(key=lambda s: (s[0], -s[1]))
