@@ -73,16 +73,37 @@ def _check_captures(paths: list[str]) -> None:
 
 
 def cmd_flows(args: argparse.Namespace) -> int:
-    from analyzer.flowsummary import iter_flow_rows
+    _check_captures(args.captures)
+    decode_as = parse_decode_as(args.decode_as)
+    if args.keylog:
+        check_keylog(args.keylog)
+    from analyzer.flowsummary import iter_decoded_flow_rows, iter_flow_rows
     from analyzer.progress import capture_progress
     from reassembly.capture import open_capture
 
-    _check_captures(args.captures)
+    if args.transport_only:
+        if decode_as or args.keylog:
+            raise UserError("--transport-only decodes nothing, so --decode-as and --keylog "
+                            "have no effect with it", "drop one or the other")
+
+        def rows_of(reader, anomalies, wrap):
+            return iter_flow_rows(reader, anomalies=anomalies, wrap=wrap)
+    else:
+        from analyzer.pipeline import Options
+        from dissectors.registry import discover
+
+        registry = discover()
+        check_decode_as(decode_as, registry)
+        options = Options(decode_as=decode_as, keylog=args.keylog)
+
+        def rows_of(reader, anomalies, wrap):
+            return iter_decoded_flow_rows(reader, registry, options, anomalies, wrap)
+
     rows: list[dict] = []
     anomalies: list[Anomaly] = []
     for path in args.captures:
         with open_capture(path) as reader, capture_progress(reader, "flows") as wrap:
-            for row in iter_flow_rows(reader, anomalies=anomalies, wrap=wrap):
+            for row in rows_of(reader, anomalies, wrap):
                 if len(args.captures) > 1:
                     row = {"capture": str(path), **row}
                 rows.append(row)
@@ -103,7 +124,9 @@ def cmd_flows(args: argparse.Namespace) -> int:
 def _print_flows(rows: list[dict], time_mode: str = "utc") -> None:
     several = bool(rows) and "capture" in rows[0]
     t0 = min((r["ts_first_ns"] for r in rows), default=None)
-    headers = [*(["capture"] if several else []), "id", "transport", "client", "server",
+    decoded = bool(rows) and "protocol" in rows[0]
+    headers = [*(["capture"] if several else []), "id", "transport",
+               *(["protocol"] if decoded else []), "client", "server",
                f"first packet ({time_label(time_mode)})", "secs", "pkts c/s",
                "stream bytes c/s", "gap bytes c/s", "conflicts", "roles by"]
     table = []
@@ -112,6 +135,7 @@ def _print_flows(rows: list[dict], time_mode: str = "utc") -> None:
             *([r["capture"]] if several else []),
             str(r["flow_id"]),
             r["transport"],
+            *([_protocol_text(r)] if decoded else []),
             f"{r['client_ip']}:{r['client_port']}",
             f"{r['server_ip']}:{r['server_port']}",
             format_ts(r["ts_first_ns"], time_mode, t0),
@@ -124,6 +148,18 @@ def _print_flows(rows: list[dict], time_mode: str = "utc") -> None:
         ])
     right = ("id", "secs", "pkts c/s", "stream bytes c/s", "gap bytes c/s", "conflicts")
     print_table(out_console(), f"{len(rows)} flows", headers, table, right=right)
+
+
+def _protocol_text(row: dict) -> str:
+    """``nats``, ``nats over websocket/tls``, ``tls (encrypted)``, ``-`` (unclaimed)."""
+    layers = [x for x in row.get("layers") or [] if x != row.get("protocol")]
+    name = row.get("protocol") or "-"
+    if not layers:
+        return name
+    under = "/".join(reversed(layers)).replace("tls-encrypted", "tls")
+    if name == "tls" and layers == ["tls-encrypted"]:
+        return "tls (encrypted)"
+    return f"{name} over {under}"
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
@@ -608,6 +644,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flows", help="one row per TCP/UDP flow")
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help=CAPTURE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    p.add_argument("--transport-only", action="store_true",
+                   help="skip the application protocol (reassembly only: faster on large "
+                   "captures)")
+    p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME",
+                   help=DECODE_AS_HELP)
+    p.add_argument("--keylog", metavar="FILE", help=KEYLOG_HELP)
     _add_time_option(p)
     p.set_defaults(func=cmd_flows)
 

@@ -309,6 +309,9 @@ def out_console(**kwargs):
     return _OUT_CLASS(**kwargs)
 
 
+FOLD_AFTER = 16  # a longer word in a table cell (a subject, a path) is folded, not kept whole
+
+
 def _longest_word(text: str) -> int:
     return max((len(w) for w in text.split()), default=0)
 
@@ -330,8 +333,10 @@ class FlexTable:
         self.rows.append([str(v) for v in values])
 
     def fits(self, width: int) -> bool:
-        need = [max(len(h), *(_longest_word(r[i]) for r in self.rows)) if self.rows
-                else len(h) for i, h in enumerate(self.headers)]
+        """Headers whole side by side, and room for a value's word up to
+        :data:`FOLD_AFTER` characters (longer ones are folded across lines)."""
+        need = [max(len(h), *(min(FOLD_AFTER, _longest_word(r[i])) for r in self.rows))
+                if self.rows else len(h) for i, h in enumerate(self.headers)]
         return sum(need) + 3 * len(self.headers) + 1 <= width
 
     def __rich_console__(self, console, options):

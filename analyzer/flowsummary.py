@@ -54,3 +54,61 @@ def iter_flow_rows(
             anomalies.append(ev)
     if anomalies is not None:
         anomalies.extend(capture_damage_events(reader))
+
+
+class _FlowRowSink:
+    """The writer a ``CaptureDissection`` needs, keeping only its ``flows`` rows (as
+    :func:`flow_row` dicts plus ``protocol`` and ``layers``) and dropping every other
+    row: `msgcap flows` shows the protocol `dissect` would record without writing a
+    dataset.  No ``write_batch``: the compiled fast path (which builds Arrow batches)
+    stays off, the sessions' rows are dropped as they come."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def write_rows(self, spec, rows) -> None:
+        if spec.name != "flows":
+            return
+        for row in rows:
+            out = dict(row)
+            out["ts_first_ns"] = out.pop("ts_first")
+            out["ts_last_ns"] = out.pop("ts_last")
+            out.pop("capture_id", None)
+            self.rows.append(out)
+
+    def take(self) -> list[dict]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def abort(self) -> None:
+        pass
+
+
+def iter_decoded_flow_rows(
+    reader: CaptureReader,
+    registry,
+    options,
+    anomalies: list | None = None,
+    wrap: Callable[[Iterable], Iterable] = lambda it: it,
+) -> Iterator[dict]:
+    """Like :func:`iter_flow_rows`, with the application protocol (``protocol``, None
+    when nobody claimed the flow) and the ``layers`` under it (TLS, WebSocket) decided
+    exactly as `msgcap dissect` decides them: the same detection, ``--decode-as`` and
+    key log, through ``analyzer.pipeline.CaptureDissection``."""
+    from analyzer.pipeline import CaptureDissection
+    from reassembly.engine import capture_events
+    from reassembly.quic.keylog import KeyLog
+
+    sink = _FlowRowSink()
+    job = CaptureDissection("", sink, registry, options)
+    keylog = KeyLog.from_file(options.keylog) if options.keylog else None
+    for ev in wrap(capture_events(reader, options.limits, keylog)):
+        job.handle(ev)
+        if anomalies is not None and isinstance(ev, Anomaly):
+            anomalies.append(ev)
+        if sink.rows:
+            yield from sink.take()
+    job.finish()
+    yield from sink.take()
