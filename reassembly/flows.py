@@ -43,9 +43,30 @@ from reassembly.events import (
 from reassembly.limits import Limits
 from reassembly.tcp import TcpHalfStream, TcpHalfTracker
 
-_TCP_HDR = struct.Struct("!HHIIBB")  # sport, dport, seq, ack, data offset, flags
+_TCP_HDR = struct.Struct("!HHIIBBH")  # sport, dport, seq, ack, data offset, flags, window
 _UDP_HDR = struct.Struct("!HH")
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+# Window scale shift assumed when the handshake was not captured (RFC 7323 allows up to
+# 14): the most lenient reading of a window, so the window rule never rejects real data.
+UNKNOWN_WSCALE = 14
+
+
+def _wscale_option(options: bytes) -> int | None:
+    """The window scale shift in a SYN's options (RFC 7323 §2.2), None if absent."""
+    i = 0
+    while i < len(options):
+        kind = options[i]
+        if kind == 0:
+            break
+        if kind == 1:
+            i += 1
+            continue
+        if i + 1 >= len(options) or options[i + 1] < 2:
+            break
+        if kind == 3 and options[i + 1] == 3 and i + 2 < len(options):
+            return min(options[i + 2], 14)
+        i += options[i + 1]
+    return None
 
 # Ports on which a server listens, taken as proof of the server side when no handshake
 # was captured.  Ephemeral ports are never in here.
@@ -78,7 +99,7 @@ class _Tcp:
     """Per-connection TCP state: two half streams plus close bookkeeping.  A flow not
     ``owned`` (another process reassembles it) has two ``TcpHalfTracker`` objects."""
 
-    __slots__ = ("info", "halves", "fin", "rst", "closing", "owned")
+    __slots__ = ("info", "halves", "fin", "rst", "closing", "owned", "wscale")
 
     def __init__(
         self, info: FlowInfo, limits: Limits, emit: Callable[[Event], None], owned: bool = True
@@ -96,6 +117,18 @@ class _Tcp:
         self.fin = [False, False]
         self.rst = False
         self.closing = False
+        # window scale shift each direction announced in its SYN (None: no option)
+        self.wscale: list[int | None] = [None, None]
+
+    def window_bytes(self, direction: Direction, window: int, syn: bool) -> int:
+        """A window field in bytes: scaled once both SYNs carried the option (RFC 7323),
+        never in a SYN itself; unknown scaling (no handshake seen) is read leniently."""
+        if syn:
+            return window
+        if not all(h.syn_seen for h in self.halves):
+            return window << UNKNOWN_WSCALE
+        shift = self.wscale[direction]
+        return window << shift if shift is not None and None not in self.wscale else window
 
 
 class FlowTable:
@@ -259,7 +292,7 @@ class FlowTable:
         if len(payload) < 20:
             self._bad_tcp(f"TCP header truncated to {len(payload)} bytes", ts_ns, frame)
             return
-        sport, dport, seq, ack, doff, flags = _TCP_HDR.unpack_from(payload)
+        sport, dport, seq, ack, doff, flags, window = _TCP_HDR.unpack_from(payload)
         hlen = (doff >> 4) * 4
         if hlen < 20 or (hlen > len(payload) and not missing):
             self._bad_tcp(f"TCP data offset {hlen} invalid for {len(payload)} bytes", ts_ns, frame)
@@ -290,9 +323,11 @@ class FlowTable:
         mine, peer = conn.halves[direction], conn.halves[1 - direction]
         if flags & SYN:
             mine.set_isn(seq)
+            conn.wscale[direction] = _wscale_option(payload[20:hlen])
             seq = (seq + 1) % (1 << 32)
         if flags & ACK:
             peer.on_ack(ack, ts_ns, frame)
+            peer.on_window(ack, conn.window_bytes(direction, window, bool(flags & SYN)))
         if data:
             if not mine.syn_seen:
                 info.mid_stream[direction] = True

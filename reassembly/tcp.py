@@ -26,6 +26,14 @@ from reassembly.limits import Limits, OverlapPolicy
 
 _MOD = 1 << 32
 _HALF = 1 << 31
+# Window rule: data may start this far past the receiver's advertised right edge (or a
+# whole window further, when the window is larger) before it is out of window -- room
+# for window updates the capture missed.  Out-of-window anomalies show this many bytes.
+OOW_SLACK_BYTES = 64 * 1024
+OOW_SHOWN_BYTES = 256
+# Out-of-window segments held per direction until a later ACK may vindicate them; past
+# it the oldest is reported (and dropped) at once.
+OOW_HELD_SEGMENTS = 16
 
 
 class _Piece:
@@ -62,6 +70,9 @@ class TcpHalfStream:
         "ref_off",
         "stream_id",
         "kind_prefix",
+        "win_edge",
+        "win_size",
+        "held",
     )
 
     def __init__(
@@ -94,6 +105,11 @@ class TcpHalfStream:
         self.started = False  # any data or SYN placed yet
         self.syn_seen = False
         self.ref_off = 0  # end of the most recently placed segment: unwrapping reference
+        # receiver's window: right edge (offset) of the largest window it advertised and
+        # the size of its latest one; None until the peer sent an ACK with a window
+        self.win_edge: int | None = None
+        self.win_size = 0
+        self.held: list[_Piece] = []  # out-of-window segments awaiting an ACK or the end
 
     # -- sequence space ---------------------------------------------------------------
     # ``base``, ``started`` and ``syn_seen`` are read by the flow table (port reuse,
@@ -135,6 +151,53 @@ class TcpHalfStream:
         if self.pieces and self.pieces[0].start <= off and self.next_off < self.pieces[0].start:
             self._flush_hole(self.pieces[0].start, ts_ns, frame, "acked-unseen")
 
+    def on_window(self, ack: int, window_bytes: int) -> None:
+        """The peer (our receiver) acknowledged up to ``ack`` and advertised a window
+        of ``window_bytes`` (already scaled): we may not send past ``ack + window``.
+        Segments held as out of window that this window (or ACK) now covers were
+        accepted after all (a capture that missed packets): they are placed."""
+        if self.base is None:
+            return
+        edge = self._unwrap(ack) + window_bytes
+        if self.win_edge is None or edge > self.win_edge:
+            self.win_edge = edge
+        self.win_size = window_bytes
+        if self.held:
+            held, self.held = self.held, []
+            for p in held:
+                if self._far_beyond(p.start):
+                    self.held.append(p)
+                else:
+                    self.place(p.start, p.data, p.ts_ns, p.frame)
+
+    def _far_beyond(self, off: int) -> bool:
+        """Window rule (docs/transport.md): data starting more than one window (at least
+        ``OOW_SLACK_BYTES``) beyond the right edge of the largest window the receiver
+        advertised cannot have been accepted -- unless a later ACK or window says it
+        was.  Until the receiver advertised a window nothing is judged."""
+        edge = self.win_edge
+        return edge is not None and off > edge + max(self.win_size, OOW_SLACK_BYTES)
+
+    def _out_of_window(self, p: _Piece) -> None:
+        """Report a segment set aside as out of window, with its bytes."""
+        shown = p.data[:OOW_SHOWN_BYTES].hex()
+        more = "..." if len(p.data) > OOW_SHOWN_BYTES else ""
+        self.emit(
+            Anomaly(
+                f"{self.kind_prefix}.out_of_window",
+                f"{len(p.data)} bytes at offset {p.start} start {p.start - self.win_edge} "  # type: ignore[operator]
+                f"bytes beyond the receiver's window (ACK + window reach offset "
+                f"{self.win_edge}) and no later ACK or window covered them; set aside, not "
+                f"placed: {shown}{more}",
+                p.ts_ns,
+                p.frame,
+                self.flow,
+                self.direction,
+                p.start,
+                len(p.data),
+            )
+        )
+
     def on_cut(self, end_seq: int) -> None:
         """The snaplen cut a segment that ends at ``end_seq``: those bytes were sent, so
         the stream reaches at least that far (a tail the capture never shows becomes a
@@ -159,7 +222,14 @@ class TcpHalfStream:
             return
         if self.base is None:
             self.base = seq
-        self.place(self._unwrap(seq), data, ts_ns, frame)
+        off = self._unwrap(seq)
+        if self._far_beyond(off):
+            # held until an ACK or window covers it (then placed) or the stream ends
+            self.held.append(_Piece(off, data, ts_ns, frame))
+            if len(self.held) > OOW_HELD_SEGMENTS:
+                self._out_of_window(self.held.pop(0))
+            return
+        self.place(off, data, ts_ns, frame)
 
     def place(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
         """Put bytes at an absolute stream offset (QUIC streams call this directly)."""
@@ -281,7 +351,11 @@ class TcpHalfStream:
             self._flush_hole(self.pieces[0].start, ts_ns, frame, "reorder-limit")
 
     def finish(self, ts_ns: int, frame: int) -> None:
-        """End of stream: every remaining hole is a gap; then the tail we know was sent."""
+        """End of stream: every remaining hole is a gap; then the tail we know was sent.
+        Segments still held as out of window were never vindicated: reported."""
+        for p in self.held:
+            self._out_of_window(p)
+        self.held.clear()
         while self.pieces:
             self._flush_hole(self.pieces[0].start, ts_ns, frame, "end-of-stream")
         end = self.fin_off if self.fin_off is not None else self.acked_off
@@ -385,6 +459,9 @@ class TcpHalfTracker:
             self.base = ack
 
     def on_cut(self, end_seq: int) -> None:
+        pass
+
+    def on_window(self, ack: int, window_bytes: int) -> None:
         pass
 
     def on_fin(self, seq: int, data_len: int) -> None:

@@ -122,11 +122,14 @@ def test_wrapping_ftp_transfer_with_huge_gaps():
     assert len(data) == 1 and data[0].gap_bytes[1] > 5_000_000_000  # a 5.4 GB file, cut down
 
 
-def test_out_of_window_segment_is_a_gap_then_data():
+def test_out_of_window_segment_is_set_aside_not_placed():
+    # issue 18 bug 4: 100,000 bytes past a 256-byte window, never acknowledged
     r = reassemble(
         CAPTURES / "suricata-verify/firewall/tcp-session-stream-out-of-window/input.pcap"
     )
-    assert r.stream("192.0.2.10:43210", "198.51.100.5:80") == b"[100000 bytes missing]OOW_PAYLOAD"
+    assert r.stream("192.0.2.10:43210", "198.51.100.5:80") == b""
+    (oow,) = [a for a in r.anomalies if a.kind == "tcp.out_of_window"]
+    assert (oow.offset, oow.nbytes) == (100_000, 11) and oow.detail.endswith(b"OOW_PAYLOAD".hex())
 
 
 def test_ip_fragments_feed_tcp():

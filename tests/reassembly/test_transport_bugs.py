@@ -13,6 +13,9 @@ from tests.tls.helpers import events as tls_events
 
 CAPTURES = SHARED / "captures"
 CRAFTED = SHARED / "crafted"
+PUB1 = b"PUB a 5\r\nhello\r\n"
+PUB2 = b"PUB b 5\r\nworld\r\n"
+INFO = b'INFO {"server_id":"crafted"}\r\n'
 
 
 def _kinds(r) -> list[str]:
@@ -45,3 +48,29 @@ def test_bug2_tls13_hello_retry_request_is_decrypted():
     data = b"".join(e.data for e in evs if isinstance(e, StreamData) and e.direction == 0)
     assert data == b"PUB hrr.test 5\r\nhello\r\n"
     assert not [e for e in evs if isinstance(e, Anomaly)]
+
+
+def _crafted(name: str):
+    return reassemble(CRAFTED / name)
+
+
+def test_bug4_one_out_of_window_segment_does_not_move_the_stream():
+    """A 200-byte segment at ISN + 2^31 - 100, far beyond the window the server
+    advertised and never acknowledged, is set aside with its bytes; the PUBs around it
+    stay contiguous (the old code reported 4,294,967,096 gap bytes)."""
+    r = _crafted("tcp-out-of-window.pcap")
+    (flow,) = r.flows
+    assert r.stream("10.18.0.1:40018", "10.18.0.2:4222") == PUB1 + PUB2
+    assert (flow.stream_bytes[0], flow.gap_bytes[0]) == (32, 0)
+    (oow,) = [a for a in r.anomalies if a.kind == "tcp.out_of_window"]
+    assert (oow.offset, oow.nbytes, oow.frame) == ((1 << 31) - 101, 200, 6)
+    assert oow.detail.endswith("58" * 200)  # the bytes themselves, in hex
+
+
+def test_bug4_data_beyond_the_window_that_a_later_ack_covers_is_placed():
+    """zeek/ftp/bigtransfer.pcap captured one segment every few hundred MB: each lies
+    far beyond the last window seen, and the receiver's next ACK vindicates it."""
+    r = reassemble(CAPTURES / "zeek/ftp/bigtransfer.pcap")
+    assert "tcp.out_of_window" not in _kinds(r)
+    flow = next(f for f in r.flows if f.client.port == 59764)
+    assert (flow.stream_bytes[1], flow.gap_bytes[1]) == (23_822, 5_416_642_848)

@@ -117,8 +117,121 @@ def tls13_hello_retry(out: Path) -> None:
     wrpcap(str(out), conn.packets)
 
 
+PUB1 = b"PUB a 5\r\nhello\r\n"
+PUB2 = b"PUB b 5\r\nworld\r\n"
+INFO = b'INFO {"server_id":"crafted"}\r\n'
+
+
+def out_of_window(out: Path) -> None:
+    """Bug 4: one 200-byte segment at ISN + 2^31 - 100, far outside the server's
+    window, between two in-order PUBs the server acknowledges."""
+    c = Conn()
+    c.handshake()
+    c.send("c", "PA", PUB1)
+    c.send("s", "A")
+    c.send("c", "PA", b"X" * 200, seq=1000 + (1 << 31) - 100, advance=False)
+    c.send("s", "A")
+    c.send("c", "PA", PUB2)
+    c.send("s", "A")
+    c.close()
+    wrpcap(str(out), c.packets)
+
+
+def second_synack(out: Path) -> None:
+    """Bug 5: the server answers the SYN twice with different ISNs (5000, then 3000);
+    its data follows the first."""
+    c = Conn()
+    c.send("c", "S")
+    c.send("s", "SA")
+    c.send("s", "SA", seq=3000, advance=False)
+    c.send("c", "A")
+    c.send("s", "PA", INFO)
+    c.send("c", "PA", PUB1)
+    c.send("s", "A")
+    c.close()
+    wrpcap(str(out), c.packets)
+
+
+def second_synack_data_follows_it(out: Path) -> None:
+    """Bug 5, other order: the data follows the second SYN-ACK's ISN (3000), below the
+    first one's (5000)."""
+    c = Conn()
+    c.send("c", "S")
+    c.send("s", "SA")
+    c.send("s", "SA", seq=3000)
+    c.send("c", "A")
+    c.send("s", "PA", INFO)
+    c.send("c", "PA", PUB1)
+    c.send("s", "A")
+    c.close()
+    wrpcap(str(out), c.packets)
+
+
+def data_after_rst_fin(out: Path) -> None:
+    """Bug 6: two connections.  In the first the client resets, then a PUB still comes
+    from it; in the second the client sends FIN, then a PUB after the FIN's sequence
+    number."""
+    a = Conn(cport=40061)
+    a.handshake()
+    a.send("c", "PA", PUB1)
+    a.send("s", "A")
+    a.send("c", "R", advance=False)
+    a.send("c", "PA", PUB2)
+    b = Conn(cport=40062)
+    b.t = a.t
+    b.handshake()
+    b.send("c", "PA", PUB1)
+    b.send("s", "A")
+    b.send("c", "FA")
+    b.send("s", "A")
+    b.send("c", "PA", PUB2)
+    b.send("s", "FA")
+    b.send("c", "A")
+    wrpcap(str(out), sorted(a.packets + b.packets, key=lambda p: p.time))
+
+
+def keepalive_zero_window(out: Path) -> None:
+    """Bug 7: a Windows keepalive (1 byte 0x00 at snd.nxt - 1) after the client's PUB,
+    then the server closes its window, the client sends a zero-window probe (the next
+    byte), and the rest once the window opens again."""
+    c = Conn()
+    c.handshake()
+    c.send("c", "PA", PUB1)
+    c.send("s", "A")
+    c.send("c", "A", b"\x00", seq=c.nxt["c"] - 1, advance=False, gap_s=45.0)
+    c.send("s", "A")
+    c.send("s", "A", window=0)
+    c.send("c", "A", PUB2[:1], advance=False)
+    c.send("s", "A", window=0)
+    c.send("s", "A")
+    c.send("c", "PA", PUB2)
+    c.send("s", "A")
+    c.close()
+    wrpcap(str(out), c.packets)
+
+
+def idle_continuation(out: Path) -> None:
+    """Bug 3: a connection idle for 400 s (more than the 300 s TCP idle timeout) whose
+    sequence numbers then simply continue; the server ACKs only after the pause."""
+    c = Conn()
+    c.handshake()
+    c.send("s", "PA", INFO)
+    c.send("c", "PA", PUB1)
+    c.send("s", "A")
+    c.send("c", "PA", PUB2, gap_s=400.0)
+    c.send("s", "A")
+    c.close()
+    wrpcap(str(out), c.packets)
+
+
 CAPTURES: dict[str, Callable[[Path], None]] = {
     "tls13-hello-retry.pcap": tls13_hello_retry,
+    "tcp-out-of-window.pcap": out_of_window,
+    "tcp-second-synack.pcap": second_synack,
+    "tcp-second-synack-data-follows-it.pcap": second_synack_data_follows_it,
+    "tcp-data-after-rst-fin.pcap": data_after_rst_fin,
+    "tcp-keepalive-zero-window.pcap": keepalive_zero_window,
+    "tcp-idle-continuation.pcap": idle_continuation,
 }
 
 
