@@ -238,6 +238,15 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _memory_size(text: str) -> int:
+    from reassembly.limits import parse_memory_size
+
+    try:
+        return parse_memory_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -270,12 +279,16 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     for origin, why in registry.errors:
         _stderr_console().print(f"[yellow]plugin {origin} not loaded:[/] {why}")
     check_decode_as(decode_as, registry)
+    from reassembly.limits import Limits
+
     options = Options(
         payload_cap=args.payload_cap,
         decode_as=decode_as,
         overwrite=args.overwrite,
         keep_secrets=args.keep_secrets,
         keylog=args.keylog,
+        limits=Limits() if args.memory_limit is None else Limits(
+            memory_limit_bytes=args.memory_limit),
     )
     out = Path(args.output)
     created = not out.exists()
@@ -589,10 +602,17 @@ def _add_spark_parser(sub) -> None:
 
 
 def cmd_new_dissector(args: argparse.Namespace) -> int:
-    from analyzer.scaffold import ScaffoldError, scaffold
+    from analyzer.scaffold import ScaffoldError, normalize_name, scaffold, taken_names
 
     check_output_dir(args.output, what="the directory msgcap-NAME/ is created in")
     try:
+        norm = normalize_name(args.name)
+        if norm in taken_names():
+            raise UserError(
+                f"{norm!r} is already a dissector or table of this msgcap (`msgcap protocols`, "
+                "`msgcap schema`): a plugin of that name would clash with it",
+                f"choose another name, e.g. `msgcap new-dissector {norm}_custom`",
+            )
         root = scaffold(args.name, args.transport, args.output)
     except ScaffoldError as exc:
         raise UserError(str(exc), "choose another NAME (or -o DIR), or remove what is there"
@@ -713,6 +733,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep credentials (NATS CONNECT pass, auth_token, jwt, sig, nkey) in the "
         "tables; by default each is replaced by its length and SHA-256",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=_memory_size,
+        default=None,
+        metavar="SIZE",
+        help="what reassembly may hold at once (reorder buffers, fragments, flows, "
+        "decompressors), e.g. 256M or 1G, per process; reached, the oldest holders are "
+        "flushed or evicted with a limit.memory anomaly (default 128M: a run peaks "
+        "under ~400 MB; 0: no budget)",
     )
     p.set_defaults(func=cmd_dissect)
 

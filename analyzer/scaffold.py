@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["TRANSPORTS", "ScaffoldError", "normalize_name", "scaffold"]
+__all__ = ["TRANSPORTS", "ScaffoldError", "normalize_name", "scaffold", "taken_names"]
 
 TRANSPORTS = ("tcp", "udp", "nats-payload")
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,40}\Z")
@@ -40,6 +40,19 @@ def normalize_name(name: str) -> str:
     if norm in ("flows", "anomalies"):
         raise ScaffoldError(f"{norm!r} is the name of a core msgcap table")
     return norm
+
+
+def taken_names() -> set[str]:
+    """Names a new dissector must not take: the installed dissectors' (built-in and
+    plugins) and every table they declare, plus the core tables.  A plugin named
+    ``nats`` would be refused by the registry (two dissectors, one name) and its table
+    would mix with the built-in ``nats`` table in every dataset."""
+    from analyzer.pipeline import tables_for
+    from dissectors.registry import discover
+
+    reg = discover()
+    return ({*reg.dissectors, *reg.payload} | {t.name for t in tables_for(reg)}
+            | {"flows", "anomalies"})
 
 
 def scaffold(name: str, transport: str = "tcp", out_dir: str | Path = ".") -> Path:
@@ -86,6 +99,11 @@ readme = "README.md"
 requires-python = ">=3.11"
 dependencies = ["msgcap>=0.1"]
 
+# What the tests need beyond msgcap itself: `pip install -e '.[test]'` (a runtime-only
+# environment has no pytest, and the next-step hint of `msgcap new-dissector` runs it).
+[project.optional-dependencies]
+test = ["pytest>=8"]
+
 # This is how msgcap finds the dissector: NAME = "module:Class".
 [project.entry-points."msgcap.dissectors"]
 __NAME__ = "msgcap___NAME__:__CLASS__Dissector"
@@ -120,7 +138,7 @@ need.  Everything it imports comes from `dissectors.api`, msgcap's versioned plu
 ## Use
 
 ```sh
-pip install -e .                 # registers the msgcap.dissectors entry point
+pip install -e '.[test]'         # registers the msgcap.dissectors entry point (+ pytest)
 msgcap protocols                 # lists "__NAME__"
 msgcap dissect capture.pcap -o out/
 msgcap schema __NAME__           # the table's columns
@@ -472,7 +490,7 @@ _SESSION = {"tcp": _SESSION_TCP, "udp": _SESSION_UDP}
 _TEST_HEAD = '''
 """Tests for the __NAME__ dissector: byte literals first, then a tiny capture.
 
-Run ``pip install -e .`` once: the capture test runs ``msgcap dissect``, which finds the
+Run ``pip install -e '.[test]'`` once: the capture test runs ``msgcap dissect``, which finds the
 dissector through its entry point like any installed plugin.
 """
 
@@ -552,7 +570,7 @@ def test_never_raises() -> None:
 
 def test_tiny_capture(tmp_path) -> None:
     names = {ep.name for ep in entry_points(group="msgcap.dissectors")}
-    assert "__NAME__" in names, "install the plugin first: pip install -e ."
+    assert "__NAME__" in names, "install the plugin first: pip install -e '.[test]'"
     pcap = write_pcap(tmp_path / "tiny.pcap", [PcapFlow(CONVERSATION, DEFAULT_PORT)])
     run = dissect_with_cli(pcap, tmp_path / "out")
     assert run.returncode == 0, run.stderr
@@ -617,7 +635,7 @@ def test_never_raises() -> None:
 
 def test_tiny_capture(tmp_path) -> None:
     names = {ep.name for ep in entry_points(group="msgcap.dissectors")}
-    assert "__NAME__" in names, "install the plugin first: pip install -e ."
+    assert "__NAME__" in names, "install the plugin first: pip install -e '.[test]'"
     pcap = write_pcap(tmp_path / "tiny.pcap",
                       [PcapFlow(CONVERSATION, DEFAULT_PORT, transport="udp")])
     run = dissect_with_cli(pcap, tmp_path / "out")
@@ -670,7 +688,7 @@ def nats_pub(subject: str, payload: bytes) -> bytes:
 
 def test_tiny_capture(tmp_path) -> None:
     names = {ep.name for ep in entry_points(group="msgcap.dissectors")}
-    assert "__NAME__" in names, "install the plugin first: pip install -e ."
+    assert "__NAME__" in names, "install the plugin first: pip install -e '.[test]'"
     script = [
         Data(S, b'INFO {"server_id":"x","version":"2.10.0","max_payload":1048576}\\r\\n'),
         Data(C, b'CONNECT {"verbose":false}\\r\\n'
