@@ -249,7 +249,7 @@ def redact_json_text(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) 
 #    a tail of a credential name (``ss`` of a ``pass`` cut by the capture's start).  Text
 #    that may start inside a string is also read with the opposite quote parity, and the
 #    union of both readings is withheld.
-# 3. On a line, everything up to a ``}`` or ``]`` that closes nothing opened before it is
+# 3. On a line, everything up to a ``"}`` or ``"]`` that closes nothing opened before it is
 #    withheld: it is the tail of a JSON text cut at its start, maybe inside a password.
 # 2. The argument of a CONNECT-like op (``CONNECT``, a piece of it such as ``CONNEC`` or
 #    ``NECT``, a near miss such as ``CONECT``, or any other op but INFO followed by ``{``)
@@ -475,20 +475,22 @@ def _value_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
 
 
 def _tail_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
-    """Rule 3: a ``}``/``]`` that closes nothing opened on this line ends the tail of a
-    JSON text whose start was cut off (a capture starting inside a CONNECT's value): all
-    before it is withheld, since the key that would tell is gone."""
+    """Rule 3: a ``}``/``]`` right after a string that closes nothing opened on this line
+    ends the tail of a JSON text whose start was cut off (a capture starting inside a
+    CONNECT's value): all before it is withheld, since the key that would tell is gone."""
     depth, end = 0, -1
+    prev = _T_PUNCT
     for kind, a, _b, _closed in _byte_tokens(data, in_string):
         if kind == _T_PUNCT:
             c = data[a]
             if c in b"{[":
                 depth += 1
             elif c in b"}]":
-                if depth == 0:
+                if depth == 0 and prev == _T_STR:  # '"}': a string value closed the text
                     end = a + 1
-                else:
+                elif depth:
                     depth -= 1
+        prev = kind
     return [(0, end, data[:end])] if end > 0 else []
 
 

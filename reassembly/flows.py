@@ -322,7 +322,7 @@ class FlowTable:
 
         mine, peer = conn.halves[direction], conn.halves[1 - direction]
         if flags & SYN:
-            mine.set_isn(seq)
+            mine.set_isn(seq, ts_ns, frame)
             conn.wscale[direction] = _wscale_option(payload[20:hlen])
             seq = (seq + 1) % (1 << 32)
         if flags & ACK:

@@ -73,6 +73,8 @@ class TcpHalfStream:
         "win_edge",
         "win_size",
         "held",
+        "alt_base",
+        "had_data",
     )
 
     def __init__(
@@ -110,18 +112,36 @@ class TcpHalfStream:
         self.win_edge: int | None = None
         self.win_size = 0
         self.held: list[_Piece] = []  # out-of-window segments awaiting an ACK or the end
+        self.alt_base: int | None = None  # ISN + 1 of a conflicting second SYN
+        self.had_data = False  # a segment reached offset 0 or beyond (placed or held)
 
     # -- sequence space ---------------------------------------------------------------
     # ``base``, ``started`` and ``syn_seen`` are read by the flow table (port reuse,
     # mid-stream): ``TcpHalfTracker`` below keeps exactly them for flows it does not
     # reassemble, and must follow any change made here.
 
-    def set_isn(self, isn: int) -> None:
-        """The SYN fixes offset 0 at ISN + 1 (unless data was already placed)."""
+    def set_isn(self, isn: int, ts_ns: int = 0, frame: int = 0) -> None:
+        """The SYN fixes offset 0 at ISN + 1 (unless data was already placed).  A later
+        SYN with another ISN does not move it: it is reported, and remembered in case
+        this direction's first data follows it instead (``on_segment``)."""
+        first = self.syn_seen
         self.syn_seen = True
         if not self.started:
             self.base = (isn + 1) % _MOD
             self.started = True
+        elif first and (isn + 1) % _MOD != self.base:
+            self.alt_base = (isn + 1) % _MOD
+            self.emit(
+                Anomaly(
+                    f"{self.kind_prefix}.isn_conflict",
+                    f"a second SYN with ISN {isn} conflicts with the first handshake's ISN "
+                    f"{(self.base - 1) % _MOD}; the first is kept",  # type: ignore[operator]
+                    ts_ns,
+                    frame,
+                    self.flow,
+                    self.direction,
+                )
+            )
 
     def _unwrap(self, seq: int) -> int:
         rel = (seq - self.base) % _MOD  # type: ignore[operator]
@@ -223,6 +243,10 @@ class TcpHalfStream:
         if self.base is None:
             self.base = seq
         off = self._unwrap(seq)
+        if self.alt_base is not None:
+            off = self._rebase_to_conflicting_isn(seq, off, ts_ns, frame)
+        if off + len(data) > 0:
+            self.had_data = True
         if self._far_beyond(off):
             # held until an ACK or window covers it (then placed) or the stream ends
             self.held.append(_Piece(off, data, ts_ns, frame))
@@ -230,6 +254,34 @@ class TcpHalfStream:
                 self._out_of_window(self.held.pop(0))
             return
         self.place(off, data, ts_ns, frame)
+
+    def _rebase_to_conflicting_isn(self, seq: int, off: int, ts_ns: int, frame: int) -> int:
+        """The first data of a direction that saw two SYNs with different ISNs: if it
+        follows the conflicting ISN better (it would precede the first ISN, or start
+        closer to the other), that handshake was the real one and offsets count from
+        it -- the data is kept, not dropped as preceding the stream."""
+        alt, self.alt_base = self.alt_base, None
+        if self.had_data:
+            return off
+        alt_off = (seq - alt) % _MOD  # type: ignore[operator]
+        if not (off < 0 or alt_off < off) or alt_off >= _HALF:
+            return off
+        self.emit(
+            Anomaly(
+                f"{self.kind_prefix}.isn_conflict",
+                f"the first data follows the conflicting ISN {(alt - 1) % _MOD}, not the first "  # type: ignore[operator]
+                f"handshake's; stream offsets count from it",
+                ts_ns,
+                frame,
+                self.flow,
+                self.direction,
+                0,
+            )
+        )
+        self.base = alt
+        self.ref_off = 0
+        self.acked_off = self.win_edge = None
+        return alt_off
 
     def place(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
         """Put bytes at an absolute stream offset (QUIC streams call this directly)."""
@@ -441,18 +493,23 @@ class TcpHalfTracker:
     a new connection), ``started`` (which decides whether a SYN moves ``base``) and
     ``syn_seen`` (mid-stream direction).  Same methods as ``TcpHalfStream``."""
 
-    __slots__ = ("base", "started", "syn_seen")
+    __slots__ = ("base", "started", "syn_seen", "alt_base", "had_data")
 
     def __init__(self) -> None:
         self.base: int | None = None
         self.started = False
         self.syn_seen = False
+        self.alt_base: int | None = None
+        self.had_data = False
 
-    def set_isn(self, isn: int) -> None:
+    def set_isn(self, isn: int, ts_ns: int = 0, frame: int = 0) -> None:
+        first = self.syn_seen
         self.syn_seen = True
         if not self.started:
             self.base = (isn + 1) % _MOD
             self.started = True
+        elif first and (isn + 1) % _MOD != self.base:
+            self.alt_base = (isn + 1) % _MOD
 
     def on_ack(self, ack: int, ts_ns: int, frame: int) -> None:
         if self.base is None:
@@ -473,6 +530,16 @@ class TcpHalfTracker:
             if self.base is None:
                 self.base = seq
             self.started = True
+            # the conflicting-ISN choice of ``TcpHalfStream._rebase_to_conflicting_isn``
+            rel = (seq - self.base) % _MOD
+            off = rel - _MOD if rel > _HALF else rel
+            if self.alt_base is not None:
+                alt, self.alt_base = self.alt_base, None
+                alt_off = (seq - alt) % _MOD
+                if not self.had_data and (off < 0 or alt_off < off) and alt_off < _HALF:
+                    self.base, off = alt, alt_off
+            if off + len(data) > 0:
+                self.had_data = True
 
     def finish(self, ts_ns: int, frame: int) -> None:
         pass
