@@ -74,3 +74,21 @@ def test_bug4_data_beyond_the_window_that_a_later_ack_covers_is_placed():
     assert "tcp.out_of_window" not in _kinds(r)
     flow = next(f for f in r.flows if f.client.port == 59764)
     assert (flow.stream_bytes[1], flow.gap_bytes[1]) == (23_822, 5_416_642_848)
+
+
+def test_bug5_second_synack_with_another_isn_keeps_the_server_data():
+    """The server answers twice with ISNs 5000 then 3000.  Whichever its data follows,
+    the data is kept and the conflicting SYN-ACK is reported (the old code dropped all
+    30 bytes as tcp.data_before_start when the data followed the second)."""
+    for name, rebased in (("tcp-second-synack.pcap", False),
+                          ("tcp-second-synack-data-follows-it.pcap", True)):
+        r = _crafted(name)
+        (flow,) = r.flows
+        assert r.stream("10.18.0.1:40018", "10.18.0.2:4222", "s2c") == INFO, name
+        assert r.stream("10.18.0.1:40018", "10.18.0.2:4222", "c2s") == PUB1, name
+        assert (flow.gap_bytes, flow.stream_bytes) == ([0, 0], [16, 30]), name
+        conflicts = [a for a in r.anomalies if a.kind == "tcp.isn_conflict"]
+        assert len(conflicts) == 1 + rebased, name
+        assert "ISN 3000 conflicts with the first handshake's ISN 5000" in conflicts[0].detail
+        assert conflicts[0].frame == 3 and int(conflicts[0].direction) == 1
+        assert "tcp.data_before_start" not in _kinds(r)
