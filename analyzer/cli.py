@@ -411,10 +411,11 @@ def print_run_summary(results, manifest: dict, elapsed: float) -> None:
                         [[name, f"{n:,}"] for name, n in sorted(counts.items())],
                         right=("count",))
     secs = max(elapsed, 1e-9)
+    # the status first: at 80 columns the line wraps, and "status\nclean" read badly
     console.print(
-        f"{len(results)} capture(s), {packets:,} packets, {size / 1e6:.1f} MB in {elapsed:.2f} s "
-        f"({packets / secs:,.0f} packets/s, {size / 1e6 / secs:.1f} MB/s); "
-        f"status [bold]{manifest['status']}[/]"
+        f"status [bold]{manifest['status']}[/]: {len(results)} capture(s), {packets:,} "
+        f"packets, {size / 1e6:.1f} MB in {elapsed:.2f} s "
+        f"({packets / secs:,.0f} packets/s, {size / 1e6 / secs:.1f} MB/s)"
     )
 
 

@@ -196,7 +196,8 @@ def check_decode_as(decode_as: dict[int, str], registry) -> None:
             registry.get(name)
         except KeyError:
             known = ", ".join(sorted(registry.dissectors))
-            raise UserError(f"--decode-as {port}={name} names an unknown dissector {name!r}",
+            raise UserError(f"--decode-as {port}={name}: unknown dissector {name!r} (no "
+                            f"dissector named {name!r} is installed)",
                             f"use one of: {known} (see `msgcap protocols`)") from None
 
 
