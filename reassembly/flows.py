@@ -331,6 +331,12 @@ class FlowTable:
         if data:
             if not mine.syn_seen:
                 info.mid_stream[direction] = True
+            if conn.rst and conn.owned:
+                # decoded, but flagged: after a reset neither side should send data
+                self.emit(Anomaly("tcp.data_after_rst", f"{len(data)} bytes sent "
+                                  f"{direction.short} after the connection was reset; "
+                                  "decoded, but a reset connection carries no data",
+                                  ts_ns, frame, info, direction, None, len(data)))
             mine.on_segment(seq, data, ts_ns, frame)
         if missing > 0:
             # the snaplen cut bytes that were sent: the stream reaches past them (a tail

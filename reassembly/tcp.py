@@ -75,6 +75,7 @@ class TcpHalfStream:
         "held",
         "alt_base",
         "had_data",
+        "fin_seq_off",
     )
 
     def __init__(
@@ -114,6 +115,7 @@ class TcpHalfStream:
         self.held: list[_Piece] = []  # out-of-window segments awaiting an ACK or the end
         self.alt_base: int | None = None  # ISN + 1 of a conflicting second SYN
         self.had_data = False  # a segment reached offset 0 or beyond (placed or held)
+        self.fin_seq_off: int | None = None  # offset of the first FIN's sequence number
 
     # -- sequence space ---------------------------------------------------------------
     # ``base``, ``started`` and ``syn_seen`` are read by the flow table (port reuse,
@@ -154,6 +156,31 @@ class TcpHalfStream:
             cand += _MOD
         return cand
 
+    def _seq_off(self, seq: int) -> int:
+        """Stream offset of a sequence number.  A FIN consumes a sequence number, not a
+        byte: numbers after this direction's first FIN are one offset lower, so data
+        sent after a FIN follows the bytes before it with no phantom 1-byte gap."""
+        off = self._unwrap(seq)
+        fin = self.fin_seq_off
+        return off - 1 if fin is not None and off > fin else off
+
+    def _after_fin(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
+        """Data past this direction's FIN is decoded like any other, but flagged: a
+        host that closed its side does not send more."""
+        self.emit(
+            Anomaly(
+                f"{self.kind_prefix}.data_after_fin",
+                f"{len(data)} bytes at offset {off} sent after this direction's FIN (at "
+                f"offset {self.fin_seq_off}); decoded, but a closed side sends no data",
+                ts_ns,
+                frame,
+                self.flow,
+                self.direction,
+                off,
+                len(data),
+            )
+        )
+
     # -- input ------------------------------------------------------------------------
 
     def on_ack(self, ack: int, ts_ns: int, frame: int) -> None:
@@ -163,9 +190,7 @@ class TcpHalfStream:
         if self.base is None:
             self.base = ack
             return
-        off = self._unwrap(ack)
-        if self.fin_off is not None and off > self.fin_off:
-            off = self.fin_off  # the FIN's sequence number is not a data byte
+        off = self._seq_off(ack)
         if self.acked_off is None or off > self.acked_off:
             self.acked_off = off
         if self.pieces and self.pieces[0].start <= off and self.next_off < self.pieces[0].start:
@@ -178,7 +203,7 @@ class TcpHalfStream:
         accepted after all (a capture that missed packets): they are placed."""
         if self.base is None:
             return
-        edge = self._unwrap(ack) + window_bytes
+        edge = self._seq_off(ack) + window_bytes
         if self.win_edge is None or edge > self.win_edge:
             self.win_edge = edge
         self.win_size = window_bytes
@@ -226,23 +251,27 @@ class TcpHalfStream:
         thrown away as given up (issue 18, bug 1)."""
         if self.base is None:
             return
-        off = self._unwrap(end_seq)
+        off = self._seq_off(end_seq)
         if self.acked_off is None or off > self.acked_off:
             self.acked_off = off
 
     def on_fin(self, seq: int, data_len: int) -> None:
         if self.base is None:
             self.base = seq
-        off = self._unwrap(seq) + data_len
+        off = self._seq_off(seq) + data_len
         if self.fin_off is None or off > self.fin_off:
             self.fin_off = off
+        if self.fin_seq_off is None:
+            self.fin_seq_off = off
 
     def on_segment(self, seq: int, data: bytes, ts_ns: int, frame: int) -> None:
         if not data:
             return
         if self.base is None:
             self.base = seq
-        off = self._unwrap(seq)
+        off = self._seq_off(seq)
+        if self.fin_seq_off is not None and off + len(data) > self.fin_seq_off:
+            self._after_fin(off, data, ts_ns, frame)
         if self.alt_base is not None:
             off = self._rebase_to_conflicting_isn(seq, off, ts_ns, frame)
         if off + len(data) > 0:

@@ -92,3 +92,16 @@ def test_bug5_second_synack_with_another_isn_keeps_the_server_data():
         assert "ISN 3000 conflicts with the first handshake's ISN 5000" in conflicts[0].detail
         assert conflicts[0].frame == 3 and int(conflicts[0].direction) == 1
         assert "tcp.data_before_start" not in _kinds(r)
+
+
+def test_bug6_data_after_rst_and_after_fin_is_decoded_but_flagged():
+    """A PUB after the client's RST, and a PUB after the client's FIN: both delivered
+    (a FIN consumes a sequence number, not a byte: no 1-byte gap), each flagged once."""
+    r = _crafted("tcp-data-after-rst-fin.pcap")
+    for port in (40061, 40062):
+        assert r.stream(f"10.18.0.1:{port}", "10.18.0.2:4222") == PUB1 + PUB2
+    assert [f.gap_bytes for f in r.flows] == [[0, 0], [0, 0]]
+    (rst,) = [a for a in r.anomalies if a.kind == "tcp.data_after_rst"]
+    (fin,) = [a for a in r.anomalies if a.kind == "tcp.data_after_fin"]
+    assert (rst.flow.client.port, rst.nbytes, rst.frame) == (40061, 16, 7)
+    assert (fin.flow.client.port, fin.offset, fin.nbytes) == (40062, 16, 16)
