@@ -164,6 +164,10 @@ class TcpHalfStream:
         fin = self.fin_seq_off
         return off - 1 if fin is not None and off > fin else off
 
+    def _sent_end(self) -> int:
+        """The end of the highest byte seen so far (delivered or buffered)."""
+        return max(self.next_off, self.pieces[-1].end) if self.pieces else self.next_off
+
     def _after_fin(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
         """Data past this direction's FIN is decoded like any other, but flagged: a
         host that closed its side does not send more."""
@@ -270,6 +274,10 @@ class TcpHalfStream:
         if self.base is None:
             self.base = seq
         off = self._seq_off(seq)
+        if len(data) == 1 and off + 1 == self._sent_end():
+            # a keepalive (Windows: 1 byte at snd.nxt - 1): a byte already sent, resent
+            # only to draw an ACK and often not the original; never a conflict
+            return
         if self.fin_seq_off is not None and off + len(data) > self.fin_seq_off:
             self._after_fin(off, data, ts_ns, frame)
         if self.alt_base is not None:

@@ -6,7 +6,18 @@ cases no public capture shows were crafted with scapy by ``tests/data/crafted/ge
 
 from __future__ import annotations
 
-from reassembly.events import Anomaly, StreamData, TlsConnection
+from reassembly.events import (
+    Anomaly,
+    Direction,
+    Endpoint,
+    FlowInfo,
+    RoleSource,
+    StreamData,
+    TlsConnection,
+    Transport,
+)
+from reassembly.limits import Limits
+from reassembly.tcp import TcpHalfStream
 from tests.conftest import SHARED
 from tests.reassembly.streams import reassemble
 from tests.tls.helpers import events as tls_events
@@ -105,3 +116,30 @@ def test_bug6_data_after_rst_and_after_fin_is_decoded_but_flagged():
     (fin,) = [a for a in r.anomalies if a.kind == "tcp.data_after_fin"]
     assert (rst.flow.client.port, rst.nbytes, rst.frame) == (40061, 16, 7)
     assert (fin.flow.client.port, fin.offset, fin.nbytes) == (40062, 16, 16)
+
+
+def test_bug7_keepalive_and_zero_window_probe_are_not_conflicts():
+    """A Windows keepalive (1 byte 0x00 at snd.nxt - 1, 45 s after the last data) and a
+    zero-window probe (the next byte, while the window is 0) in a clean capture: no
+    tcp.overlap_conflict, no anomaly at all, the stream intact."""
+    r = _crafted("tcp-keepalive-zero-window.pcap")
+    (flow,) = r.flows
+    assert r.stream("10.18.0.1:40018", "10.18.0.2:4222") == PUB1 + PUB2
+    assert (flow.overlap_conflicts, flow.gap_bytes) == ([0, 0], [0, 0])
+    assert r.anomalies == []
+
+
+def test_bug7_a_real_one_byte_conflict_elsewhere_is_still_reported():
+    """Only the byte just before snd.nxt is read as a keepalive: a 1-byte retransmission
+    with different content further back is still a conflict."""
+    events: list = []
+    half = TcpHalfStream(
+        FlowInfo(0, Transport.TCP, Endpoint("10.0.0.1", 1), Endpoint("10.0.0.2", 2),
+                 RoleSource.SYN, 0, 0, 0, 0),
+        Direction.C2S, Limits(), events.append)
+    half.set_isn(99)
+    half.on_segment(100, b"abcdef", 1, 1)
+    half.on_segment(105, b"\x00", 2, 2)  # keepalive
+    half.on_segment(102, b"X", 3, 3)  # differs from "c": conflict
+    kinds = [(e.kind, e.offset) for e in events if isinstance(e, Anomaly)]
+    assert kinds == [("tcp.overlap_conflict", 2)]
