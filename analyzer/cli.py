@@ -430,7 +430,8 @@ def cmd_protocols(args: argparse.Namespace) -> int:
         carried = name in reg.payload
         rows.append([
             name,
-            f"in {'/'.join(d.carriers)}" if carried else d.transport.name.lower(),
+            f"in {'/'.join(d.carriers)}" if carried
+            else "/".join(t.name.lower() for t in d.carried_on()),
             ", ".join(str(p) for p in getattr(d, "default_ports", ())) or "-",
             ", ".join(s.name for s in d.tables),
             reg.origins.get(name, ""),
@@ -484,7 +485,9 @@ KEYLOG_HELP = ("NSS key log (the SSLKEYLOGFILE a client wrote) with the TLS secr
                "TLS over TCP, WebSocket over TLS (wss) and QUIC; a file with no secret line "
                "is refused at once")
 DECODE_AS_HELP = ("force dissector NAME on a TCP or UDP port, whichever side uses it, like "
-                  "Wireshark's Decode As (repeatable; names: `msgcap protocols`)")
+                  "Wireshark's Decode As (repeatable; names and the transports each runs "
+                  "on: `msgcap protocols`; on UDP it applies to the streams of QUIC "
+                  "connections, e.g. felix)")
 FLOW_HELP = "flow id, as listed by `msgcap flows CAPTURE` (the `id` column)"
 
 
@@ -519,6 +522,7 @@ def _add_view_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="subjects / topics / streams listed (default 10)")
+    _add_time_option(p)
     _add_view_options(p)
     p.set_defaults(func=cmd_summary)
 

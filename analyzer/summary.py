@@ -56,9 +56,11 @@ from analyzer.cliutil import (
     check_capture,
     check_decode_as,
     check_keylog,
+    format_ts,
     out_console,
     parse_decode_as,
     print_user_error,
+    time_label,
 )
 
 __all__ = [
@@ -1041,9 +1043,23 @@ def _count_map(m: dict[str, int]) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in m.items()) or "-"
 
 
-def render_summary(s: dict[str, Any], console) -> None:
-    """The summary as rich tables on ``console``."""
+def _iso_ns(iso: str | None) -> int | None:
+    """Nanoseconds of a ``ts_text`` string (microsecond precision)."""
+    if not iso:
+        return None
+    dt = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return (int(dt.timestamp()) * 1_000_000 + dt.microsecond) * 1000
+
+
+def render_summary(s: dict[str, Any], console, time_mode: str = "utc") -> None:
+    """The summary as rich tables on ``console``; times as ``--time`` asks (relative:
+    seconds since the first packet of all captures)."""
     from rich.text import Text
+
+    t0 = _iso_ns(s["totals"]["ts_first"])
+
+    def when(iso: str | None) -> str:
+        return format_ts(_iso_ns(iso), time_mode, t0) if iso else "-"
 
     def table(title: str, *cols: str, right: Sequence[str] = ()) -> FlexTable:
         # values wrap, headers do not; a block per row when the columns cannot fit
@@ -1060,17 +1076,18 @@ def render_summary(s: dict[str, Any], console) -> None:
     console.print(
         f"{tot['captures']} capture(s), {tot['packets']:,} packets, "
         f"{_human_bytes(tot['bytes'])}, {tot['flows']:,} flows; "
-        f"{tot['ts_first'] or '-'} → {tot['ts_last'] or '-'} "
+        f"{when(tot['ts_first'])} → {when(tot['ts_last'])} "
         f"({tot['duration_s'] if tot['duration_s'] is not None else '-'} s)"
     )
     t = table("captures", "capture", "file", "sha256", "format", "link types", "packets",
-              "first packet (UTC)", "secs", "status", right=("packets", "secs"))
+              f"first packet ({time_label(time_mode)})", "secs", "status",
+              right=("packets", "secs"))
     for c in s["captures"]:
         t.add_row(
             c["capture_id"], c["path"] or "-", (c["sha256"] or "-")[:16] + "…",
             c["format"] or "-", ", ".join(lt["name"] for lt in c["link_types"]) or "-",
             f"{c['packets']:,}" if c["packets"] is not None else "-",
-            c["ts_first"] or "-", f"{c['duration_s']:.3f}" if c["duration_s"] is not None else "-",
+            when(c["ts_first"]), f"{c['duration_s']:.3f}" if c["duration_s"] is not None else "-",
             c["status"] or "-",
         )
     console.print(t)
@@ -1217,5 +1234,5 @@ def run_summary(args) -> int:
 
         sys.stdout.write(summary_json(s) + "\n")
     else:
-        render_summary(s, stdout_console())
+        render_summary(s, stdout_console(), getattr(args, "time", "utc"))
     return exit_status(s)
