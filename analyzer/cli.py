@@ -39,6 +39,7 @@ from analyzer.cliutil import (
     print_table,
     print_user_error,
     silence_stdout,
+    skip_pandas_probe,
     time_label,
 )
 
@@ -89,6 +90,7 @@ def cmd_flows(args: argparse.Namespace) -> int:
         def rows_of(reader, anomalies, wrap):
             return iter_flow_rows(reader, anomalies=anomalies, wrap=wrap)
     else:
+        skip_pandas_probe()
         from analyzer.pipeline import Options
         from dissectors.registry import discover
 
@@ -169,6 +171,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
                 "--raw and --decoded cannot be combined",
                 "--raw writes captured bytes, --decoded decoded messages: give one",
             )
+        skip_pandas_probe()
         from analyzer.transcript import run_follow_decoded
 
         return run_follow_decoded(args)
@@ -272,6 +275,7 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     decode_as = parse_decode_as(args.decode_as)
     if args.keylog:
         check_keylog(args.keylog)
+    skip_pandas_probe()
     from analyzer.pipeline import Options
     from dissectors.registry import discover
 
@@ -462,18 +466,21 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    skip_pandas_probe()
     from analyzer.summary import run_summary
 
     return run_summary(args)
 
 
 def cmd_ladder(args: argparse.Namespace) -> int:
+    skip_pandas_probe()
     from analyzer.transcript import run_ladder
 
     return run_ladder(args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    skip_pandas_probe()
     from analyzer.report import run_report
 
     return run_report(args)
@@ -798,9 +805,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)  # --help into a closed pipe too
         _check_ids(args)
-        from dissectors.redaction import gated_stdout  # no credential leaves by stdout
+        from dissectors.redaction import gated_output  # no credential leaves by stdout, stderr
 
-        with gated_stdout(keep=getattr(args, "keep_secrets", False) is True):
+        with gated_output(keep=getattr(args, "keep_secrets", False) is True):
             return args.func(args)
     except UserError as exc:
         return print_user_error(exc)

@@ -39,7 +39,7 @@ __all__ = [
     "GatedWriter",
     "LineGate",
     "fold_name",
-    "gated_stdout",
+    "gated_output",
     "go_unquote",
     "keeping_secrets",
     "marker",
@@ -647,23 +647,27 @@ class GatedWriter:
 
 
 class _GatedText:
-    """``sys.stdout`` behind a ``LineGate`` (text in, text out; other attributes are the
-    real stream's, so rich still sees the terminal)."""
+    """A text stream behind the gate (other attributes are the real stream's, so rich
+    still sees the terminal).  ``hold``: lines are gated whole (a partial line waits for
+    its end: stdout); else each write is gated as it comes (stderr, whose progress lines
+    are redrawn without a newline and must not wait)."""
 
-    def __init__(self, file: TextIO) -> None:
+    def __init__(self, file: TextIO, hold: bool) -> None:
         self._file = file
-        self._gate = LineGate()
+        self._gate = LineGate() if hold else None
 
     def write(self, text: str) -> int:
-        out = self._gate.feed(text.encode("utf-8", "surrogateescape"))
+        raw = text.encode("utf-8", "surrogateescape")
+        out = self._gate.feed(raw) if self._gate is not None else redact_bytes(raw)
         if out:
             self._file.write(out.decode("utf-8", "surrogateescape"))
         return len(text)
 
     def flush(self) -> None:
-        out = self._gate.flush()
-        if out:
-            self._file.write(out.decode("utf-8", "surrogateescape"))
+        if self._gate is not None:
+            out = self._gate.flush()
+            if out:
+                self._file.write(out.decode("utf-8", "surrogateescape"))
         self._file.flush()
 
     @property
@@ -676,18 +680,21 @@ class _GatedText:
 
 
 @contextmanager
-def gated_stdout(keep: bool = False) -> Iterator[None]:
-    """Every text a command prints on stdout passes the gate (``analyzer.cli.main``: the
-    views, ``--json``, messages); ``keep`` (``--keep-secrets``) leaves stdout alone."""
+def gated_output(keep: bool = False) -> Iterator[None]:
+    """Every text a command prints passes the gate (``analyzer.cli.main``): stdout (the
+    views, ``--json``) and stderr (messages, errors, log records: logging's last-resort
+    handler writes to whatever ``sys.stderr`` is); ``keep`` (``--keep-secrets``) leaves
+    both alone."""
     if keep or _KEEP.get():
         yield
         return
-    real = sys.stdout
-    gated = _GatedText(real)
-    sys.stdout = gated  # type: ignore[assignment]
+    real_out, real_err = sys.stdout, sys.stderr
+    gated = _GatedText(real_out, hold=True)
+    sys.stdout, sys.stderr = gated, _GatedText(real_err, hold=False)  # type: ignore[assignment]
     try:
         yield
     finally:
-        sys.stdout = real
+        sys.stdout, sys.stderr = real_out, real_err
         with suppress(BrokenPipeError, ValueError):  # a closed pipe or stream: nothing to say
             gated.flush()
+
