@@ -105,23 +105,26 @@ from analyzer.pipeline import (
     CaptureDissection,
     CaptureResult,
     Options,
+    bare_input_info,
     file_sha256,
     input_info,
     run_dissection,
+    write_manifest,
 )
 from analyzer.sink import (
+    CaptureLock,
     DatasetWriter,
+    OutputError,
     check_capture_absent,
     commit_files,
-    existing_partitions,
-    part_file,
+    remove_in_progress,
     remove_stale_parts,
 )
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.registry import Registry, discover
 from dissectors.schema import register_table
 from dissectors.tables import TableSpec
-from reassembly.capture import CaptureReader, open_capture
+from reassembly.capture import CaptureReader
 from reassembly.engine import FlowSplit
 
 __all__ = [
@@ -415,9 +418,43 @@ def dissect_parallel(
     sha = file_sha256(path)
     capture_id = sha[:16]
     out = Path(out_dir)
-    if not options.overwrite:
-        check_capture_absent(out, capture_id)
-    out.mkdir(parents=True, exist_ok=True)
+    # held by this (parent) process for the whole run: CaptureBusyError when another
+    # run writes the same capture into OUT; a dead run's in-progress files are removed
+    lock = CaptureLock(out, capture_id, path).acquire()
+    settled = True  # False while this run has files or an outcome not yet recorded
+    try:
+        if not options.overwrite:
+            check_capture_absent(out, capture_id)
+        settled = False
+        try:
+            result = _dissect_locked(path, out, workers, options, registry, wrap, light,
+                                     sha, capture_id)
+        except OutputError as exc:
+            # the workers' unfinished files are gone (_remove_in_progress): record it
+            run = CaptureRun(capture_id, bare_input_info(path, sha), TOOL_VERSION,
+                             options.as_json(), {}, {}, f"output: {exc.message}")
+            with contextlib.suppress(OSError):
+                update_manifest(out, run)
+                settled = True
+            raise
+        settled = True
+    finally:
+        lock.release(finished=settled)
+    return result
+
+
+def _dissect_locked(
+    path: str | os.PathLike,
+    out: Path,
+    workers: int,
+    options: Options,
+    registry: Registry,
+    wrap: Callable[[CaptureReader, Iterable], Iterable] | None,
+    light: bool,
+    sha: str,
+    capture_id: str,
+) -> SplitResult:
+    """``dissect_parallel`` once the capture's lock is held."""
 
     def tasks(light: bool) -> list[_Task]:
         return [
@@ -464,7 +501,7 @@ def dissect_parallel(
         versions.update(r.table_versions)
         anomalies.update(r.anomalies)
         protocols.update(r.flows_by_protocol)
-    info = results[0].input if results else _input_info(path, sha)
+    info = results[0].input if results else bare_input_info(path, sha)
     run = CaptureRun(
         capture_id=capture_id,
         input=info,
@@ -474,7 +511,7 @@ def dissect_parallel(
         table_versions=dict(sorted(versions.items())),
         error=error,
     )
-    manifest = update_manifest(out, run)
+    manifest = write_manifest(out, run)
     return SplitResult(
         capture_id,
         str(path),
@@ -589,20 +626,4 @@ def _run(tasks: list[_Task], stop: Callable[[tuple], bool] | None = None) -> dic
 def _remove_in_progress(out: Path, capture_id: str, workers: int) -> None:
     """Delete the in-progress files of this run's workers that were not renamed, and
     the partition directories left empty (a later run would take them for data)."""
-    names = {f".{part_file(k)}.inprogress" for k in range(workers)}
-    for part in existing_partitions(out, capture_id):
-        for name in names:
-            with contextlib.suppress(FileNotFoundError):
-                (part / name).unlink()
-        with contextlib.suppress(OSError):
-            part.rmdir()  # only when empty
-
-
-def _input_info(path: str | os.PathLike, sha: str) -> InputInfo:
-    """Input facts when no worker returned any (all died)."""
-    fmt = "unknown"
-    with contextlib.suppress(Exception), open_capture(path) as reader:
-        info = reader.info
-        fmt = info.format + ("" if info.compression == "none" else f"+{info.compression}")
-    return InputInfo(str(path), os.path.getsize(path), sha, fmt)
-
+    remove_in_progress(out, capture_id, range(workers))

@@ -16,6 +16,7 @@ its dissector for that flow, with the same anomaly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections import Counter, OrderedDict
@@ -31,7 +32,7 @@ import pyarrow as pa
 from analyzer.detect import Detector, FlowDispatch
 from analyzer.flowsummary import flow_row
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
-from analyzer.sink import DatasetWriter
+from analyzer.sink import CaptureLock, DatasetWriter, OutputError, OutputWriteError
 from dissectors.api import CarriedMessage, Dissector, Record, Span
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.dispatch import PayloadDispatcher
@@ -710,20 +711,31 @@ def dissect_capture(
         register_table(spec)
     sha = file_sha256(path)
     capture_id = sha[:16]
-    writer = DatasetWriter(
-        out_dir,
-        capture_id,
-        sha,
-        TOOL_VERSION,
-        options.as_json(),
-        validate=options.validate,
-        overwrite=options.overwrite,
-    )
-    job = CaptureDissection(capture_id, writer, registry, options)
-    info, error = run_dissection(job, path, writer, wrap)
-    writer.close(ensure_tables=list(job.tables.values()))
-    run = CaptureRun.from_writer(writer, input_info(path, sha, info), error)
-    manifest = update_manifest(out_dir, run)
+    lock = CaptureLock(out_dir, capture_id, path).acquire()  # CaptureBusyError: refused
+    settled = True  # False while this run has files or an outcome not yet recorded
+    try:
+        writer = DatasetWriter(
+            out_dir,
+            capture_id,
+            sha,
+            TOOL_VERSION,
+            options.as_json(),
+            validate=options.validate,
+            overwrite=options.overwrite,
+        )
+        settled = False
+        try:
+            job = CaptureDissection(capture_id, writer, registry, options)
+            info, error = run_dissection(job, path, writer, wrap)
+            writer.close(ensure_tables=list(job.tables.values()))
+            run = CaptureRun.from_writer(writer, input_info(path, sha, info), error)
+            manifest = write_manifest(out_dir, run)
+        except OutputError as exc:
+            settled = record_output_fault(out_dir, writer, bare_input_info(path, sha), exc)
+            raise
+        settled = True
+    finally:
+        lock.release(finished=settled)
     return CaptureResult(
         capture_id,
         str(path),
@@ -756,6 +768,8 @@ def run_dissection(
             events = capture_events(reader, options.limits, keylog, split)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
+        except OutputError:  # OUT cannot take more (disk full): the caller ends the run
+            raise
         except Exception as exc:
             if options.strict:
                 writer.abort()
@@ -764,6 +778,43 @@ def run_dissection(
         info = reader.info
     job.finish()
     return info, error
+
+
+def write_manifest(out_dir: str | os.PathLike, run: CaptureRun) -> dict[str, Any]:
+    """``update_manifest``, its OS errors (a full disk) as ``OutputWriteError``."""
+    try:
+        return update_manifest(out_dir, run)
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputWriteError.from_os_error(exc, out_dir) from exc
+
+
+def record_output_fault(out_dir: str | os.PathLike, writer: DatasetWriter, info: InputInfo,
+                        exc: OutputError) -> bool:
+    """After ``exc`` ended a run: delete the files of the run that are not finished
+    (Parquet without its footer is unreadable; deleting also gives back the space a
+    manifest needs) and record the capture as failed, with ``exc``'s message, in the
+    manifest (rows: none, or those of the finished files when only the manifest could
+    not be written).  False when even that could not be written: the run's lock file
+    then stays in OUT as the mark of a capture that did not finish."""
+    if not writer.closed:
+        writer.abort()
+    run = CaptureRun.from_writer(writer, info, f"output: {exc.message}")
+    try:
+        update_manifest(out_dir, run)
+    except OSError:
+        return False
+    return True
+
+
+def bare_input_info(path: str | os.PathLike, sha: str) -> InputInfo:
+    """Input facts without a dissection (a run that ended before giving its own)."""
+    fmt = "unknown"
+    with contextlib.suppress(Exception), open_capture(path) as reader:
+        info = reader.info
+        fmt = info.format + ("" if info.compression == "none" else f"+{info.compression}")
+    return InputInfo(str(path), os.path.getsize(path), sha, fmt)
 
 
 def input_info(path: str | os.PathLike, sha: str, info: CaptureInfo) -> InputInfo:

@@ -53,14 +53,18 @@ Parquet) 2.14 s vs 2.08 s for 262144 rows, i.e. ~3 %.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
+import errno
+import fcntl
 import itertools
 import json
+import logging
 import os
 import queue
 import re
 import shutil
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +88,11 @@ __all__ = [
     "PART_FILE",
     "DatasetWriter",
     "canonical_json",
+    "CaptureBusyError",
+    "CaptureExistsError",
+    "CaptureLock",
+    "OutputError",
+    "OutputWriteError",
     "check_capture_absent",
     "commit_files",
     "dataset_schema",
@@ -148,16 +157,219 @@ def existing_partitions(out_dir: str | os.PathLike[str], capture_id: str) -> lis
     return sorted(p for p in out.glob(f"*/{PARTITION_KEY}={capture_id}") if p.is_dir())
 
 
+class OutputError(OSError):
+    """The dataset cannot be written as asked: OUT is full or failing, busy with the same
+    capture, or already holds it.  Not a bug and not bad input, so the command line shows
+    ``message`` and ``fix`` (what to do, in command-line terms) and exits 2, without a
+    traceback.  An ``OSError`` (with no errno), so callers that handle file-system
+    failures as such keep doing so."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.fix}"
+
+    def __reduce__(self) -> tuple:  # pickles across --workers processes
+        return (type(self), (self.message, self.fix))
+
+
+class CaptureExistsError(OutputError, FileExistsError):
+    """The capture already has finished files in OUT (a ``FileExistsError`` too)."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        OutputError.__init__(self, message, fix)
+
+
+class CaptureBusyError(OutputError):
+    """Another live process is writing the same capture into the same OUT."""
+
+
+class OutputWriteError(OutputError):
+    """Writing OUT failed (disk full, quota, I/O error): the run ends, its unfinished
+    files are removed and the manifest records the capture as failed."""
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, out_dir: str | os.PathLike[str]) -> OutputWriteError:
+        # pyarrow words it "[Errno 28] Error writing bytes to file. Detail: ..."
+        code = exc.errno
+        text = str(exc)
+        if code is None:
+            code = next((c for c in (errno.ENOSPC, errno.EDQUOT)
+                         if os.strerror(c) in text), None)
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            return cls(
+                f"cannot write the dataset in {out_dir}: {os.strerror(code)}",
+                f"free space on the file system that holds {out_dir} (or give -o a "
+                "directory on a larger one), then run the same command again with "
+                "--overwrite",
+            )
+        reason = exc.strerror or text
+        return cls(
+            f"cannot write the dataset in {out_dir}: {reason}",
+            f"check that {out_dir} is writable and its disk is healthy, then run the same "
+            "command again with --overwrite",
+        )
+
+
 def check_capture_absent(out_dir: str | os.PathLike[str], capture_id: str) -> None:
-    """``FileExistsError`` when ``capture_id`` already has partitions in ``out_dir``."""
+    """``CaptureExistsError`` when ``capture_id`` already has finished part files in
+    ``out_dir`` (in-progress files of a run that died do not count)."""
     out = Path(out_dir)
-    existing = existing_partitions(out, capture_id)
+    existing = [p for p in existing_partitions(out, capture_id) if part_files(p)]
     if existing:
         shown = ", ".join(str(p.relative_to(out)) for p in existing[:3])
-        raise FileExistsError(
-            f"capture {capture_id} is already in {out} ({shown}); "
-            "pass overwrite=True to replace it"
+        raise CaptureExistsError(
+            f"capture {capture_id} is already in {out} ({shown})",
+            "add --overwrite to replace it, or give -o another directory",
         )
+
+
+def remove_in_progress(
+    out_dir: str | os.PathLike[str], capture_id: str, parts: Iterable[int] | None = None
+) -> None:
+    """Delete the in-progress files of ``capture_id`` (of parts ``parts``; None: every
+    part) and the partition directories left empty, which a later run would take for
+    data.  Only for the holder of the capture's ``CaptureLock``."""
+    names = None if parts is None else {_tmp_file(k) for k in parts}
+    for part in existing_partitions(out_dir, capture_id):
+        for f in part.glob(".part-*.parquet.inprogress"):
+            if names is None or f.name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
+        with contextlib.suppress(OSError):
+            part.rmdir()  # only when empty
+
+
+log = logging.getLogger(__name__)
+
+
+class CaptureLock:
+    """Held by the one process writing ``capture_id`` into ``out_dir``.
+
+    Why: two runs writing the same capture into one OUT would interleave renames and
+    manifest entries, and a run killed with ``kill -9`` leaves in-progress files that
+    must not block the next one.  The lock is ``OUT/.msgcap-run-<capture id>.lock``,
+    locked with ``fcntl.flock`` (the kernel drops the lock when its process dies, however
+    it dies) and holding the holder's pid, host, start and input.  A second run finds it
+    locked and is refused (``CaptureBusyError``); a run that takes the lock of a file left
+    by a dead run (a *stale* lock: ``stale`` holds what that run wrote) removes that
+    run's in-progress files.  The file is deleted when the run has recorded its outcome
+    in the manifest (``release(finished=True)``); a file left behind marks a run of the
+    capture that did not finish.  On a file system without ``flock`` the holder's pid is
+    checked instead (same host only)."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], capture_id: str,
+                 input_path: str | os.PathLike[str] = "") -> None:
+        self.out_dir = Path(out_dir)
+        self.capture_id = capture_id
+        self.input_path = str(input_path)
+        self.path = self.out_dir / f".msgcap-run-{capture_id}.lock"
+        self.stale: dict[str, Any] | None = None
+        self._fd: int | None = None
+
+    def acquire(self) -> CaptureLock:
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._acquire()
+            me = {"pid": os.getpid(), "host": os.uname().nodename,
+                  "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                  "input": self.input_path}
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, (json.dumps(me, sort_keys=True) + "\n").encode(), 0)
+        except OSError as exc:
+            self._close()
+            raise OutputWriteError.from_os_error(exc, self.out_dir) from exc
+        if self.stale is not None:
+            log.warning(
+                "an earlier run of capture %s into %s (pid %s, started %s) did not finish; "
+                "its unfinished files are removed", self.capture_id, self.out_dir,
+                self.stale.get("pid", "?"), self.stale.get("started", "?"))
+        remove_in_progress(self.out_dir, self.capture_id)  # no live run owns them
+        return self
+
+    def _acquire(self) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_lock(fd)
+                os.close(fd)
+                raise self._busy(holder) from None
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                    os.close(fd)
+                    raise
+                holder = _read_lock(fd)  # no flock here: is the holder alive?
+                if holder and _alive(holder):
+                    os.close(fd)
+                    raise self._busy(holder) from None
+            # a run that just finished may have unlinked the file we opened: lock the
+            # file that is at the path, or two runs would each hold "the" lock
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                self.stale = _read_lock(fd)
+                return
+            os.close(fd)
+
+    def _busy(self, holder: dict[str, Any] | None) -> CaptureBusyError:
+        who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started "
+               f"{holder.get('started', '?')}" if holder else "pid unknown")
+        return CaptureBusyError(
+            f"capture {self.capture_id} is being written into {self.out_dir} by another "
+            f"msgcap run ({who})",
+            "wait for that run to end, or give -o another directory; one capture cannot be "
+            "written into one output directory by two runs at once",
+        )
+
+    def release(self, finished: bool = True) -> None:
+        """Unlock; ``finished``: the manifest has this run's outcome, delete the file
+        (else it stays as the mark of a run that did not finish)."""
+        if self._fd is None:
+            return
+        if finished:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()  # while locked: nobody holds a lock on it after us
+        self._close()
+
+    def _close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> CaptureLock:
+        return self.acquire()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.release(finished=exc_type is None)
+
+
+def _read_lock(fd: int) -> dict[str, Any] | None:
+    """What the holder of a lock file wrote about itself (None: nothing readable)."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"null")
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    if holder.get("host") != os.uname().nodename:
+        return True  # cannot tell: assume it runs
+    try:
+        os.kill(int(holder.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError):
+        return True
+    return True
 
 
 def commit_files(files: Iterable[tuple[str | os.PathLike[str], str | os.PathLike[str]]]) -> None:
@@ -194,11 +406,14 @@ class _ParquetThread:
     pyarrow does it without the GIL, so on a second core it overlaps the dissection
     instead of pausing it.  One thread and one FIFO keep every call in order, so the
     files are byte-identical to writing inline.  At most ``depth`` batches wait: memory
-    stays bounded.  An error surfaces on the next call or at ``drain``."""
+    stays bounded.  An error surfaces on the next call or at ``drain``; the calls after
+    it are skipped (a Parquet writer that failed is closed: writing on would only raise
+    "Operation on closed file" and hide the first error, e.g. a full disk)."""
 
     def __init__(self, depth: int = 1) -> None:
         self._q: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
+        self._failed = False
         self._thread = threading.Thread(target=self._run, name="msgcap-parquet", daemon=True)
         self._thread.start()
 
@@ -226,11 +441,12 @@ class _ParquetThread:
             try:
                 if item is None:
                     return
-                if self._error is None:  # after an error, skip (the files are lost anyway)
+                if not self._failed:  # after an error, skip (the files are lost anyway)
                     fn, args = item
                     fn(*args)
             except BaseException as exc:  # handed to the caller's thread
                 self._error = exc
+                self._failed = True
             finally:
                 self._q.task_done()
 
@@ -305,7 +521,8 @@ class DatasetWriter:
         self._thread: _ParquetThread | None = None  # started by the first row group
         if not overwrite and not coordinated:
             check_capture_absent(self.out_dir, capture_id)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with self._output():
+            self.out_dir.mkdir(parents=True, exist_ok=True)
 
     # ----------------------------------------------------------------- public API
 
@@ -365,24 +582,27 @@ class DatasetWriter:
         for item in ensure_tables:
             spec = get_table(item) if isinstance(item, str) else item
             self._table(spec)
-        for name in sorted(self._tables):
-            t = self._tables[name]
-            if t.rows:
-                t.batches.append(self._rows_batch(t, t.rows))
-                t.batch_rows += len(t.rows)
-                t.rows = []
-            if t.batches:
-                self._drain_batches(t, final=True)
-        self._join_thread()
-        for name in sorted(self._tables):
-            t = self._tables[name]
-            if t.writer is None:
-                self._open(t)  # no rows at all: an empty file with the schema
-            t.writer.close()
+        with self._output():
+            for name in sorted(self._tables):
+                t = self._tables[name]
+                if t.rows:
+                    t.batches.append(self._rows_batch(t, t.rows))
+                    t.batch_rows += len(t.rows)
+                    t.rows = []
+                if t.batches:
+                    self._drain_batches(t, final=True)
+            self._join_thread()
+            # every file finished before any is renamed: a failure here (disk full while
+            # writing footers) leaves no table of this run under its final name
+            for name in sorted(self._tables):
+                t = self._tables[name]
+                if t.writer is None:
+                    self._open(t)  # no rows at all: an empty file with the schema
+                t.writer.close()
             if not self.coordinated:
-                os.replace(t.tmp, t.final)
-        if self.overwrite and not self.coordinated:
-            self._remove_stale()
+                commit_files((t.tmp, t.final) for _, t in sorted(self._tables.items()))
+            if self.overwrite and not self.coordinated:
+                self._remove_stale()
         self._counts = {name: self._tables[name].count for name in sorted(self._tables)}
         return dict(self._counts)
 
@@ -405,7 +625,11 @@ class DatasetWriter:
             if t.writer is not None:
                 with contextlib.suppress(Exception):  # already failing: just release
                     t.writer.close()
-            if t.tmp.exists():
+                # a close that failed (disk full) leaves pyarrow's writer "open": its
+                # __del__ would try again and print a traceback at exit
+                t.writer.is_open = False
+                t.writer = None
+            with contextlib.suppress(FileNotFoundError):
                 t.tmp.unlink()
         self._counts = {}
 
@@ -512,6 +736,16 @@ class DatasetWriter:
         t.batches = rest.combine_chunks().to_batches() if rest.num_rows else []
         t.batch_rows = rest.num_rows
 
+    @contextlib.contextmanager
+    def _output(self) -> Iterator[None]:
+        """OS errors of writing OUT (disk full, I/O error) as ``OutputWriteError``."""
+        try:
+            yield
+        except OutputError:
+            raise
+        except OSError as exc:
+            raise OutputWriteError.from_os_error(exc, self.out_dir) from exc
+
     def _open(self, t: _Table) -> None:
         t.tmp.parent.mkdir(parents=True, exist_ok=True)
         t.writer = pq.ParquetWriter(
@@ -530,7 +764,8 @@ class DatasetWriter:
         t.row_groups += 1
         if self._thread is None:
             self._thread = _ParquetThread()
-        self._thread.submit(self._write_row_group, t, batch)
+        with self._output():  # raises what the thread met on an earlier row group
+            self._thread.submit(self._write_row_group, t, batch)
 
     def _write_row_group(self, t: _Table, batch: pa.RecordBatch) -> None:
         """In the Parquet thread (``_ParquetThread``)."""

@@ -203,7 +203,7 @@ def test_existing_capture_needs_overwrite_and_is_replaced_on_close(tmp_path) -> 
     with _writer(tmp_path) as w:
         w.write_rows(FLOWS, [flow_row(i) for i in range(5)])
         w.write_rows(ANOMALIES, [anomaly_row(1)])
-    with pytest.raises(FileExistsError, match="overwrite=True"):
+    with pytest.raises(FileExistsError, match="add --overwrite to replace it"):
         _writer(tmp_path)
     w = _writer(tmp_path, overwrite=True)
     w.write_rows(FLOWS, [flow_row(i) for i in range(3)])
