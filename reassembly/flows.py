@@ -46,6 +46,9 @@ from reassembly.tcp import TcpHalfStream, TcpHalfTracker
 _TCP_HDR = struct.Struct("!HHIIBBH")  # sport, dport, seq, ack, data offset, flags, window
 _UDP_HDR = struct.Struct("!HH")
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+# After an idle pause, a packet continues a sleeping flow when its sequence number (or
+# its ACK) lies this close to where that side (or its peer) left off.
+CONTINUE_SLACK_BYTES = 1 << 20
 # Window scale shift assumed when the handshake was not captured (RFC 7323 allows up to
 # 14): the most lenient reading of a window, so the window rule never rejects real data.
 UNKNOWN_WSCALE = 14
@@ -151,12 +154,15 @@ class FlowTable:
         self._open: OrderedDict[int, _Tcp] = OrderedDict()
         self._closing: OrderedDict[int, _Tcp] = OrderedDict()
         self._udp: OrderedDict[int, FlowInfo] = OrderedDict()
+        # TCP flows idle past the timeout, buffers freed, still registered under their
+        # keys: a continuation wakes them (the same flow), anything else closes them
+        self._asleep: OrderedDict[int, _Tcp] = OrderedDict()
         self._next_id = 0
         self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0,
                          "light_flows": 0}
 
     def __len__(self) -> int:
-        return len(self._open) + len(self._closing) + len(self._udp)
+        return len(self._open) + len(self._closing) + len(self._udp) + len(self._asleep)
 
     # -- creation / removal -------------------------------------------------------------
 
@@ -197,7 +203,7 @@ class FlowTable:
 
     def _evict(self, ts_ns: int, frame: int) -> None:
         """Table full: close the least recently active flow, closing ones first."""
-        for table in (self._closing, self._udp, self._open):
+        for table in (self._asleep, self._closing, self._udp, self._open):
             if table:
                 oldest = next(iter(table.values()))
                 victim = _info_of(oldest)
@@ -231,6 +237,7 @@ class FlowTable:
             info.close_reason = reason
             self._open.pop(info.flow_id, None)
             self._closing.pop(info.flow_id, None)
+            self._asleep.pop(info.flow_id, None)
             self._unregister(info)
             if state.owned:
                 self.emit(StreamClose(info, ts_ns, reason))
@@ -250,6 +257,7 @@ class FlowTable:
         for table, timeout in (
             (self._closing, lim.closed_linger_ns),
             (self._open, lim.tcp_idle_timeout_ns),
+            (self._asleep, lim.tcp_sleep_max_ns),
             (self._udp, lim.udp_idle_timeout_ns),
         ):
             while table:
@@ -257,12 +265,15 @@ class FlowTable:
                 info = _info_of(state)
                 if now_ns - info.ts_last_ns <= timeout:
                     break
+                if table is self._open and now_ns - info.ts_last_ns <= lim.tcp_sleep_max_ns:
+                    self._sleep(state)  # type: ignore[arg-type]
+                    continue
                 reason = "closed" if table is self._closing else "idle-timeout"
                 self._end(state, reason)
 
     def restamp_untimed(self, now_ns: int) -> None:
         """Flows seen only at time 0 (no timestamp) get ``now_ns`` as their last activity."""
-        for table in (self._open, self._closing, self._udp):
+        for table in (self._open, self._closing, self._udp, self._asleep):
             for state in table.values():
                 info = _info_of(state)
                 if info.ts_last_ns == 0:
@@ -271,9 +282,13 @@ class FlowTable:
     def close_all(self) -> None:
         """End of capture: close every flow in order of flow id (deterministic)."""
         states = list(self._open.values()) + list(self._closing.values()) + list(self._udp.values())
+        states += self._asleep.values()
         states.sort(key=lambda s: _info_of(s).flow_id)
         for state in states:
-            reason = "closed" if isinstance(state, _Tcp) and state.closing else "end-of-capture"
+            if isinstance(state, _Tcp) and state.info.flow_id in self._asleep:
+                reason = "idle-timeout"  # asleep: it had been idle past the timeout
+            else:
+                reason = "closed" if isinstance(state, _Tcp) and state.closing else "end-of-capture"
             self._end(state, reason)
 
     # -- packets ----------------------------------------------------------------------
@@ -302,6 +317,8 @@ class FlowTable:
         data = payload[hlen:]
         key = (src, sport, dst, dport)
         entry = self._stale_checked(self._by_key.get(key), ts_ns)
+        if entry is not None and entry[0].info.flow_id in self._asleep:
+            entry = self._wake(entry, seq, ack, flags)
         syn_only = flags & (SYN | ACK) == SYN
         if entry is not None and syn_only:
             conn, direction = entry
@@ -345,6 +362,7 @@ class FlowTable:
         if flags & FIN:
             mine.on_fin(seq, len(data) + max(missing, 0))
             conn.fin[direction] = True
+        mine.last_end = (seq + len(data) + max(missing, 0)) % (1 << 32)
         if flags & RST:
             conn.rst = True
         if not conn.closing and (conn.rst or all(conn.fin)):
@@ -367,7 +385,42 @@ class FlowTable:
             timeout = lim.udp_idle_timeout_ns
         if ts_ns - info.ts_last_ns <= timeout:
             return entry
+        if isinstance(state, _Tcp) and not state.closing:
+            if info.flow_id in self._open:
+                self._sleep(state)
+            if ts_ns - info.ts_last_ns <= lim.tcp_sleep_max_ns:
+                return entry  # asleep: the caller wakes it if the packet continues it
         self._end(state, "closed" if isinstance(state, _Tcp) and state.closing else "idle-timeout")
+        return None
+
+    def _sleep(self, conn: _Tcp) -> None:
+        """Idle past the timeout: the flow stays registered but its overlap-check tails
+        are freed (a retransmission from before the pause is no longer compared)."""
+        del self._open[conn.info.flow_id]
+        self._asleep[conn.info.flow_id] = conn
+        for half in conn.halves:
+            if isinstance(half, TcpHalfStream):
+                half.recent = bytearray()
+
+    def _wake(self, entry: tuple, seq: int, ack: int, flags: int) -> tuple | None:
+        """A packet on the 4-tuple of a sleeping flow: if its sequence number continues
+        where its side left off (or its ACK where the peer's did), it is the same
+        connection after a pause and the flow goes on; otherwise (a SYN, a new
+        connection picked up mid-stream) the sleeping flow is closed."""
+        conn, direction = entry
+        if not flags & SYN:
+            marks = [(conn.halves[direction].last_end, seq)]
+            if flags & ACK:
+                marks.append((conn.halves[1 - direction].last_end, ack))
+            for end, value in marks:
+                if end is not None and (
+                    (value - end) % (1 << 32) <= CONTINUE_SLACK_BYTES
+                    or (end - value) % (1 << 32) <= CONTINUE_SLACK_BYTES
+                ):
+                    del self._asleep[conn.info.flow_id]
+                    self._open[conn.info.flow_id] = conn
+                    return entry
+        self._end(conn, "idle-timeout")
         return None
 
     def swap_roles(self, info: FlowInfo, source: RoleSource) -> None:

@@ -37,12 +37,17 @@ class Limits:
     # Recently delivered bytes kept per direction so a later retransmission can be
     # compared with what was delivered and differing overlaps reported.
     overlap_check_bytes: int = 64 * 1024
-    # A flow idle this long (capture time) is closed.
+    # A flow idle this long (capture time) is closed -- for TCP: put to sleep, its
+    # buffers freed; a segment continuing its sequence numbers wakes the same flow,
+    # anything else on its 4-tuple closes it (docs/transport.md).
     tcp_idle_timeout_ns: int = 300 * SECOND_NS
     udp_idle_timeout_ns: int = 120 * SECOND_NS
     # After FIN in both directions or RST, a flow lingers this long for late or
     # retransmitted segments before it is closed.
     closed_linger_ns: int = 10 * SECOND_NS
+    # A sleeping TCP flow (idle past ``tcp_idle_timeout_ns``) is closed when it has been
+    # idle this long in all, or when anything but a continuation uses its 4-tuple.
+    tcp_sleep_max_ns: int = 3600 * SECOND_NS
     # IP fragment reassembly: datagrams in progress, bytes per datagram, timeout.
     max_fragment_datagrams: int = 8192
     max_fragment_bytes: int = 65_535 + 40

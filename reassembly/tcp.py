@@ -76,6 +76,7 @@ class TcpHalfStream:
         "alt_base",
         "had_data",
         "fin_seq_off",
+        "last_end",
     )
 
     def __init__(
@@ -116,6 +117,9 @@ class TcpHalfStream:
         self.alt_base: int | None = None  # ISN + 1 of a conflicting second SYN
         self.had_data = False  # a segment reached offset 0 or beyond (placed or held)
         self.fin_seq_off: int | None = None  # offset of the first FIN's sequence number
+        # seq + len of this direction's latest packet, set by the flow table: tells
+        # whether a packet after an idle pause continues the connection
+        self.last_end: int | None = None
 
     # -- sequence space ---------------------------------------------------------------
     # ``base``, ``started`` and ``syn_seen`` are read by the flow table (port reuse,
@@ -530,7 +534,7 @@ class TcpHalfTracker:
     a new connection), ``started`` (which decides whether a SYN moves ``base``) and
     ``syn_seen`` (mid-stream direction).  Same methods as ``TcpHalfStream``."""
 
-    __slots__ = ("base", "started", "syn_seen", "alt_base", "had_data")
+    __slots__ = ("base", "started", "syn_seen", "alt_base", "had_data", "last_end")
 
     def __init__(self) -> None:
         self.base: int | None = None
@@ -538,6 +542,7 @@ class TcpHalfTracker:
         self.syn_seen = False
         self.alt_base: int | None = None
         self.had_data = False
+        self.last_end: int | None = None
 
     def set_isn(self, isn: int, ts_ns: int = 0, frame: int = 0) -> None:
         first = self.syn_seen

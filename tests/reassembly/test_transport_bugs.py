@@ -6,17 +6,21 @@ cases no public capture shows were crafted with scapy by ``tests/data/crafted/ge
 
 from __future__ import annotations
 
+import struct
+
 from reassembly.events import (
     Anomaly,
     Direction,
     Endpoint,
     FlowInfo,
     RoleSource,
+    StreamClose,
     StreamData,
     TlsConnection,
     Transport,
 )
-from reassembly.limits import Limits
+from reassembly.flows import ACK, SYN, FlowTable
+from reassembly.limits import SECOND_NS, Limits
 from reassembly.tcp import TcpHalfStream
 from tests.conftest import SHARED
 from tests.reassembly.streams import reassemble
@@ -143,3 +147,36 @@ def test_bug7_a_real_one_byte_conflict_elsewhere_is_still_reported():
     half.on_segment(102, b"X", 3, 3)  # differs from "c": conflict
     kinds = [(e.kind, e.offset) for e in events if isinstance(e, Anomaly)]
     assert kinds == [("tcp.overlap_conflict", 2)]
+
+
+def test_bug3_idle_connection_whose_sequence_continues_is_one_flow():
+    """400 s of silence (past the 300 s idle timeout), then the client's next PUB
+    continues its sequence numbers: one flow, contiguous, no gap (the old code split
+    it in two)."""
+    r = _crafted("tcp-idle-continuation.pcap")
+    (flow,) = r.flows
+    assert flow.close_reason == "closed"
+    assert r.stream("10.18.0.1:40018", "10.18.0.2:4222") == PUB1 + PUB2
+    assert r.stream("10.18.0.1:40018", "10.18.0.2:4222", "s2c") == INFO
+    assert (flow.gap_bytes, flow.packets) == ([0, 0], [6, 5])
+
+
+def test_bug3_a_new_connection_on_the_same_tuple_after_idle_is_a_new_flow():
+    """After the pause, a segment far from where either side left off (a new
+    connection picked up mid-stream) closes the sleeping flow and opens another."""
+    ft_events: list = []
+    table = FlowTable(Limits(), ft_events.append)
+    c, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+
+    def seg(seq: int, ack: int, flags: int, data: bytes = b"") -> bytes:
+        return struct.pack("!HHIIBBHHH", 40000, 4222, seq, ack, 5 << 4, flags, 65535, 0, 0) + data
+
+    table.tcp(c, s, seg(100, 0, SYN), 0, 1)
+    table.tcp(c, s, seg(101, 0, ACK, b"hello"), 1, 2)
+    table.tcp(c, s, seg(106, 0, ACK, b"again"), 400 * SECOND_NS, 3)  # continues
+    table.tcp(c, s, seg(900_000_000, 0, ACK, b"other"), 800 * SECOND_NS, 4)  # does not
+    table.close_all()
+    closes = [(e.flow.flow_id, e.reason) for e in ft_events if isinstance(e, StreamClose)]
+    assert closes == [(0, "idle-timeout"), (1, "end-of-capture")]
+    data = [(e.flow.flow_id, e.data) for e in ft_events if isinstance(e, StreamData)]
+    assert data == [(0, b"hello"), (0, b"again"), (1, b"other")]
