@@ -114,6 +114,19 @@ def test_help_imports_no_heavy_module():
     assert res.stderr == "", f"--help imported: {res.stderr}"
 
 
+def test_dissect_does_not_import_pandas(tmp_path):
+    """pyarrow's pandas probe (~0.4 s of CPU) is skipped, and pandas still works for
+    code that asks for it afterwards."""
+    code = ("import sys\nfrom analyzer.cli import main\n"
+            f"assert main(['dissect', {str(NATS)!r}, '-o', {str(tmp_path / 'o')!r}, '-q']) == 0\n"
+            "print('pandas' in sys.modules)\n"
+            "import pyarrow as pa\n"
+            "print(type(pa.table({'a': [1]}).to_pandas()).__name__)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.stdout.split() == ["False", "DataFrame"], res.stderr
+
+
 def test_version():
     from importlib.metadata import version
 
