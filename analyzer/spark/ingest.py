@@ -47,6 +47,7 @@ packet blocks across ranges) is dissected whole.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -70,10 +71,17 @@ from analyzer.pipeline import (
     CaptureDissection,
     CaptureResult,
     Options,
-    dissect_capture,
     file_sha256,
+    input_info,
+    run_dissection,
 )
-from analyzer.sink import DatasetWriter
+from analyzer.sink import (
+    DatasetWriter,
+    check_capture_absent,
+    commit_files,
+    part_file,
+    remove_stale_parts,
+)
 from analyzer.spark.split import (
     Layout,
     RangePlan,
@@ -145,22 +153,81 @@ def _blobs(spark: SparkSession, n: int, fn) -> list[Any]:
     return out
 
 
-def _whole_file_task(path: str, out: str, options: Options) -> dict[str, Any]:
+class _AttemptWriter(DatasetWriter):
+    """A coordinated ``DatasetWriter`` whose in-progress files carry the task attempt's
+    tag (``.part-<k>.parquet.<job>-t<attempt>.inprogress``): two attempts of one task
+    (a retry after a lost executor, a speculative copy) never write the same file, and
+    readers ignore hidden names.  ``close`` leaves them for the driver to commit."""
+
+    def __init__(self, out: str, capture_id: str, sha: str, options: Options, part: int,
+                 tag: str) -> None:
+        super().__init__(out, capture_id, sha, TOOL_VERSION, options.as_json(),
+                         validate=options.validate, overwrite=True, part=part,
+                         coordinated=True)
+        self._tmp_file = f".{part_file(part)}.{tag}.inprogress"
+
+
+def _attempt_tag(job: str) -> str:
+    """``<job>-t<task attempt id>``: unique per attempt in the Spark application."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return f"{job}-t{ctx.taskAttemptId() if ctx else 0}"
+
+
+def _whole_file_task(path: str, out: str, options: Options, job: str) -> dict[str, Any]:
+    """One capture, on an executor: the local path's dissection, written by this
+    attempt under its own hidden names; only metadata goes back to the driver."""
     try:
-        return {"result": dissect_capture(path, out, options)}
+        registry = discover()
+        for spec in registry.tables():
+            register_table(spec)
+        sha = file_sha256(path)
+        capture_id = sha[:16]
+        writer = _AttemptWriter(out, capture_id, sha, options, 0, _attempt_tag(job))
+        dissection = CaptureDissection(capture_id, writer, registry, options)
+        info, error = run_dissection(dissection, path, writer)
+        writer.close(ensure_tables=list(dissection.tables.values()))
+        return {
+            "run": CaptureRun.from_writer(writer, input_info(path, sha, info), error),
+            "pending": writer.pending_files(),
+            "anomalies": Counter(dissection.anomalies),
+            "protocols": Counter(dissection.flows_by_protocol),
+            "packets": info.packets,
+            "size": info.file_size,
+        }
     except Exception as exc:  # shipped back to the driver and raised there
         return {"error": exc}
 
 
-def _check_free(out: Path, capture_id: str, overwrite: bool) -> None:
-    if overwrite or not out.is_dir():
-        return
-    existing = sorted(out.glob(f"*/{PARTITION_KEY}={capture_id}"))
-    if existing:
-        raise FileExistsError(
-            f"capture {capture_id} is already in {out} ({existing[0].relative_to(out)}); "
-            "pass overwrite=True (--overwrite) to replace it"
-        )
+def _commit(out: Path, capture_id: str, pending: Sequence[tuple[str, str]],
+            overwrite: bool) -> None:
+    """Make one capture's successful attempt visible: renames only (metadata).  Without
+    ``overwrite`` a capture that another run put in OUT meanwhile is not replaced."""
+    if not overwrite:
+        check_capture_absent(out, capture_id)
+    commit_files(pending)
+    if overwrite:
+        keep: dict[str, list[str]] = {}
+        for _tmp, final in pending:
+            keep.setdefault(Path(final).parent.parent.name, []).append(Path(final).name)
+        remove_stale_parts(out, capture_id, keep)
+
+
+def _remove_attempts(out: Path, job: str) -> None:
+    """Delete what any attempt of ``job`` left uncommitted (failed, retried, speculative
+    or refused attempts) and the partition directories that leaves empty."""
+    for f in out.glob(f"*/{PARTITION_KEY}=*/.part-*.parquet.{job}-t*.inprogress"):
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
+        with contextlib.suppress(OSError):
+            f.parent.rmdir()  # only when empty
+
+
+def _resolve_out(out: str | os.PathLike) -> Path:
+    """OUT as an absolute path of the *driver*: executors run in scratch directories
+    of their own, where a relative path would silently land the files."""
+    return Path(os.path.abspath(os.fspath(out)))
 
 
 def ingest(
@@ -181,13 +248,14 @@ def ingest(
     together (default: only when payload dissectors are registered)."""
     options = options or Options()
     registry = discover()
-    out_path = Path(out)
+    out_path = _resolve_out(out)
     out_path.mkdir(parents=True, exist_ok=True)
+    captures = [os.path.abspath(os.fspath(c)) for c in captures]
+    job = uuid.uuid4().hex[:12]
     report = IngestReport()
     whole: list[str] = []
     split: list[tuple[str, Layout]] = []
-    for c in captures:
-        path = os.fspath(c)
+    for path in captures:
         size = os.path.getsize(path)
         layout = probe_layout(path, size) if size > split_bytes else None
         if layout is None:
@@ -196,25 +264,35 @@ def ingest(
         else:
             split.append((path, layout))
     results: dict[str, CaptureResult] = {}
-    for path, layout in split:
-        timing: dict[str, float] = {}
-        res, how = _ingest_split(spark, layout, out_path, options, registry, split_bytes,
-                                 partitions, merge_scopes, timing)
-        report.timings[path] = timing
-        report.how[path] = how
-        if res is None:
-            whole.append(path)
-        else:
-            results[path] = res
-    if whole:
-        outs = _blobs(spark, len(whole),
-                      lambda i: _whole_file_task(whole[i], str(out_path), options))
-        for path, got in zip(whole, outs, strict=True):
-            if "error" in got:
-                raise got["error"]
-            results[path] = got["result"]
-    order = [os.fspath(c) for c in captures]
-    report.results = [results[p] for p in order if p in results]
+    try:
+        for path, layout in split:
+            timing: dict[str, float] = {}
+            res, how = _ingest_split(spark, layout, out_path, options, registry, split_bytes,
+                                     partitions, merge_scopes, timing, job)
+            report.timings[path] = timing
+            report.how[path] = how
+            if res is None:
+                whole.append(path)
+            else:
+                results[path] = res
+        if whole:
+            out_s = str(out_path)
+            outs = _blobs(spark, len(whole),
+                          lambda i: _whole_file_task(whole[i], out_s, options, job))
+            errors = [got["error"] for got in outs if "error" in got]
+            if errors:
+                raise errors[0]
+            for path, got in zip(whole, outs, strict=True):
+                run: CaptureRun = got["run"]
+                _commit(out_path, run.capture_id, got["pending"], options.overwrite)
+                manifest = update_manifest(out_path, run)
+                results[path] = CaptureResult(
+                    run.capture_id, path, run.rows, got["anomalies"], got["protocols"],
+                    got["packets"], got["size"], manifest,
+                )
+    finally:
+        _remove_attempts(out_path, job)
+    report.results = [results[p] for p in captures if p in results]
     return report
 
 
@@ -251,6 +329,7 @@ def _ingest_split(
     partitions: int | None,
     merge_scopes: bool | None,
     timing: dict[str, float],
+    job: str,
 ) -> tuple[CaptureResult | None, str]:
     path = layout.path
     clock = time.perf_counter()
@@ -264,7 +343,8 @@ def _ingest_split(
     sha = file_sha256(path)
     lap("sha256")
     capture_id = sha[:16]
-    _check_free(out, capture_id, options.overwrite)
+    if not options.overwrite:
+        check_capture_absent(out, capture_id)
 
     # pass 1: record boundaries and frame counts per range
     ranges = plan_ranges(layout, split_bytes)
@@ -308,7 +388,7 @@ def _ingest_split(
     lap("stats")
 
     # pass 3: frames keyed by IP pair → whole pairs per task → reassembly + dissection
-    staging = out / f"{_STAGING_PREFIX}{capture_id}-{uuid.uuid4().hex[:12]}"
+    staging = out / f"{_STAGING_PREFIX}{capture_id}-{job}"
     staging.mkdir(parents=True)
     nparts = partitions or max(2, 2 * spark.sparkContext.defaultParallelism)
     pschema = pa.schema(
@@ -369,8 +449,8 @@ def _ingest_split(
         if errors and options.strict:
             raise RuntimeError(f"split ingest of {path} failed: {errors[0]}")
         result = _finish_split(
-            layout, plans, scans, out, capture_id, sha, options, registry, summaries,
-            packets, snaplen_cuts, errors[0] if errors else None,
+            spark, layout, plans, scans, out, capture_id, sha, options, registry, summaries,
+            packets, snaplen_cuts, errors[0] if errors else None, job,
         )
         lap("merge")
     finally:
@@ -533,24 +613,57 @@ def _file_batches(path: str, lut: np.ndarray) -> Iterator[pa.RecordBatch]:
             yield _remap(batch, lut)
 
 
-def _finish_split(layout, plans: list[RangePlan], scans, out: Path, capture_id: str, sha: str,
-                  options: Options, registry: Registry, summaries: list[dict[str, Any]],
-                  packets: int, snaplen_cuts: int, error: str | None) -> CaptureResult:
-    # flow ids: rank of the first frame over the whole capture
+def _flow_luts(summaries: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+    """Per piece, task-local flow id -> capture-wide flow id: the rank of the flow's
+    first frame over the whole capture (the local path numbers flows in that order).
+    Metadata only: two integers per flow."""
     owners = [(ff, s["piece"], lid) for s in summaries for lid, ff in s["flows"]]
     owners.sort()
-    luts: dict[int, np.ndarray] = {}
     sizes = Counter(piece for _ff, piece, _lid in owners)
-    for s in summaries:
-        luts[s["piece"]] = np.zeros(max(sizes[s["piece"]], 1), dtype=np.int64)
+    luts = {s["piece"]: np.zeros(max(sizes[s["piece"]], 1), dtype=np.int64)
+            for s in summaries}
     for gid, (_ff, piece, lid) in enumerate(owners):
         luts[piece][lid] = gid
+    return luts
+
+
+def _write_piece(out: str, capture_id: str, sha: str, options: Options, job: str,
+                 tables: list[TableSpec], summary: dict[str, Any], lut: np.ndarray,
+                 extra: dict[str, list[dict[str, Any]]], first: bool) -> dict[str, Any]:
+    """On an executor: one dissection task's sorted runs, flow ids made capture-wide,
+    merged and written as ``part-<piece>.parquet`` of each table by this attempt (the
+    ``first`` piece also writes the whole-capture rows and every table's empty file)."""
+    for spec in tables:
+        register_table(spec)
+    writer = _AttemptWriter(out, capture_id, sha, options, summary["piece"], _attempt_tag(job))
+    try:
+        for spec in tables:
+            key = "record_id" if "record_id" in spec.column_names else "flow_id"
+            runs = [_Run(_file_batches(f, lut), key) for f in summary["files"]
+                    if Path(f).parent.name == spec.name]
+            if first and extra.get(spec.name):
+                runs.append(_Run(iter([rows_to_batch(spec, extra[spec.name])]), key))
+            for table in merge_runs(runs, key):
+                writer.write_batch(spec, table)
+        rows = writer.close(ensure_tables=tables if first else ())
+    except BaseException:
+        writer.abort()
+        raise
+    return {"pending": writer.pending_files(), "rows": rows,
+            "versions": {n: s.version for n, s in writer.tables.items()}}
+
+
+def _finish_split(spark: SparkSession, layout, plans: list[RangePlan], scans, out: Path,
+                  capture_id: str, sha: str, options: Options, registry: Registry,
+                  summaries: list[dict[str, Any]], packets: int, snaplen_cuts: int,
+                  error: str | None, job: str) -> CaptureResult:
+    luts = _flow_luts(summaries)
 
     # a dissection with no input: the same table set as the local run, and the rows
     # the whole-capture decoder writes once at the end
     sink = _ListSink()
-    job = CaptureDissection(capture_id, sink, registry, options)  # type: ignore[arg-type]
-    tables = list(job.tables.values())
+    dissection = CaptureDissection(capture_id, sink, registry, options)  # type: ignore[arg-type]
+    tables = list(dissection.tables.values())
     anomalies: Counter = Counter()
     protocols: Counter = Counter()
     truncated = 0
@@ -560,43 +673,45 @@ def _finish_split(layout, plans: list[RangePlan], scans, out: Path, capture_id: 
         truncated += s["truncated"]
     if snaplen_cuts > 1:
         n = snaplen_cuts - 1
-        job.handle(Anomaly(
+        dissection.handle(Anomaly(
             KIND_TRUNCATED,
             f"{n} more packets were cut by the capture snaplen ({truncated} truncated "
             "packets in all); only the first was reported individually",
             None, None, nbytes=n,
         ))
-        anomalies.update(job.anomalies)
+        anomalies.update(dissection.anomalies)
     extra = sink.rows
 
-    writer = DatasetWriter(out, capture_id, sha, TOOL_VERSION, options.as_json(),
-                           validate=options.validate, overwrite=options.overwrite)
+    # executors write the part files; the driver only renames them
+    pieces = sorted(summaries, key=lambda s: s["piece"]) or [
+        {"piece": 0, "files": [], "flows": []}]
+    bc = spark.sparkContext.broadcast(luts)
+    out_s = str(out)
     try:
-        for spec in tables:
-            key = "record_id" if "record_id" in spec.column_names else "flow_id"
-            runs = []
-            for s in summaries:
-                lut = luts[s["piece"]]
-                for f in s["files"]:
-                    if Path(f).parent.name == spec.name:
-                        runs.append(_Run(_file_batches(f, lut), key))
-            if extra.get(spec.name):
-                batch = rows_to_batch(spec, extra[spec.name])
-                runs.append(_Run(iter([batch]), key))
-            for table in merge_runs(runs, key):
-                writer.write_batch(spec, table)
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close(ensure_tables=tables)
-    run = CaptureRun.from_writer(
-        writer,
-        InputInfo(layout.path, layout.size, sha, layout.format,
-                  [str(lt) for lt in link_types(layout, scans)], packets, []),
-        error,
+        written = _blobs(spark, len(pieces), lambda i: _write_piece(
+            out_s, capture_id, sha, options, job, tables, pieces[i],
+            bc.value.get(pieces[i]["piece"], np.zeros(1, dtype=np.int64)), extra, i == 0))
+    finally:
+        bc.unpersist()
+    rows: Counter = Counter()
+    versions: dict[str, int] = {}
+    pending: list[tuple[str, str]] = []
+    for w in written:
+        for name, n in w["rows"].items():
+            rows[name] += n
+        versions.update(w["versions"])
+        pending.extend(w["pending"])
+    _commit(out, capture_id, pending, options.overwrite)
+    run = CaptureRun(
+        capture_id=capture_id,
+        input=InputInfo(layout.path, layout.size, sha, layout.format,
+                        [str(lt) for lt in link_types(layout, scans)], packets, []),
+        tool_version=TOOL_VERSION,
+        options=options.as_json(),
+        rows=dict(sorted(rows.items())),
+        table_versions=dict(sorted(versions.items())),
+        error=error,
     )
     manifest = update_manifest(out, run)
     return CaptureResult(capture_id, layout.path, run.rows, anomalies, protocols, packets,
                          layout.size, manifest)
-
-

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dissectors.tables import PARTITION_KEY
@@ -14,8 +15,10 @@ def read_tables(out: str | Path) -> dict:
     tables = {}
     for d in sorted(Path(out).iterdir()):
         if d.is_dir() and not d.name.startswith("."):
+            # file by file: the part count differs between runs (one per Spark task),
+            # and a directory read would add the partition column
             files = sorted(d.glob(f"{PARTITION_KEY}=*/*.parquet"))
-            t = pq.read_table(files[0]) if len(files) == 1 else pq.read_table(d)
+            t = pa.concat_tables([pq.read_table(f) for f in files])
             key = "record_id" if "record_id" in t.column_names else "flow_id"
             tables[d.name] = t.sort_by(key)
     return tables

@@ -8,7 +8,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -61,8 +60,8 @@ def test_request_reply_matches_truth(dataset) -> None:
     # latency = first reply's last byte - request's first byte, from the nats rows
     nats = pq.read_table(out / "nats")
     rid = nats.column("record_id").to_pylist()
-    last = dict(zip(rid, pc.cast(nats.column("ts_last"), "int64").to_pylist(), strict=True))
-    first = dict(zip(rid, pc.cast(nats.column("ts_first"), "int64").to_pylist(), strict=True))
+    last = dict(zip(rid, nats.column("ts_last_ns").to_pylist(), strict=True))
+    first = dict(zip(rid, nats.column("ts_first_ns").to_pylist(), strict=True))
     answered = [r for rows in rr.values() for r in rows if r["answered"]]
     assert len(answered) == 12  # + 8 JetStream API/publish/fetch requests, all answered
     for r in answered:

@@ -98,7 +98,9 @@ def test_split_synthetic_multi_host(spark, tmp_path: Path) -> None:
     of IP pairs that share a server endpoint."""
     path = tmp_path / "synth.pcap"
     write_nats_capture(path, clients=9, rounds=60, idle_gap_s=12, snap_every=53, frag_every=7)
-    limits = Limits(tcp_idle_timeout_ns=5 * SECOND_NS, fragment_timeout_ns=3 * SECOND_NS)
+    # idle TCP flows sleep, then close after tcp_sleep_max_ns: both on the global clock
+    limits = Limits(tcp_idle_timeout_ns=5 * SECOND_NS, tcp_sleep_max_ns=8 * SECOND_NS,
+                    fragment_timeout_ns=3 * SECOND_NS)
     local = _local([path], tmp_path / "local", _opts(limits=limits))
     split = path.stat().st_size // 6
     for merge in (False, True):
