@@ -279,6 +279,9 @@ class CaptureLock:
                   "input": self.input_path}
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, (json.dumps(me, sort_keys=True) + "\n").encode(), 0)
+        except OutputError:  # busy
+            self._close()
+            raise
         except OSError as exc:
             self._close()
             raise OutputWriteError.from_os_error(exc, self.out_dir) from exc
