@@ -42,6 +42,8 @@ LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_NFLOG = 239
+LINKTYPE_IPOIB = 242
+LINKTYPE_PKTAP = 258
 LINKTYPE_LINUX_SLL2 = 276
 
 LINKTYPE_NAMES = {
@@ -58,6 +60,8 @@ LINKTYPE_NAMES = {
     LINKTYPE_IPV4: "IPV4",
     LINKTYPE_IPV6: "IPV6",
     LINKTYPE_NFLOG: "NFLOG",
+    LINKTYPE_IPOIB: "IPOIB",
+    LINKTYPE_PKTAP: "PKTAP",
     LINKTYPE_LINUX_SLL2: "LINUX_SLL2",
 }
 
@@ -256,6 +260,40 @@ def _nflog(data: bytes) -> Result:
     return NON_IP, family, _NO_VLANS
 
 
+_IPOIB_PREFIX = 40  # GRH, or the 20-byte destination address block padded to 40
+_PKTAP_HEADER = struct.Struct("<III")  # length, record type, inner DLT (little-endian)
+_PKTAP_PACKET = 1  # PTH_TYPE_PACKET: a captured packet follows the header
+
+
+def _ipoib(data: bytes) -> Result:
+    # IP over InfiniBand as libpcap writes it and tshark reads it: a 40-byte block (the
+    # Global Route Header, or the destination address), then the RFC 4391 section 6
+    # header: ethertype(2) reserved(2).
+    if len(data) < _IPOIB_PREFIX + 4:
+        return SHORT, 0, _NO_VLANS
+    return _ethertype(data, _unpack_u16(data, _IPOIB_PREFIX)[0], _IPOIB_PREFIX + 4)
+
+
+def _pktap(data: bytes) -> Result:
+    # Apple PKTAP (macOS ``tcpdump -i any`` / ``-i pktap``): a header in host (little-
+    # endian) byte order whose first fields are its own length, the record type and the
+    # DLT of the packet that follows it (plus interface, process, ... not needed here).
+    if len(data) < _PKTAP_HEADER.size:
+        return SHORT, 0, _NO_VLANS
+    hlen, rtype, dlt = _PKTAP_HEADER.unpack_from(data)
+    if hlen < _PKTAP_HEADER.size or hlen > len(data):
+        return SHORT, 0, _NO_VLANS
+    if rtype != _PKTAP_PACKET:
+        return NON_IP, rtype, _NO_VLANS
+    inner = LINK_DECODERS.get(dlt)
+    if inner is None or inner is _pktap:
+        return UNKNOWN, dlt, _NO_VLANS
+    kind, value, vlans = inner(data[hlen:])
+    if kind in (L3_IPV4, L3_IPV6, L3_IP):
+        value += hlen
+    return kind, value, vlans
+
+
 LINK_DECODERS: dict[int, Callable[[bytes], Result]] = {
     LINKTYPE_NULL: _null,
     LINKTYPE_ETHERNET: _ethernet,
@@ -270,6 +308,8 @@ LINK_DECODERS: dict[int, Callable[[bytes], Result]] = {
     LINKTYPE_IPV4: _ipv4,
     LINKTYPE_IPV6: _ipv6,
     LINKTYPE_NFLOG: _nflog,
+    LINKTYPE_IPOIB: _ipoib,
+    LINKTYPE_PKTAP: _pktap,
     LINKTYPE_LINUX_SLL2: _sll2,
 }
 

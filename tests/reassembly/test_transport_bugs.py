@@ -21,6 +21,7 @@ from reassembly.events import (
 )
 from reassembly.flows import ACK, SYN, FlowTable
 from reassembly.limits import SECOND_NS, Limits
+from reassembly.link import NON_IP, SHORT, UNKNOWN, decode_link
 from reassembly.tcp import TcpHalfStream
 from tests.conftest import SHARED
 from tests.reassembly.streams import reassemble
@@ -180,3 +181,24 @@ def test_bug3_a_new_connection_on_the_same_tuple_after_idle_is_a_new_flow():
     assert closes == [(0, "idle-timeout"), (1, "end-of-capture")]
     data = [(e.flow.flow_id, e.data) for e in ft_events if isinstance(e, StreamData)]
     assert data == [(0, b"hello"), (0, b"again"), (1, b"other")]
+
+
+def test_bug8_pktap_and_ipoib_link_types_are_read():
+    """macOS PKTAP (258, Ethernet inside) and IP over InfiniBand (242): the old code
+    skipped every frame as link.unknown_type; tshark finds the conversation."""
+    for name in ("linktype-pktap.pcap", "linktype-ipoib.pcap"):
+        r = _crafted(name)
+        (flow,) = r.flows
+        assert r.stream("10.18.0.1:40018", "10.18.0.2:4222") == PUB1, name
+        assert r.stream("10.18.0.1:40018", "10.18.0.2:4222", "s2c") == INFO, name
+        assert flow.packets == [5, 4] and r.anomalies == [], name
+
+
+LINKTYPE_IPOIB, LINKTYPE_PKTAP = 242, 258
+
+
+def test_bug8_pktap_header_longer_than_the_frame_is_short_not_a_crash():
+    assert decode_link(LINKTYPE_PKTAP, struct.pack("<III", 200, 1, 1) + bytes(40))[0] == SHORT
+    assert decode_link(LINKTYPE_PKTAP, struct.pack("<III", 12, 2, 1))[0] == NON_IP
+    assert decode_link(LINKTYPE_PKTAP, struct.pack("<III", 12, 1, 258) + bytes(20))[0] == UNKNOWN
+    assert decode_link(LINKTYPE_IPOIB, bytes(43))[0] == SHORT

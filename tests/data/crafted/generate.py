@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from pathlib import Path
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
-from scapy.utils import wrpcap
+from scapy.utils import PcapWriter, wrpcap
 
 HERE = Path(__file__).resolve().parent
 CLIENT, SERVER = "10.18.0.1", "10.18.0.2"
@@ -224,6 +225,39 @@ def idle_continuation(out: Path) -> None:
     wrpcap(str(out), c.packets)
 
 
+def _linktype_capture(out: Path, linktype: int, frame: Callable[[bytes], bytes]) -> None:
+    """One NATS exchange written with another link type: ``frame`` wraps each IP
+    packet of the Ethernet conversation in that link type's header."""
+    c = Conn()
+    c.handshake()
+    c.send("s", "PA", INFO)
+    c.send("c", "PA", PUB1)
+    c.send("s", "A")
+    c.close()
+    writer = PcapWriter(str(out), linktype=linktype)
+    for pkt in c.packets:
+        raw = Raw(frame(bytes(pkt[IP])))
+        raw.time = pkt.time
+        writer.write(raw)
+    writer.close()
+
+
+def pktap(out: Path) -> None:
+    """Bug 8: LINKTYPE_PKTAP (258), as macOS ``tcpdump -i any`` writes: a 108-byte
+    little-endian header (length, type 1 = packet, inner DLT 1 = Ethernet, interface
+    en0, process nats-server) before each Ethernet frame."""
+    header = (struct.pack("<III", 108, 1, 1) + b"en0".ljust(24, b"\0")
+              + struct.pack("<IIIIi", 0, 2, 14, 0, 4222) + b"nats-server".ljust(17, b"\0"))
+    header = header.ljust(108, b"\0")
+    _linktype_capture(out, 258, lambda ip: header + bytes(Ether(type=0x0800) / Raw(ip)))
+
+
+def ipoib(out: Path) -> None:
+    """Bug 8: LINKTYPE_IPOIB (242): a 40-byte block (a 20-byte destination address,
+    zero-padded) then the RFC 4391 header (ethertype 0x0800, reserved) before IP."""
+    _linktype_capture(out, 242, lambda ip: b"\x00" * 40 + struct.pack("!HH", 0x0800, 0) + ip)
+
+
 CAPTURES: dict[str, Callable[[Path], None]] = {
     "tls13-hello-retry.pcap": tls13_hello_retry,
     "tcp-out-of-window.pcap": out_of_window,
@@ -232,6 +266,8 @@ CAPTURES: dict[str, Callable[[Path], None]] = {
     "tcp-data-after-rst-fin.pcap": data_after_rst_fin,
     "tcp-keepalive-zero-window.pcap": keepalive_zero_window,
     "tcp-idle-continuation.pcap": idle_continuation,
+    "linktype-pktap.pcap": pktap,
+    "linktype-ipoib.pcap": ipoib,
 }
 
 
