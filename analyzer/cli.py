@@ -7,7 +7,6 @@ Exit codes (documented in the README): 0 clean, 1 completed with anomalies
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -33,6 +32,7 @@ from analyzer.cliutil import (
     check_output_dir,
     flow_ids_text,
     format_ts,
+    name_stdin_input,
     out_console,
     parse_decode_as,
     print_error,
@@ -40,6 +40,7 @@ from analyzer.cliutil import (
     print_user_error,
     silence_stdout,
     skip_pandas_probe,
+    stdin_spooled,
     time_label,
 )
 
@@ -297,10 +298,10 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     out = Path(args.output)
     created = not out.exists()
     try:
-        with _stdin_spooled(args.captures) as (captures, spooled):
+        with stdin_spooled(args.captures) as (captures, spooled):
             results, elapsed = _dissect_all(captures, args, options)
             if spooled is not None:
-                _name_stdin_input(out, spooled)
+                name_stdin_input(out, spooled)
     except FileExistsError as exc:
         # the sink words it for Python callers ("pass overwrite=True")
         message = str(exc.args[0] if exc.args else exc).partition("; pass overwrite")[0]
@@ -343,54 +344,6 @@ def _remove_if_empty(out: Path, created: bool) -> None:
     if not leftovers:
         (out / ".manifest.lock").unlink(missing_ok=True)
         out.rmdir()
-
-
-STDIN_NAME = "-"  # the manifest's input path of a capture read from standard input
-_SPOOL_CHUNK = 1 << 20
-
-
-@contextlib.contextmanager
-def _stdin_spooled(captures: list[str]):
-    """``-`` among the captures: standard input copied, 1 MiB at a time, to a
-    temporary file that stands in for it (removed afterwards).
-
-    Why a file: a dataset's partition is named by the capture's SHA-256, which must be
-    known before the first row is written, and a pipe can be read only once; the copy
-    keeps memory bounded (the disk holds the stream) and gives the same capture id,
-    the same rows and the same manifest hash as the file the stream came from."""
-    if STDIN not in captures:
-        yield captures, None
-        return
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="msgcap-stdin-") as tmp:
-        spool = Path(tmp) / "stdin.capture"
-        src = sys.stdin.buffer
-        with open(spool, "wb") as f:
-            while block := src.read(_SPOOL_CHUNK):
-                f.write(block)
-        if spool.stat().st_size == 0:
-            raise UserError("standard input is empty (0 bytes)",
-                            "pipe a capture into it, e.g. tcpdump -w - | msgcap dissect - -o OUT")
-        check_capture(str(spool), shown="standard input")
-        yield [str(spool) if c == STDIN else c for c in captures], str(spool)
-
-
-def _name_stdin_input(out: Path, spool: str) -> None:
-    """The manifest names standard input ``-``, not the temporary copy."""
-    import os
-
-    from analyzer.manifest import MANIFEST_NAME, dumps, read_manifest
-
-    manifest = read_manifest(out)
-    if manifest is None:
-        return
-    for entry in manifest.get("inputs", []):
-        if entry.get("input", {}).get("path") == spool:
-            entry["input"]["path"] = STDIN_NAME
-    tmp = out / f".{MANIFEST_NAME}.stdin.tmp"
-    tmp.write_text(dumps(manifest), encoding="utf-8")
-    os.replace(tmp, out / MANIFEST_NAME)
 
 
 def print_run_summary(results, manifest: dict, elapsed: float) -> None:

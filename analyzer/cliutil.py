@@ -13,6 +13,7 @@ Kept free of heavy imports (no rich, pyarrow or reassembly at import time): `msg
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from datetime import UTC, datetime
@@ -174,6 +175,52 @@ def check_output_file(path: str, flag: str = "-o") -> None:
     if not parent.is_dir():
         raise UserError(f"{flag} {path}: the directory {parent} does not exist",
                         f"create it first (mkdir -p {parent}) or write elsewhere")
+
+
+STDIN_NAME = "-"  # the manifest's input path of a capture read from standard input
+_SPOOL_CHUNK = 1 << 20
+
+
+@contextlib.contextmanager
+def stdin_spooled(captures: list[str]):
+    """``-`` among the captures: standard input copied, 1 MiB at a time, to a
+    temporary file that stands in for it (removed afterwards).
+
+    Why a file: a dataset's partition is named by the capture's SHA-256, which must be
+    known before the first row is written, and a pipe can be read only once; the copy
+    keeps memory bounded (the disk holds the stream) and gives the same capture id,
+    the same rows and the same manifest hash as the file the stream came from."""
+    if STDIN not in captures:
+        yield captures, None
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="msgcap-stdin-") as tmp:
+        spool = Path(tmp) / "stdin.capture"
+        src = sys.stdin.buffer
+        with open(spool, "wb") as f:
+            while block := src.read(_SPOOL_CHUNK):
+                f.write(block)
+        if spool.stat().st_size == 0:
+            raise UserError("standard input is empty (0 bytes)",
+                            "pipe a capture into it, e.g. tcpdump -w - | msgcap dissect - -o OUT")
+        check_capture(str(spool), shown="standard input")
+        yield [str(spool) if c == STDIN else c for c in captures], str(spool)
+
+
+def name_stdin_input(out: Path, spool: str) -> None:
+    """The manifest names standard input ``-``, not the temporary copy."""
+    from analyzer.manifest import MANIFEST_NAME, dumps, read_manifest
+
+    manifest = read_manifest(out)
+    if manifest is None:
+        return
+    for entry in manifest.get("inputs", []):
+        if entry.get("input", {}).get("path") == spool:
+            entry["input"]["path"] = STDIN_NAME
+    tmp = out / f".{MANIFEST_NAME}.stdin.tmp"
+    tmp.write_text(dumps(manifest), encoding="utf-8")
+    os.replace(tmp, out / MANIFEST_NAME)
 
 
 def parse_decode_as(items: list[str] | None) -> dict[int, str]:

@@ -57,9 +57,11 @@ from analyzer.cliutil import (
     check_decode_as,
     check_keylog,
     format_ts,
+    name_stdin_input,
     out_console,
     parse_decode_as,
     print_user_error,
+    stdin_spooled,
     time_label,
 )
 
@@ -248,8 +250,11 @@ def open_source(
         return
     if keylog:
         check_keylog(keylog)
-    with tempfile.TemporaryDirectory(prefix="msgcap-") as tmp:
-        _dissect_into(path, tmp, keylog=keylog, decode_as=decode_as or {}, quiet=quiet)
+    with tempfile.TemporaryDirectory(prefix="msgcap-") as tmp, \
+            stdin_spooled([path]) as ((capture,), spooled):  # "-": standard input
+        _dissect_into(capture, tmp, keylog=keylog, decode_as=decode_as or {}, quiet=quiet)
+        if spooled is not None:
+            name_stdin_input(Path(tmp), spooled)
         yield Dataset(tmp, capture=path)
 
 

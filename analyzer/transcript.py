@@ -480,7 +480,7 @@ def _lane_spans(names: list[str], pos: list[int], gutter: int,
             start = min(width - len(name), pos[i] - len(name) + 1)
         if start < gutter or start + len(name) > width:
             return None
-        if out and start <= out[-1][0] + len(out[-1][1]):
+        if out and start <= out[-1][0] + len(out[-1][1]) + 1:  # two blanks between names
             return None
         out.append((start, name))
     return out

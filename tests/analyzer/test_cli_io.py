@@ -79,6 +79,15 @@ def test_follow_reads_stdin(tmp_path):
     assert by_pipe.returncode == 0 and by_pipe.stdout == by_path.stdout != b""
 
 
+def test_views_read_stdin():
+    """summary / ladder / follow --decoded / report dissect "-" like a file."""
+    res = _msgcap("summary", "--json", "-", stdin=NATS.read_bytes())
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    assert (s["totals"]["packets"], s["captures"][0]["path"]) == (244, "-")
+    assert s["captures"][0]["sha256"] == NATS_SHA
+
+
 def _pcap_stream(out, datagrams: int, size: int = 60000) -> None:
     """A pcap of ``datagrams`` UDP datagrams of ``size`` bytes, written to ``out``."""
     import struct
