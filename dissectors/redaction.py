@@ -29,9 +29,11 @@ import hashlib
 import json
 import re
 import sys
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
+from functools import lru_cache
 from typing import Any, BinaryIO, TextIO, TypeVar
 
 __all__ = [
@@ -366,6 +368,7 @@ def _key_readings(raw: bytes) -> set[str]:
     return {_NOT_ALNUM.sub("", fold_name(r).casefold()) for r in readings}
 
 
+@lru_cache(maxsize=4096)
 def may_be_secret_key(raw: bytes) -> bool:
     """Could ``raw`` (a member name as it stands on the wire, without quotes, maybe cut
     at its start) name a credential under any reading?  Empty names count: they are what
@@ -384,44 +387,62 @@ _PUNCT_B = frozenset(b"{}[]:,")
 _NUMBER = re.compile(rb"true|false|null|-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
+# one token per match (white space between them is skipped by finditer): a string (to
+# its closing quote, else to the line end), a punctuation byte, or a bare word
+_TOKEN = re.compile(rb'"([^"\\\n]*(?:\\.[^"\\\n]*)*)("?)|([{}\[\]:,])|[^ \t\r\n\x0b\x0c{}\[\]:,"]+')
+_STRING_REST = re.compile(rb'[^"\\\n]*(?:\\.[^"\\\n]*)*("?)')
+
+
+# cheap look-ahead of rules 1 and 3 (no token list unless one may apply): every text that
+# may be a member name -- the bytes after a quote (or the line start) up to a quote
+# followed by ':', or a bare word followed by ':' -- and a string closing a bracket
+_KEY_CANDIDATE = re.compile(
+    rb'(?m:(?<=")|^)([^"\n]*)"[ \t\r\x0b\x0c]*:'
+    rb'|(?<![^ \t\r\n\x0b\x0c{}\[\]:,"])([^ \t\r\n\x0b\x0c{}\[\]:,"]+)[ \t\r\x0b\x0c]*:'
+)
+_STRING = re.compile(rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?')
+_BRACKET = re.compile(rb"[{}\[\]]")
+
+
+def _unmatched_after_string(compact: bytes) -> bool:
+    """In a line whose strings are collapsed to ``"`` and white space removed: does a
+    closing bracket right after a string close nothing (rule 3)?"""
+    depth = 0
+    for m in _BRACKET.finditer(compact):
+        i = m.start()
+        if compact[i] in b"{[":
+            depth += 1
+        elif depth:
+            depth -= 1
+        elif compact[i - 1 : i] == b'"':
+            return True
+    return False
+
+
+# rule 2's candidates: an op-like word, then (maybe) blanks, then "{"
+_OP_BRACE = re.compile(rb"(?<![A-Za-z\x80-\xff])[A-Za-z\x80-\xff]{3,}[ \t\r\x0b\x0c]*\{")
+_BACKSLASH = re.compile(rb"\\")
+_LINE_START = re.compile(rb"^", re.MULTILINE)
+
+
 def _byte_tokens(data: bytes, in_string: bool) -> list[tuple[int, int, int, bool]]:
     """``(kind, start, end, closed)`` tokens; a string ends at its closing quote or at a
     line end (JSON strings hold no raw newline); with ``in_string`` the text is read as
-    if it started inside a string (a fragment cut mid-string)."""
+    if it started inside a string (a fragment cut mid-string: its first token starts at
+    -1, the implied opening quote)."""
     toks: list[tuple[int, int, int, bool]] = []
-    i, n = 0, len(data)
+    pos = 0
     if in_string:
-        i = -1  # the implied opening quote
-    while i < n:
-        c = data[i] if i >= 0 else 0x22
-        if c in _WS_B:
-            i += 1
-        elif c == 0x22:
-            j = i + 1
-            closed = False
-            while j < n:
-                d = data[j]
-                if d == 0x5C:
-                    j += 2
-                elif d == 0x22:
-                    closed = True
-                    break
-                elif d == 0x0A:
-                    break
-                else:
-                    j += 1
-            end = min(j + 1, n) if closed else min(j, n)
-            toks.append((_T_STR, max(i, -1), end, closed))
-            i = end
-        elif c in _PUNCT_B:
-            toks.append((_T_PUNCT, i, i + 1, True))
-            i += 1
+        m = _STRING_REST.match(data)
+        toks.append((_T_STR, -1, m.end(), bool(m.group(1))))
+        pos = m.end()
+    for m in _TOKEN.finditer(data, pos):
+        if m.group(3) is not None:
+            toks.append((_T_PUNCT, m.start(), m.end(), True))
+        elif m.group(2) is not None:
+            toks.append((_T_STR, m.start(), m.end(), bool(m.group(2))))
         else:
-            j = i + 1
-            while j < n and data[j] not in _WS_B and data[j] not in _PUNCT_B and data[j] != 0x22:
-                j += 1
-            toks.append((_T_WORD, i, j, True))
-            i = j
+            toks.append((_T_WORD, m.start(), m.end(), True))
     return toks
 
 
@@ -429,10 +450,11 @@ def _str_body(data: bytes, a: int, b: int, closed: bool) -> bytes:
     return data[a + 1 : b - 1] if closed else data[a + 1 : b]
 
 
-def _value_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
+def _value_spans(data: bytes, toks: list[tuple[int, int, int, bool]]) -> list[
+    tuple[int, int, bytes]
+]:
     """Spans ``(start, end, hashed value)`` of values that follow a possible credential
-    key (rule 1) in one quote-parity reading of ``data``."""
-    toks = _byte_tokens(data, in_string)
+    key (rule 1) in one quote-parity reading (``toks``) of ``data``."""
     spans: list[tuple[int, int, bytes]] = []
     k = 0
     while k + 2 < len(toks):
@@ -474,13 +496,15 @@ def _value_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
     return spans
 
 
-def _tail_spans(data: bytes, in_string: bool) -> list[tuple[int, int, bytes]]:
+def _tail_spans(data: bytes, toks: list[tuple[int, int, int, bool]]) -> list[
+    tuple[int, int, bytes]
+]:
     """Rule 3: a ``}``/``]`` right after a string that closes nothing opened on this line
     ends the tail of a JSON text whose start was cut off (a capture starting inside a
     CONNECT's value): all before it is withheld, since the key that would tell is gone."""
     depth, end = 0, -1
     prev = _T_PUNCT
-    for kind, a, _b, _closed in _byte_tokens(data, in_string):
+    for kind, a, _b, _closed in toks:
         if kind == _T_PUNCT:
             c = data[a]
             if c in b"{[":
@@ -555,13 +579,54 @@ def redact_bytes(data: bytes) -> bytes:
     credential replaced by its marker; unchanged inside ``keeping_secrets()``."""
     if _KEEP.get() or (b'"' not in data and b"{" not in data):
         return data
-    if b"\n" in data[:-1]:  # line by line: each line may be a fragment, and most lines
-        lines = data.splitlines(keepends=True)  # hold neither quote nor brace
-        out = [redact_bytes(line) for line in lines]
-        return data if all(a is b for a, b in zip(out, lines, strict=True)) else b"".join(out)
+    # line by line (each line may be a fragment); the lines any rule may touch are found
+    # by whole-text regular expressions first, and only those are scanned
+    lines = data.split(b"\n")
+    flagged = _flagged_lines(data, lines)
+    if not flagged:
+        return data
+    for i in flagged:
+        lines[i] = _redact_line(lines[i])
+    return b"\n".join(lines)
+
+
+def _flagged_lines(data: bytes, lines: list[bytes]) -> list[int]:
+    """Indexes of the lines of ``data`` (split at LF) that a rule may change."""
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    hits: set[int] = set()
+    for m in _KEY_CANDIDATE.finditer(data) if b":" in data else ():
+        if may_be_secret_key(m.group(1) if m.group(1) is not None else m.group(2)):
+            hits.add(bisect_right(starts, m.start()) - 1)
+    for m in _OP_BRACE.finditer(data):
+        hits.add(bisect_right(starts, m.start()) - 1)
+    for m in _BACKSLASH.finditer(data):  # escapes: key bodies are not plain segments
+        hits.add(bisect_right(starts, m.start()) - 1)
+    for text in (data, _LINE_START.sub(b'"', data)):  # parity 0, parity 1 (rule 3)
+        compact = _STRING.sub(b'"', text).translate(None, b" \t\r\x0b\x0c")
+        if b'"}' in compact or b'"]' in compact:
+            for i, line in enumerate(compact.split(b"\n")):
+                if (b'"}' in line or b'"]' in line) and _unmatched_after_string(line):
+                    hits.add(i)
+    return sorted(hits)
+
+
+def _redact_line(data: bytes) -> bytes:
+    """All rules on one line (no LF inside)."""
     whole = _connect_spans(data)
-    spans = (_value_spans(data, False) + _value_spans(data, True) + whole
-             + _tail_spans(data, False) + _tail_spans(data, True))
+    spans = list(whole)
+    keys = b"\\" in data or any(  # an escaped quote: key bodies are not plain segments
+        may_be_secret_key(m.group(1) if m.group(1) is not None else m.group(2))
+        for m in _KEY_CANDIDATE.finditer(data))
+    tail = b'"' in data
+    if keys or tail:
+        for in_string in (False, True):
+            toks = _byte_tokens(data, in_string)
+            if keys:
+                spans += _value_spans(data, toks)
+            if tail:
+                spans += _tail_spans(data, toks)
     if not spans:
         return data
     spans.sort(key=lambda s: (s[0], -s[1]))
