@@ -495,6 +495,9 @@ def _add_view_parsers(sub) -> None:
                        help="publisher → server → subscribers (NATS, Pulsar)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per arrow (NDJSON) instead of the diagram")
+    p.add_argument("--time", choices=TIME_FORMATS, default="relative",
+                   help="the --flow diagram's time column: relative (default, seconds into "
+                   "the flow), utc, local (time of day) or epoch")
     p.add_argument("--limit", type=int, default=200, metavar="N",
                    help="messages drawn for --flow (0: all; default 200)")
     p.add_argument("--width", type=int, metavar="COLS", help="diagram width (default: terminal)")

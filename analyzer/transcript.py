@@ -22,7 +22,7 @@ import pyarrow.dataset as pads
 from rich.console import Console
 from rich.text import Text
 
-from analyzer.cliutil import flow_ids_text, format_ts
+from analyzer.cliutil import flow_ids_text, format_ts, time_label
 from analyzer.summary import (
     MESSAGE_KIND,
     MSGS,
@@ -487,9 +487,17 @@ def _lane_spans(names: list[str], pos: list[int], gutter: int,
 
 
 def render_flow_ladder(info: dict, msgs: list[Msg], console: Console,
-                       limit: int = 0, width: int | None = None) -> int:
-    """client ↔ server arrows of one flow; returns the number of messages not drawn."""
+                       limit: int = 0, width: int | None = None,
+                       time_mode: str = "relative") -> int:
+    """client ↔ server arrows of one flow; returns the number of messages not drawn.
+    The gutter shows seconds into the flow, or the ``--time`` clock asked for."""
     t0 = info["ts_first"]
+
+    def when(ns: int) -> str:
+        if time_mode == "relative":
+            return f"{(ns - t0) / 1e9:.6f}"
+        return _clock(ns, time_mode)
+
     console.print(Text(flow_title(info), style="bold"), soft_wrap=True)
     client = f"client {_endpoint(info, 'client')}" + (
         f" ({info['client_name']})" if info.get("client_name") else "")
@@ -499,7 +507,7 @@ def render_flow_ladder(info: dict, msgs: list[Msg], console: Console,
     prev_ts: int | None = None
     for m in shown:
         if m.anomaly:
-            steps.append(Step(0, 0, "", f"{(m.ts_ns - t0) / 1e9:.6f}", "red",
+            steps.append(Step(0, 0, "", when(m.ts_ns), "red",
                               note=f"!! {m.kind}: {m.fields[0][1] if m.fields else ''}"))
             continue
         label = m.kind
@@ -510,8 +518,8 @@ def render_flow_ladder(info: dict, msgs: list[Msg], console: Console,
         delta = "" if prev_ts is None else f" Δ{(m.ts_ns - prev_ts) / 1e6:.3f}ms"
         prev_ts = m.ts_ns
         src, dst = (0, 1) if m.direction == "c2s" else (1, 0)
-        steps.append(Step(src, dst, label, f"{(m.ts_ns - t0) / 1e9:.6f}", note=delta.strip()))
-    _draw([client, server], steps, console, "+s", width)
+        steps.append(Step(src, dst, label, when(m.ts_ns), note=delta.strip()))
+    _draw([client, server], steps, console, time_label(time_mode), width)
     return len(msgs) - len(shown)
 
 
@@ -902,7 +910,8 @@ def run_ladder(args) -> int:
         shown = msgs if not args.limit else msgs[:args.limit]
         write_ndjson(msg_objects(info, shown))
         return 1 if flow_has_anomalies(msgs) else 0
-    hidden = render_flow_ladder(info, msgs, console, limit=args.limit, width=args.width)
+    hidden = render_flow_ladder(info, msgs, console, limit=args.limit, width=args.width,
+                                time_mode=getattr(args, "time", "relative"))
     if hidden:
         stderr_console(args.quiet).print(
             f"[dim]{hidden} more messages not drawn (--limit {args.limit}; --limit 0 for all)[/]")
