@@ -64,6 +64,7 @@ from reassembly.events import (
     TlsConnection,
     WebSocketControl,
     WebSocketHandshake,
+    gap_wording,
 )
 from reassembly.limits import Limits
 from reassembly.quic.keylog import KeyLog
@@ -515,7 +516,7 @@ class CaptureDissection:
                 "quic.stream_gap" if quic else "tcp.gap",
                 f"{ev.nbytes} bytes of the {ev.direction.short} stream"
                 + (f" of QUIC stream {ev.stream_id}" if quic else "")
-                + f" were not captured ({ev.reason})",
+                + f" {gap_wording(ev.reason)} ({ev.reason})",
                 ev.flow,
                 ev.direction,
                 ev.ts_ns,

@@ -116,7 +116,10 @@ class StreamData:
 
 @dataclass(slots=True, frozen=True)
 class StreamGap:
-    """``nbytes`` starting at ``offset`` were never captured; they are not zeros."""
+    """``nbytes`` starting at ``offset`` are not delivered; they are not zeros.  Most
+    ``reason`` values mean the bytes were never captured; those in
+    ``UNUSABLE_GAP_REASONS`` mean they were captured but a layer above TCP could not
+    use them (``gap_wording`` says which, in words)."""
 
     flow: FlowInfo
     direction: Direction
@@ -126,6 +129,20 @@ class StreamGap:
     frame: int
     reason: str
     stream_id: int | None = None  # QUIC stream id; None for TCP
+
+
+# ``StreamGap.reason`` values of bytes that WERE captured but that a layer above TCP
+# could not use (undecryptable, unframeable after lost sync): they pass on as a gap so
+# offsets stay true, but "not captured" would be a false statement about the capture.
+UNUSABLE_GAP_REASONS = frozenset({"tls-auth-failed", "tls-resync", "websocket-unreadable"})
+
+
+def gap_wording(reason: str) -> str:
+    """What happened to a gap's bytes, for anomaly details: never captured, or
+    captured but unusable (issue 18 bug 9: two different facts)."""
+    if reason in UNUSABLE_GAP_REASONS:
+        return "were captured but could not be used"
+    return "were not captured"
 
 
 @dataclass(slots=True, frozen=True)

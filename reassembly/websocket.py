@@ -629,8 +629,9 @@ class WebSocketLayer:
         ts = ev.ts_first_ns if type(ev) is StreamData else ev.ts_ns  # type: ignore[union-attr]
         frame = ev.frame_first if type(ev) is StreamData else ev.frame  # type: ignore[union-attr]
         self._anomaly(conn, side, "websocket.lost_sync",
-                      f"{side.direction.short}: {why}; the rest of this direction is not "
-                      "read (delivered as gaps)", ts, frame, side.hdr_off)
+                      f"{side.direction.short}: {why}; the rest of this direction is "
+                      "captured but cannot be read (delivered as websocket-unreadable gaps)",
+                      ts, frame, side.hdr_off)
 
     def _gap(self, conn: _Conn, side: _Side, ev: StreamGap) -> None:
         n = ev.nbytes

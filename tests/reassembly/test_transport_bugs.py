@@ -202,3 +202,26 @@ def test_bug8_pktap_header_longer_than_the_frame_is_short_not_a_crash():
     assert decode_link(LINKTYPE_PKTAP, struct.pack("<III", 12, 2, 1))[0] == NON_IP
     assert decode_link(LINKTYPE_PKTAP, struct.pack("<III", 12, 1, 258) + bytes(20))[0] == UNKNOWN
     assert decode_link(LINKTYPE_IPOIB, bytes(43))[0] == SHORT
+
+
+def test_bug9_captured_but_unusable_bytes_do_not_read_as_not_captured(tmp_path):
+    """A WebSocket direction loses sync at a real 6-byte capture gap; the frames after
+    it were captured but cannot be framed.  The tcp.gap rows must tell the two apart."""
+    from dissectors.testing import Data, Gap
+    from tests.tls.helpers import C, Dissected, S, flow_pcap
+    from tests.websocket.test_websocket import cframe, request, response
+
+    f1, f2 = cframe(b"PUB a 1\r\nx\r\n"), cframe(b"PUB a 1\r\ny\r\n")
+    script = [Data(C, request()), Data(S, response()), Data(C, f1[:5]),
+              Gap(C, len(f1) - 5 + 3), Data(C, f2[3:]), Data(C, cframe(b"PING\r\n"))]
+    d = Dissected(flow_pcap(tmp_path, script, port=80), tmp_path / "out")
+    gaps = sorted((r["offset"], r["detail"]) for r in d.rows("anomalies") if r["kind"] == "tcp.gap")
+    assert [detail.split(" (")[0] for _, detail in gaps] == [
+        f"{len(f1) - 5 + 3} bytes of the c2s stream were not captured",
+        f"{len(f2) - 3} bytes of the c2s stream were captured but could not be used",
+        f"{len(cframe(b'PING' + bytes([13, 10])))} bytes of the c2s stream were captured but "
+        "could not be used",
+    ]
+    assert all("websocket-unreadable" in detail for _, detail in gaps[1:])
+    (lost,) = [r["detail"] for r in d.rows("anomalies") if r["kind"] == "websocket.lost_sync"]
+    assert "captured but cannot be read" in lost

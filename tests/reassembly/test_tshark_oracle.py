@@ -276,8 +276,10 @@ def test_msgcap_follow_cli_writes_the_bytes_compared_here():
     """The comparison reads the reassembler in-process; the CLI writes the same bytes."""
     path = SHARED / "captures/zeek/tcp/reassembly.pcap"
     out = subprocess.run(
+        # --keep-secrets: the captured bytes as they are (follow redacts credential-like
+        # text on stdout by default; tshark does not)
         [sys.executable, "-m", "analyzer.cli", "follow", str(path), "--flow", "0", "--raw",
-         "--direction", "c2s"],
+         "--direction", "c2s", "--keep-secrets"],
         capture_output=True,
         cwd=ROOT,
         timeout=300,

@@ -113,7 +113,10 @@ def test_split_synthetic_multi_host(spark, tmp_path: Path) -> None:
     kinds = tables["anomalies"].column("kind").to_pylist()
     assert "ip.frag_incomplete" in kinds and kinds.count("ip.truncated") == 2
     reasons = set(tables["flows"].column("close_reason").to_pylist())
-    assert {"idle-timeout", "end-of-capture", "closed"} <= reasons
+    # the silent clients' flows fall asleep in the idle sweep and wake when their
+    # sequence numbers continue (issue 18 bug 3) instead of being split; whether any flow
+    # is still asleep ("idle-timeout") at the end depends on the synthetic's tail
+    assert {"end-of-capture", "closed"} <= reasons
     assert rows["flows"] > 20
     assert _spanning_flows(local, _range_frames(path, split)) >= 9
 
