@@ -267,9 +267,14 @@ def test_follow_raw_equals_tshark(path: Path):
         _check_exception(expected[key][0], ours, got, want, ctx)
 
 
-def test_exception_table_names_real_captures():
+def test_exception_table_names_real_captures_and_is_in_the_docs():
     names = {_relative(p) for p in CAPTURES}
     assert {k[0] for k in EXCEPTIONS} <= names
+    rows = [line for line in (ROOT / "docs/transport.md").read_text().splitlines()
+            if line.startswith("| `captures/") or line.startswith("| `crafted/")]
+    assert len(rows) == len(EXCEPTIONS)
+    for (name, _, _), (_, reason) in EXCEPTIONS.items():
+        assert any(f"`{name}`" in row and reason in row for row in rows), name
 
 
 def test_msgcap_follow_cli_writes_the_bytes_compared_here():
