@@ -106,7 +106,7 @@ class Options:
             "decode_as": {str(k): v for k, v in sorted(self.decode_as.items())},
             "keylog": self.keylog,
             "keep_secrets": self.keep_secrets,
-            "limits": {k: getattr(lim, k) for k in lim.__slots__},
+            "limits": {k: getattr(lim, k) for k in lim.__slots__ if k != "budget"},
         }
 
 

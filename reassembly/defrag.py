@@ -44,6 +44,10 @@ from .ip import addr_str
 from .limits import Limits, OverlapPolicy
 
 _MAX_FRAMES_LISTED = 8
+# What a datagram in progress costs beyond its payload buffer (the set, its range and
+# frame lists, the table entry and key), for the run's memory budget; the buffer itself
+# is counted with the 1/8 a growing bytearray over-allocates.
+FRAGSET_OVERHEAD_BYTES = 1024
 
 
 class _FragSet:
@@ -64,6 +68,7 @@ class _FragSet:
         "decl_e",
         "total",
         "total_frame",
+        "charged",
     )
 
     def __init__(
@@ -85,6 +90,7 @@ class _FragSet:
         self.decl_e: list[int] = []
         self.total: int | None = None
         self.total_frame = 0
+        self.charged = 0  # bytes this set counts for in the memory budget
 
     def describe(self) -> str:
         ident = f"0x{self.ident:04x}" if self.version == 4 else f"0x{self.ident:08x}"
@@ -154,6 +160,7 @@ class Defragmenter:
         ):
             self.counters.setdefault(name, 0)
         self._sets: dict[Hashable, _FragSet] = {}
+        self._held_bytes = 0  # what the sets count for in the memory budget
 
     def __len__(self) -> int:
         return len(self._sets)
@@ -201,11 +208,13 @@ class Defragmenter:
             if ts_ns - oldest.created_ns <= timeout:
                 break
             del sets[oldest_key]
+            self._forget(oldest)
             self._incomplete(oldest, "timed out")
 
         fs = sets.get(key)
         if fs is not None and ts_ns - fs.created_ns > timeout:
             del sets[key]
+            self._forget(fs)
             self._incomplete(fs, "timed out")
             fs = None
         if fs is None:
@@ -231,6 +240,7 @@ class Defragmenter:
             while len(sets) >= max_sets:
                 old_key = next(iter(sets))
                 old = sets.pop(old_key)
+                self._forget(old)
                 c["frag_evicted"] += 1
                 self.report(
                     Anomaly(
@@ -264,6 +274,7 @@ class Defragmenter:
 
         if end > limits.max_fragment_bytes or end + header_len > 65535:
             del sets[key]
+            self._forget(fs)
             c["frag_too_big"] += 1
             self.report(
                 Anomaly(
@@ -322,6 +333,7 @@ class Defragmenter:
                 data = data[:declared_len]
 
         self._store(fs, offset, data, frame, ts_ns)
+        self._charge(fs)
         _add_range(fs.decl_s, fs.decl_e, offset, end)
 
         if (
@@ -331,6 +343,7 @@ class Defragmenter:
             and fs.decl_e[0] >= total
         ):
             del sets[key]
+            self._forget(fs)
             c["reassembled"] += 1
             have_end = fs.have_e[0] if fs.have_s and fs.have_s[0] == 0 else 0
             if have_end > total:
@@ -424,6 +437,50 @@ class Defragmenter:
             )
         )
 
+    # ------------------------------------------------------------------ memory budget
+    def _charge(self, fs: _FragSet) -> None:
+        """A fragment was stored in ``fs``: tell the run's memory budget."""
+        cost = len(fs.buf) + (len(fs.buf) >> 3) + FRAGSET_OVERHEAD_BYTES
+        self._held_bytes += cost - fs.charged
+        fs.charged = cost
+        self._hold_budget()
+
+    def _forget(self, fs: _FragSet) -> None:
+        """``fs`` left the table (complete, dropped or expired)."""
+        if fs.charged:
+            self._held_bytes -= fs.charged
+            fs.charged = 0
+            self._hold_budget()
+
+    def _hold_budget(self) -> None:
+        budget = self.limits.budget
+        if budget is not None:
+            budget.hold(self, self._held_bytes)
+
+    def release_memory(self, need: int) -> None:
+        """The run's memory budget is reached and the fragment table is the oldest holder:
+        drop incomplete datagrams, oldest first, until ``need`` bytes are freed (each a
+        ``limit.memory`` anomaly saying what was held of it)."""
+        sets = self._sets
+        budget = self.limits.budget
+        freed = 0
+        while sets and freed < need:
+            key = next(iter(sets))
+            fs = sets.pop(key)
+            freed += fs.charged
+            self._forget(fs)
+            self.counters["frag_evicted"] += 1
+            self.report(
+                Anomaly(
+                    "limit.memory",
+                    f"memory budget of {budget.limit_bytes if budget else 0} bytes reached: "
+                    f"dropped incomplete {fs.describe()}, {fs.progress()}, {fs.frames_text()}",
+                    fs.last_ns,
+                    fs.frames[-1],
+                )
+            )
+        self._hold_budget()
+
     # ------------------------------------------------------------------ expiry
     def flush(self, now_ns: int | None = None) -> None:
         """Expire sets older than the timeout at ``now_ns``; ``None`` expires all."""
@@ -432,9 +489,13 @@ class Defragmenter:
             items = list(sets.items())
             sets.clear()
             for _key, fs in items:
+                self._forget(fs)
+            for _key, fs in items:
                 self._incomplete(fs, "capture ended")
             return
         timeout = self.limits.fragment_timeout_ns
         expired = [k for k, fs in sets.items() if now_ns - fs.created_ns > timeout]
         for k in expired:
-            self._incomplete(sets.pop(k), "timed out")
+            fs = sets.pop(k)
+            self._forget(fs)
+            self._incomplete(fs, "timed out")

@@ -38,7 +38,8 @@ class Reassembler:
     def __init__(
         self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None
     ) -> None:
-        self.limits = limits or Limits()
+        # a run's limits carry its memory budget (``Limits.with_budget``)
+        self.limits = (limits or Limits()).with_budget()
         self._out: list[Event] = []
         self.network = NetworkDecoder(self.limits, self._out.append)
         self.flows = FlowTable(self.limits, self._out.append, owns)
@@ -171,7 +172,8 @@ def capture_events(
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
     Secrets Blocks as they appear), and the capture's damage at the end.  ``split``:
     only the events of the flows it owns and those tied to no flow (``FlowSplit``)."""
-    limits = limits or Limits()
+    # one memory budget shared by every layer of this run (``Limits.with_budget``)
+    limits = (limits or Limits()).with_budget()
     if keylog is not None:
         # a key log file's own bad lines (pcapng DSBs are checked as they come)
         yield from keylog_problems(keylog)

@@ -71,6 +71,11 @@ def _wscale_option(options: bytes) -> int | None:
         i += options[i + 1]
     return None
 
+# What one flow costs in memory (its FlowInfo, endpoints, half streams, both keys and
+# table entries) for the run's memory budget (``Limits.budget``): measured as the RSS
+# of a SYN flood per flow, the whole pipeline included (docs/robustness.md).
+FLOW_BYTES = 1024
+
 # Ports on which a server listens, taken as proof of the server side when no handshake
 # was captured.  Ephemeral ports are never in here.
 SERVER_PORTS = frozenset(
@@ -189,20 +194,43 @@ class FlowTable:
         self._by_key[key_c2s] = (state, Direction.C2S)
         self._by_key[key_s2c] = (state, Direction.S2C)
         self._keys[info.flow_id] = (key_c2s, key_s2c)
+        self._hold_budget()
 
     def _unregister(self, info: FlowInfo) -> None:
         for key in self._keys.pop(info.flow_id, ()):
             entry = self._by_key.get(key)
             if entry is not None and _info_of(entry[0]) is info:
                 del self._by_key[key]
+        self._hold_budget()
+
+    # -- memory budget ------------------------------------------------------------------
+
+    def _hold_budget(self) -> None:
+        budget = self.limits.budget
+        if budget is not None:
+            budget.hold(self, len(self._keys) * FLOW_BYTES, tier=1)
+
+    def release_memory(self, need: int) -> None:
+        """The run's memory budget is reached and no buffer is left to give back: evict
+        the least recently active flows (closing ones first), each with a
+        ``limit.memory`` anomaly, until ``need`` bytes are freed.  A flow being created
+        is not in the activity orders yet, so it is never the one evicted."""
+        freed = 0
+        while freed < need:
+            before = len(self._keys)
+            self._evict(None, None, memory=True)
+            if len(self._keys) >= before:
+                break
+            freed += (before - len(self._keys)) * FLOW_BYTES
 
     def _owned(self, state: object) -> bool:
         if isinstance(state, _Tcp):
             return state.owned
         return self.owns is None or self.owns(state.flow_id)  # type: ignore[attr-defined]
 
-    def _evict(self, ts_ns: int, frame: int) -> None:
-        """Table full: close the least recently active flow, closing ones first."""
+    def _evict(self, ts_ns: int | None, frame: int | None, memory: bool = False) -> None:
+        """Table full (or, ``memory``, the run's memory budget reached): close the least
+        recently active flow, closing ones first."""
         for table in (self._asleep, self._closing, self._udp, self._open):
             if table:
                 oldest = next(iter(table.values()))
@@ -211,10 +239,18 @@ class FlowTable:
         else:
             return
         if self._owned(oldest):
+            if memory:
+                budget = self.limits.budget
+                kind = "limit.memory"
+                why = (f"memory budget of {budget.limit_bytes if budget else 0} bytes reached "
+                       f"with {len(self)} flows held")
+                ts_ns, frame = victim.ts_last_ns, victim.frame_last
+            else:
+                kind, why = "limit.flow_table", f"flow table full ({self.limits.max_flows} flows)"
             self.emit(
                 Anomaly(
-                    "limit.flow_table",
-                    f"flow table full ({self.limits.max_flows} flows); evicted flow "
+                    kind,
+                    f"{why}; evicted flow "
                     f"{victim.flow_id} {victim.client}->{victim.server} idle since frame "
                     f"{victim.frame_last}",
                     ts_ns,

@@ -7,10 +7,17 @@ emits an ``Anomaly`` whose kind starts with ``limit.``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Protocol
 
 SECOND_NS = 1_000_000_000
+MIB = 1024 * 1024
+# Default of ``Limits.memory_limit_bytes`` (``msgcap dissect --memory-limit``): what the
+# reassembly layer may hold at once.  The rest of a default run (interpreter, pyarrow,
+# the sink's row batches) peaks at ~250 MB, so a run stays under ~400 MB of RSS.
+DEFAULT_MEMORY_LIMIT = 128 * MIB
 
 
 class OverlapPolicy(StrEnum):
@@ -22,6 +29,85 @@ class OverlapPolicy(StrEnum):
 
     FIRST = "first"
     LAST = "last"
+
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": MIB, "MB": MIB,
+          "MIB": MIB, "G": 1024 * MIB, "GB": 1024 * MIB, "GIB": 1024 * MIB}
+
+
+def parse_memory_size(text: str) -> int:
+    """``400M``, ``1.5G``, ``262144``, ``0`` (off) -> bytes; binary units, case ignored.
+    Raises ``ValueError`` with a message fit for the user."""
+    t = text.strip().upper()
+    num = t.rstrip("BKMGI")
+    unit = t[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size (examples: 400M, 1G, 0 for no budget)"
+                         ) from None
+    if unit not in _UNITS or value < 0 or value != value:
+        raise ValueError(f"{text!r} is not a size (examples: 400M, 1G, 0 for no budget)")
+    return int(value * _UNITS[unit])
+
+
+class MemoryHolder(Protocol):
+    """Something that holds memory drawn from a ``MemoryBudget`` and can give it back."""
+
+    def release_memory(self, need: int) -> None:
+        """Give up what is held (or, for a pool such as the flow table, at least ``need``
+        bytes of it), each loss reported as a ``limit.memory`` anomaly, and tell the
+        budget the new size with ``hold``."""
+
+
+class MemoryBudget:
+    """One byte budget for everything a run holds (DESIGN §7): reorder buffers, fragment
+    tables, the flow table, decompressors.
+
+    Strategy: each holder reports its current size with ``hold`` (an estimate of what it
+    costs in memory, not only its payload bytes), which also marks it as the most recently
+    active.  When the total passes ``limit_bytes`` the budget asks holders to give memory
+    back, oldest first: first the buffers (tier 0: an out-of-order buffer is flushed, its
+    holes become gaps; an incomplete datagram is dropped; an inflater is given up), then
+    the pools (tier 1: the flow table evicts its least recently active flows).  Each
+    holder reports what it gave up as a ``limit.memory`` anomaly, and the run goes on.
+    """
+
+    __slots__ = ("limit_bytes", "used", "peak", "releases", "_tiers", "_reclaiming")
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.used = 0
+        self.peak = 0
+        self.releases = 0  # holders asked to give memory back
+        self._tiers: tuple[OrderedDict[MemoryHolder, int], ...] = (OrderedDict(), OrderedDict())
+        self._reclaiming = False
+
+    def hold(self, holder: MemoryHolder, nbytes: int, tier: int = 0) -> None:
+        """``holder`` now holds ``nbytes`` (0: nothing, it is forgotten)."""
+        held = self._tiers[tier]
+        self.used += nbytes - held.pop(holder, 0)
+        if nbytes > 0:
+            held[holder] = nbytes
+        if self.used > self.peak:
+            self.peak = self.used
+        if self.used > self.limit_bytes and not self._reclaiming:
+            self._reclaim()
+
+    def _reclaim(self) -> None:
+        self._reclaiming = True
+        try:
+            for held in self._tiers:
+                while held and self.used > self.limit_bytes:
+                    holder = next(iter(held))
+                    before = held[holder]
+                    self.releases += 1
+                    holder.release_memory(self.used - self.limit_bytes)
+                    if held.get(holder) == before:  # it could not give anything back
+                        held.move_to_end(holder)
+                        break
+        finally:
+            self._reclaiming = False
 
 
 @dataclass(slots=True)
@@ -85,3 +171,16 @@ class Limits:
     # Bytes all WebSocket decompression of a run may produce (a per-run budget: many
     # flows each under the per-message cap still cannot add up to hours of parsing).
     ws_max_inflated_total_bytes: int = 1024 * 1024 * 1024
+    # One budget for all of the above that holds memory (``MemoryBudget``): reorder
+    # buffers, fragment tables, the flow table, WebSocket inflaters.  Reached, the
+    # oldest holders give memory back (``limit.memory``).  0: no budget.
+    memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT
+    # The run's budget object (``with_budget``); not a setting.
+    budget: MemoryBudget | None = field(default=None, compare=False, repr=False)
+
+    def with_budget(self) -> Limits:
+        """These limits with a fresh budget of ``memory_limit_bytes`` for one run (the
+        same object when it already has one, or when the budget is off)."""
+        if self.budget is not None or self.memory_limit_bytes <= 0:
+            return self
+        return replace(self, budget=MemoryBudget(self.memory_limit_bytes))

@@ -26,6 +26,10 @@ from reassembly.limits import Limits, OverlapPolicy
 
 _MOD = 1 << 32
 _HALF = 1 << 31
+# What one buffered piece costs beyond its bytes (the _Piece, its bytes object header,
+# its start in ``starts``, list slots), for the run's memory budget.
+PIECE_OVERHEAD_BYTES = 200
+_NO_PIECES: tuple = ()  # shared by every direction with nothing buffered (most of them)
 # Window rule: data may start this far past the receiver's advertised right edge (or a
 # whole window further, when the window is larger) before it is out of window -- room
 # for window updates the capture missed.  Out-of-window anomalies show this many bytes.
@@ -98,10 +102,14 @@ class TcpHalfStream:
         self.emit = emit
         self.base: int | None = None  # 32-bit sequence number of stream offset 0
         self.next_off = 0  # next offset we expect to deliver
-        self.pieces: list[_Piece] = []
-        self.starts: list[int] = []  # piece starts, parallel to pieces, for bisect
+        # out-of-order pieces and their starts (parallel, for bisect); the shared empty
+        # tuple until something is buffered, so a direction that never reorders (or a
+        # half-open flow) allocates no list
+        self.pieces: list[_Piece] | tuple = _NO_PIECES
+        self.starts: list[int] | tuple = _NO_PIECES
         self.buffered = 0
-        self.recent = bytearray()  # tail of delivered bytes, ends at next_off
+        # tail of delivered bytes, ends at next_off (a bytearray once data came)
+        self.recent: bytearray | bytes = b""
         self.fin_off: int | None = None
         self.acked_off: int | None = (
             None  # highest offset known to have been sent (ACKed or cut by snaplen)
@@ -203,6 +211,7 @@ class TcpHalfStream:
             self.acked_off = off
         if self.pieces and self.pieces[0].start <= off and self.next_off < self.pieces[0].start:
             self._flush_hole(self.pieces[0].start, ts_ns, frame, "acked-unseen")
+            self._hold_budget()
 
     def on_window(self, ack: int, window_bytes: int) -> None:
         """The peer (our receiver) acknowledged up to ``ack`` and advertised a window
@@ -363,6 +372,7 @@ class TcpHalfStream:
         self._insert(off, data, ts_ns, frame)
         self._drain()
         self._enforce_limits(ts_ns, frame)
+        self._hold_budget()
 
     # -- delivery ---------------------------------------------------------------------
 
@@ -379,7 +389,9 @@ class TcpHalfStream:
         keep = self.limits.overlap_check_bytes
         if keep:
             recent = self.recent
-            recent += data
+            if recent.__class__ is bytes:
+                self.recent = recent = bytearray()
+            recent += data  # type: ignore[operator]
             if len(recent) > keep:
                 del recent[: len(recent) - keep]
 
@@ -410,7 +422,7 @@ class TcpHalfStream:
         )
         self.flow.gap_bytes[self.direction] += nbytes
         self.next_off += nbytes
-        self.recent.clear()
+        self.recent = b""
 
     def _flush_hole(self, upto: int, ts_ns: int, frame: int, reason: str) -> None:
         if upto > self.next_off:
@@ -451,9 +463,46 @@ class TcpHalfStream:
         self.held.clear()
         while self.pieces:
             self._flush_hole(self.pieces[0].start, ts_ns, frame, "end-of-stream")
+        self._hold_budget()
         end = self.fin_off if self.fin_off is not None else self.acked_off
         if end is not None and end > self.next_off:
             self._gap(end - self.next_off, ts_ns, frame, "missing-tail")
+
+    # -- memory budget ----------------------------------------------------------------
+
+    def _hold_budget(self) -> None:
+        """Tell the run's memory budget what this direction's reorder buffer holds."""
+        budget = self.limits.budget
+        if budget is not None:
+            pieces = self.pieces
+            budget.hold(self, self.buffered + len(pieces) * PIECE_OVERHEAD_BYTES if pieces else 0)
+
+    def release_memory(self, need: int) -> None:
+        """The run's memory budget is reached and this is the oldest buffer: flush it.
+        Its holes become gaps (``memory-limit``) and the pieces are delivered, as when
+        the per-direction limit is reached; stamped with the flow's own last packet."""
+        if self.pieces:
+            flow = self.flow
+            ts_ns, frame = flow.ts_last_ns, flow.frame_last
+            budget = self.limits.budget
+            self.emit(
+                Anomaly(
+                    "limit.memory",
+                    f"memory budget of {budget.limit_bytes if budget else 0} bytes reached: "
+                    f"flushed the out-of-order buffer of this direction, the least recently "
+                    f"active ({self.buffered} bytes in {len(self.pieces)} pieces); the holes "
+                    "before them are gaps",
+                    ts_ns,
+                    frame,
+                    flow,
+                    self.direction,
+                    self.next_off,
+                    self.pieces[0].start - self.next_off,
+                )
+            )
+            while self.pieces:
+                self._flush_hole(self.pieces[0].start, ts_ns, frame, "memory-limit")
+        self._hold_budget()
 
     # -- overlaps ---------------------------------------------------------------------
 
@@ -487,6 +536,8 @@ class TcpHalfStream:
 
     def _insert(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
         end = off + len(data)
+        if not self.pieces:
+            self.pieces, self.starts = [], []
         pieces, starts = self.pieces, self.starts
         i = bisect_right(starts, off)
         if i and pieces[i - 1].end > off:

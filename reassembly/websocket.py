@@ -67,6 +67,9 @@ _OP_NAMES = {OP_CLOSE: "close", OP_PING: "ping", OP_PONG: "pong"}
 _C2S, _S2C = Direction.C2S, Direction.S2C
 # side modes
 _FRAMES, _DEAD = 1, 2
+# What one raw-DEFLATE inflater holds (zlib's inflate state and its 32 KiB window), for
+# the run's memory budget.
+INFLATER_BYTES = 48 * 1024
 
 
 def accept_key(key: str) -> str:
@@ -155,10 +158,11 @@ class _Side:
 
 class _Conn:
     __slots__ = ("flow", "state", "req", "req_events", "req_bytes", "resp", "resp_events",
-                 "resp_bytes", "request", "sides", "deflate", "reported")
+                 "resp_bytes", "request", "sides", "deflate", "reported", "layer")
 
-    def __init__(self, flow: FlowInfo) -> None:
+    def __init__(self, flow: FlowInfo, layer: WebSocketLayer | None = None) -> None:
         self.flow = flow
+        self.layer = layer  # for the memory budget: giving up this flow's inflaters
         self.state = "request"  # request → response → ws
         self.req = bytearray()
         self.req_events: list[StreamData] = []
@@ -170,6 +174,10 @@ class _Conn:
         self.sides = (_Side(_C2S), _Side(_S2C))
         self.deflate = False
         self.reported: set[str] = set()
+
+    def release_memory(self, need: int) -> None:
+        if self.layer is not None:
+            self.layer.release_memory(self, need)
 
 
 class WebSocketLayer:
@@ -208,7 +216,7 @@ class WebSocketLayer:
                 self._seen.add(fid)
                 if (ev.direction == _C2S and type(ev) is StreamData
                         and _GET.startswith(ev.data[:4])):  # type: ignore[union-attr]
-                    conn = self._conns[fid] = _Conn(ev.flow)
+                    conn = self._conns[fid] = _Conn(ev.flow, self)
                     self._request(conn, ev)  # type: ignore[arg-type]
                     return
             self._out.append(ev)
@@ -244,6 +252,8 @@ class WebSocketLayer:
         conn = self._conns.pop(fid, None)
         if conn is not None and conn.state != "ws":
             self._release(conn)
+        if conn is not None and self.limits.budget is not None:
+            self.limits.budget.hold(conn, 0)
         self._out.append(ev)
 
     def _release(self, conn: _Conn) -> None:
@@ -507,6 +517,10 @@ class WebSocketLayer:
                  out: bytearray) -> None:
         if side.inflater is None:
             side.inflater = zlib.decompressobj(-15)
+            budget = self.limits.budget
+            if budget is not None:
+                held = sum(s.inflater is not None for s in conn.sides)
+                budget.hold(conn, held * INFLATER_BYTES)
         lim = self.limits
         cap = lim.ws_max_inflated_bytes
         room = cap - side.inflated
@@ -665,6 +679,32 @@ class WebSocketLayer:
         self._lost(conn, side, f"a gap of {n} bytes at offset {ev.offset} cut a frame header "
                    "or spans frames", ev, None)
         self._emit_gap(conn, side, n, ev.ts_ns, ev.frame, ev.reason)
+
+    def release_memory(self, conn: _Conn, need: int) -> None:
+        """The run's memory budget is reached and this flow's inflaters are the oldest
+        holders: give them up.  A direction with context takeover cannot be read further
+        (its window is gone: the rest becomes gaps); without, its next message starts
+        afresh."""
+        flow = conn.flow
+        budget = self.limits.budget
+        for side in conn.sides:
+            if side.inflater is None:
+                continue
+            side.inflater = None
+            detail = (f"memory budget of {budget.limit_bytes if budget else 0} bytes reached: "
+                      f"gave up the {side.direction.short} permessage-deflate inflater, the "
+                      "least recently used")
+            if side.no_context:
+                side.skip_msg = side.msg_op is not None and side.msg_deflate
+                self._anomaly(conn, side, "limit.memory", detail + "; the rest of the message "
+                              "in progress (if any) is lost", flow.ts_last_ns, flow.frame_last)
+            else:
+                side.mode = _DEAD
+                self._anomaly(conn, side, "limit.memory", detail + "; the inflate window is "
+                              "shared across messages, so the rest of this direction is not "
+                              "read (delivered as gaps)", flow.ts_last_ns, flow.frame_last)
+        if budget is not None:
+            budget.hold(conn, 0)
 
     def _anomaly(self, conn: _Conn, side: _Side, kind: str, detail: str, ts: int, frame: int,
                  offset: int | None = None) -> None:

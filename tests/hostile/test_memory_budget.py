@@ -1,0 +1,199 @@
+"""One memory budget for a whole run (issue 17 part 2): many holders that are each under
+their own limit must not add up past it.
+
+Before the budget every limit was per item, so totals grew with the input: 240 flows each
+holding 3.8 MiB out of order peaked at 1,066 MB, 200,000 half-open SYNs (the default flow
+cap) at 750 MB, 8,000 incomplete 64 KB IP fragments at 647 MB.  Each case here runs the
+whole pipeline (``dissect_capture``, default settings) in a child process that reads its
+own peak RSS (VmHWM, tests/hostile/child.py) and must stay at or under 400 MB, with every
+flow still accounted for in ``flows`` or in the ``limit.memory`` anomalies.  The inputs are
+generated in the test, streamed to a file, and are not committed.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+from reassembly.flows import FLOW_BYTES
+from reassembly.limits import DEFAULT_MEMORY_LIMIT, MemoryBudget
+from tests.hostile.conftest import dissect_one
+from tests.reassembly.synth import PcapWriter, write_syn_flood
+
+PEAK_MB = 400  # the issue's target, interpreter and pyarrow included
+T0_US = 1_700_000_000_000_000
+_ETH_IP = struct.Struct("!6s6sHBBHHHBBH4s4s")
+
+
+# ------------------------------------------------------------------------ generators
+
+
+_TCP = struct.Struct("!HHIIBBHHH")
+_WSCALE = b"\x01\x03\x03\x07"  # NOP, window scale 7: windows up to 8 MiB (RFC 7323)
+
+
+def _tcp(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+         data: bytes = b"", options: bytes = b"") -> bytes:
+    hlen = 20 + len(options)
+    ip = _ETH_IP.pack(b"\x02" * 6, b"\x04" * 6, 0x0800, 0x45, 0, 20 + hlen + len(data), 1, 0,
+                      64, 6, 0, src, dst)
+    return ip + _TCP.pack(sport, dport, seq % (1 << 32), ack % (1 << 32), (hlen // 4) << 4,
+                          flags, 65535, 0, 0) + options + data
+
+
+def write_out_of_order_flows(path: Path, flows: int, held_bytes: int, seg: int = 1400,
+                             port: int = 9000) -> dict:
+    """``flows`` connections, one after the other, each sending ``held_bytes`` whose first
+    segment is never captured and never acknowledged: everything after it waits in the
+    reorder buffer (each flow under the 4 MiB / 4,096-piece per-direction limit).  Both
+    SYNs offer window scaling and the server advertises 8 MiB, so the data is in window."""
+    rnd = random.Random(7)
+    w = PcapWriter(path)
+    pieces = held_bytes // seg
+    c, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+    syn, ack, psh = 0x02, 0x10, 0x08
+    for f in range(flows):
+        t = T0_US + f * 10_000
+        cp, ci, si = 20000 + f, 1000, 50_000
+        w.write(t, _tcp(c, s, cp, port, ci, 0, syn, options=_WSCALE))
+        w.write(t + 1, _tcp(s, c, port, cp, si, ci + 1, syn | ack, options=_WSCALE))
+        w.write(t + 2, _tcp(c, s, cp, port, ci + 1, si + 1, ack))
+        w.write(t + 3, _tcp(s, c, port, cp, si + 1, ci + 1, ack))  # window 65535 << 7
+        data = rnd.randbytes(seg)
+        for k in range(1, pieces + 1):
+            w.write(t + 3 + k, _tcp(c, s, cp, port, ci + 1 + k * seg, si + 1, ack | psh, data))
+    w.close()
+    return {"pieces": pieces, "buffered": pieces * seg}
+
+
+def write_incomplete_fragments(path: Path, datagrams: int, size: int = 64_000,
+                               frag: int = 1480) -> dict:
+    """``datagrams`` IPv4/UDP datagrams of ``size`` bytes, each sent as fragments of
+    ``frag`` bytes of which the last is never captured: every one waits in the fragment
+    table until the end of the capture (all within one second, far inside the timeout)."""
+    w = PcapWriter(path)
+    src, dst = bytes([10, 1, 0, 1]), bytes([10, 1, 0, 2])
+    body = struct.pack("!HHHH", 5000, 6000, size, 0) + b"\xab" * (size - 8)
+    sent = 0
+    for d in range(datagrams):
+        ident = d & 0xFFFF
+        for off in range(0, size - frag, frag):  # the last fragment is never sent
+            chunk = body[off : off + frag]
+            total = 20 + len(chunk)
+            flags_frag = 0x2000 | (off // 8)  # MF
+            ip = _ETH_IP.pack(b"\x02" * 6, b"\x04" * 6, 0x0800, 0x45, 0, total, ident,
+                              flags_frag, 64, 17, 0, src, dst)
+            w.write(T0_US + d * 100 + off // frag, ip + chunk)
+            sent += len(chunk)
+    w.close()
+    return {"fragment_bytes": sent}
+
+
+# ------------------------------------------------------------------------ the budget
+
+
+class _Holder:
+    def __init__(self, budget: MemoryBudget, name: str, log: list) -> None:
+        self.budget, self.name, self.log = budget, name, log
+
+    def release_memory(self, need: int) -> None:
+        self.log.append((self.name, need))
+        self.budget.hold(self, 0)
+
+
+class _Pool(_Holder):
+    def __init__(self, budget: MemoryBudget, log: list, items: int) -> None:
+        super().__init__(budget, "pool", log)
+        self.items = items
+
+    def release_memory(self, need: int) -> None:
+        self.log.append(("pool", need))
+        self.items -= (need + 9) // 10
+        self.budget.hold(self, self.items * 10, tier=1)
+
+
+def test_budget_gives_back_buffers_oldest_first_then_pools():
+    log: list = []
+    b = MemoryBudget(1000)
+    a, c = _Holder(b, "a", log), _Holder(b, "c", log)
+    pool = _Pool(b, log, 50)
+    b.hold(pool, 500, tier=1)
+    b.hold(a, 300)
+    b.hold(c, 150)
+    b.hold(a, 350)  # a is now the most recent buffer
+    assert (b.used, log) == (1000, [])
+    b.hold(c, 200)  # 1050: the oldest buffer (a, touched before c) goes first
+    assert log == [("a", 50)] and b.used == 700
+    b.hold(c, 700)  # 1200: c is the only buffer and goes, then nothing is left to take
+    assert log == [("a", 50), ("c", 200)] and b.used == 500
+    pool.items = 103
+    b.hold(pool, 1030, tier=1)  # a pool shrinks by what is needed only
+    assert log[-1] == ("pool", 30) and b.used == 1000 and pool.items == 100
+    assert b.peak == 1200 and b.releases == 3
+
+
+def test_budget_is_per_run_and_stays_out_of_the_manifest():
+    from analyzer.pipeline import Options
+    from reassembly.limits import Limits
+
+    lim = Limits()
+    assert lim.budget is None and lim.memory_limit_bytes == DEFAULT_MEMORY_LIMIT
+    run1, run2 = lim.with_budget(), lim.with_budget()
+    assert run1.budget is not run2.budget and run1.with_budget() is run1
+    assert Limits(memory_limit_bytes=0).with_budget().budget is None
+    assert "budget" not in Options().as_json()["limits"]
+
+
+# ------------------------------------------------------------------------ the targets
+
+
+def _accounted(r: dict, flows: int) -> None:
+    assert r["flow_count"] == flows, r["flow_count"]
+    assert not r["accounting_errors"], r["accounting_errors"]
+
+
+def test_million_half_open_flows_at_default_settings(tmp_path):
+    path = tmp_path / "synflood.pcap"
+    write_syn_flood(path, 1_000_000)
+    r = dissect_one(path, tmp_path, rows_per_kind=2, max_flow_rows=0)
+    assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
+    held = DEFAULT_MEMORY_LIMIT // FLOW_BYTES  # flows the budget holds at once
+    # every flow has its row; each one evicted to make room has its anomaly as well
+    _accounted(r, 1_000_000)
+    assert r["anomalies"].get("limit.memory") == 1_000_000 - held, r["anomalies"]
+    assert "limit.flow_table" not in r["anomalies"]
+    (row, _) = r["anomaly_rows"]["limit.memory"]
+    assert row["detail"].startswith(f"memory budget of {DEFAULT_MEMORY_LIMIT} bytes reached "
+                                    f"with {held} flows held; evicted flow 0 "), row
+
+
+def test_240_flows_each_holding_3_8_mib_out_of_order(tmp_path):
+    path = tmp_path / "ooo.pcap"
+    facts = write_out_of_order_flows(path, 240, int(3.8 * 1024 * 1024))
+    r = dissect_one(path, tmp_path, rows_per_kind=3)
+    assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
+    _accounted(r, 240)
+    # no flow is over the per-direction limit: only the budget flushes buffers
+    assert "limit.reorder_buffer" not in r["anomalies"]
+    flushed = r["anomalies"]["limit.memory"]
+    assert 200 <= flushed < 240, flushed  # the last ~30 still fit at the end
+    row = r["anomaly_rows"]["limit.memory"][0]
+    assert f"({facts['buffered']} bytes in {facts['pieces']} pieces)" in row["detail"], row
+    for f in r["flows"]:  # nothing buffered was lost: one segment of gap, the rest data
+        assert (f["stream_bytes_c2s"], f["gap_bytes_c2s"]) == (facts["buffered"], 1400), f
+
+
+def test_8000_incomplete_64_kb_fragmented_datagrams(tmp_path):
+    path = tmp_path / "frags.pcap"
+    write_incomplete_fragments(path, 8000)
+    r = dissect_one(path, tmp_path, rows_per_kind=2)
+    assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
+    dropped = r["anomalies"]["limit.memory"]
+    incomplete = r["anomalies"]["ip.frag_incomplete"]
+    assert dropped + incomplete == 8000, r["anomalies"]  # every datagram is reported once
+    assert dropped > 6000, dropped  # most had to go: 8,000 x 64 KiB is 4x the budget
+    assert "limit.fragment_table" not in r["anomalies"]
+    row = r["anomaly_rows"]["limit.memory"][0]
+    assert "dropped incomplete IPv4 10.1.0.1 -> 10.1.0.2 id 0x0000 proto 17" in row["detail"]
+    assert "44 fragments, 65120 bytes of unknown (last fragment missing)" in row["detail"]
