@@ -93,9 +93,10 @@ from analyzer.spark.split import (
     verify_chain,
 )
 from analyzer.spark.task import (
+    NO_KEY,
     RunSink,
     TaskReassembler,
-    flow_key,
+    conn_key,
     range_stats,
     sweep_schedule,
 )
@@ -357,13 +358,11 @@ def _ingest_split(
         return None, f"whole: {why}"
 
     # pass 2: the facts that depend on the whole capture
-    if merge_scopes is None:
-        merge_scopes = bool(registry.payload)
     limits = options.limits
 
     def stats_task(i: int) -> dict[str, Any]:
         problems: list[str] = []
-        st = range_stats(iter_range_frames(layout, plans[i], problems), limits, merge_scopes)
+        st = range_stats(iter_range_frames(layout, plans[i], problems), limits, True)
         if st["frames"] != plans[i].frames:
             problems.append(f"range {i}: {st['frames']} frames, pass 1 counted {plans[i].frames}")
         st["problems"] = problems
@@ -383,12 +382,60 @@ def _ingest_split(
             unknown_first[lt] = min(fr, unknown_first.get(lt, fr))
     frags = [st["frag_max"] for st in stats if st["frag_max"] is not None]
     frag_max = max(frags) if frags else None
-    rep = _union_pairs([p for st in stats for p in st["pairs"]]) if merge_scopes else {}
+    pairs = [p for st in stats for p in st["pairs"]]
+    frag_keys: dict[bytes, bytes | None] = {}
+    for st in stats:
+        for fk, key in st["frag_keys"].items():
+            known = frag_keys.setdefault(fk, key)
+            if known != key:
+                frag_keys[fk] = None
+    # an IP id that names two connections: fragments cannot be placed by 5-tuple, so
+    # the dissection runs as one task (still on executors, still exact)
+    by_pair = any(v is None for v in frag_keys.values())
+    if merge_scopes is None:  # endpoints whose traffic hints at cross-flow state
+        marked = {h for st in stats for h in st["hints"]}
+    else:
+        marked = {e for e, _k in pairs} if merge_scopes else set()
     packets = sum(p.frames for p in plans)
     lap("stats")
+    result, reruns = None, 0
+    for _round in range(2):
+        rep = _union_pairs([p for p in pairs if p[0] in marked])
+        result, used = _dissect_split(
+            spark, layout, plans, scans, out, capture_id, sha, options, registry, packets,
+            snaplen_cuts, job, partitions, schedule, snaplen_first, unknown_first, frag_max,
+            rep, frag_keys, by_pair, marked, _round)
+        missing = used - marked
+        if result is not None or not missing:
+            break
+        # a scope used state shared across its connections but they were spread over
+        # tasks: dissect again with that server's connections under one key
+        marked |= missing
+        reruns += len(missing)
+    lap("dissect")
+    how = f"split:{len(plans)}"
+    if by_pair:
+        how += " (one dissection task: IP ids reused)"
+    elif reruns:
+        how += f" (dissected again with {reruns} endpoint(s) merged)"
+    return result, how
+
+
+def _dissect_split(spark, layout, plans, scans, out: Path, capture_id: str, sha: str,
+                   options: Options, registry: Registry, packets: int, snaplen_cuts: int,
+                   job: str, partitions: int | None, schedule, snaplen_first, unknown_first,
+                   frag_max, rep: dict[bytes, bytes], frag_keys: dict[bytes, bytes | None],
+                   by_pair: bool, marked: set[bytes], attempt: int
+                   ) -> tuple[CaptureResult | None, set[bytes]]:
+    """Pass 3 and the commit (see the module doc): frames keyed by connection, whole
+    connections per task in capture order, reassembly + dissection, then the part files.
+    Returns ``(None, scopes)`` without writing anything when a scope used cross-flow
+    state while its connections were not all under one key (``scopes`` then names the
+    server endpoints that must be merged)."""
+    path = layout.path
 
     # pass 3: frames keyed by IP pair → whole pairs per task → reassembly + dissection
-    staging = out / f"{_STAGING_PREFIX}{capture_id}-{job}"
+    staging = out / f"{_STAGING_PREFIX}{capture_id}-{job}-{attempt}"
     staging.mkdir(parents=True)
     nparts = partitions or max(2, 2 * spark.sparkContext.defaultParallelism)
     pschema = pa.schema(
@@ -402,8 +449,15 @@ def _ingest_split(
             for i in batch.column(0).to_pylist():
                 cols: list[list] = [[] for _ in range(7)]
                 for fr in iter_range_frames(layout, plans[i]):
-                    key = flow_key(fr.linktype, fr.data)
-                    cols[0].append(rep.get(key, key))
+                    ck = conn_key(fr.linktype, fr.data)
+                    if by_pair:
+                        key = NO_KEY  # one task: exact whatever the fragments
+                    else:
+                        key = ck.key
+                        if ck.later:  # no ports: the connection of its first fragment
+                            key = frag_keys.get(ck.frag) or key
+                        key = rep.get(key, key)
+                    cols[0].append(key)
                     cols[1].append(fr.number)
                     cols[2].append(fr.ts_ns)
                     cols[3].append(fr.linktype)
@@ -444,7 +498,9 @@ def _ingest_split(
         )
         got = df.toArrow()
         summaries = [pickle.loads(b) for b in got.column("blob").to_pylist()]
-        lap("dissect")
+        used: set[bytes] = set().union(*(s["scopes"] for s in summaries))
+        if used - marked and not by_pair:
+            return None, used
         errors = [s["error"] for s in summaries if s.get("error")]
         if errors and options.strict:
             raise RuntimeError(f"split ingest of {path} failed: {errors[0]}")
@@ -452,10 +508,9 @@ def _ingest_split(
             spark, layout, plans, scans, out, capture_id, sha, options, registry, summaries,
             packets, snaplen_cuts, errors[0] if errors else None, job,
         )
-        lap("merge")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return result, f"split:{len(plans)}"
+    return result, used
 
 
 def _frames_of(batches) -> Iterator[Frame]:
@@ -479,7 +534,8 @@ def task_events(reasm: TaskReassembler, frames, options: Options) -> Iterator:
 
     keylog = KeyLog.from_file(options.keylog) if getattr(options, "keylog", None) else None
     out: list = []
-    quic = QuicLayer(options.limits, out.append, keylog)
+    # the role-swap callback as in ``capture_events``: a QUIC Initial decides the roles
+    quic = QuicLayer(options.limits, out.append, keylog, reasm.flows.swap_roles)
     return stream_layers(quic.process(reasm.process(frames), out), options.limits, quic.keylog)
 
 
@@ -520,7 +576,25 @@ def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unk
         "flows_by_protocol": Counter(job.flows_by_protocol),
         "truncated": reasm.network.counters["truncated"],
         "error": error,
+        "scopes": _scopes_used(job, sink),
     }
+
+
+def _raw_endpoint(ip: str, port: int) -> bytes:
+    """An endpoint as ``conn_key`` spells it (address bytes + big-endian port)."""
+    import ipaddress
+
+    return ipaddress.ip_address(ip).packed + int(port).to_bytes(2, "big")
+
+
+def _scopes_used(job: CaptureDissection, sink: RunSink) -> set[bytes]:
+    """Server endpoints whose connections shared state in this task: a payload dissector
+    decoded a message in the server's scope (bindings cross connections) or the QUIC
+    layer took the flow (connection ids cross 5-tuples)."""
+    used = {_raw_endpoint(*server) for server, sd in job.payloads.scopes.items()
+            if sd.decoded}
+    used |= {_raw_endpoint(ip, port) for ip, port in sink.quic_servers}
+    return used
 
 
 # ------------------------------------------------------------------------ merge

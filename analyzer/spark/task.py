@@ -20,10 +20,11 @@
 from __future__ import annotations
 
 import os
+import struct
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,29 +41,93 @@ from reassembly.network import NetworkDecoder
 
 NO_KEY = b""  # frames with no IP pair (non-IP, broken): their rows are per frame anyway
 _TCP, _UDP = 6, 17
+_U16 = struct.Struct("!H")
+_V6_EXT = frozenset({0, 43, 60})  # hop-by-hop, routing, destination options
+_V6_FRAG, _V6_AH = 44, 51
+
+# Bytes in a TCP payload that mean "a payload dissector may bind here" (STAN subjects,
+# the Liftbridge envelope magic): their server endpoint keeps all its connections in one
+# task from the start.  Only an optimisation: the dissection tasks report every scope
+# that really used cross-flow state, and the driver re-runs with it merged if needed.
+PAYLOAD_HINTS = (b"_STAN.", b"LIFT")
+
+
+class ConnKey(NamedTuple):
+    """Where a frame goes (see ``conn_key``)."""
+
+    key: bytes  # the task key
+    frag: bytes | None  # IP fragment id (src, dst, protocol, IP id) of a fragment
+    later: bool  # a fragment other than the first (no transport header)
+    ends: tuple[bytes, bytes] | None  # both transport endpoints (address + port)
+
+
+_NONE = ConnKey(NO_KEY, None, False, None)
+
+
+def _pair(a: bytes, b: bytes) -> bytes:
+    return a + b if a <= b else b + a
+
+
+def conn_key(linktype: int, data: bytes) -> ConnKey:
+    """The connection a frame belongs to, from a cheap link/IP/transport peek: TCP and
+    UDP by unordered 5-tuple (both directions, port reuse included, share a key); other
+    IP by the unordered address pair.  A fragment other than the first carries no ports:
+    its ``frag`` id is looked up in the map learned in pass 2 (``range_stats``)."""
+    kind, off, _vlans = decode_link(linktype, data)
+    n = len(data)
+    if kind == L3_IP:
+        if off >= n:
+            return _NONE
+        version = data[off] >> 4
+        kind = L3_IPV4 if version == 4 else L3_IPV6 if version == 6 else -9
+    if kind == L3_IPV4:
+        if n < off + 20:
+            return _NONE
+        src, dst = data[off + 12 : off + 16], data[off + 16 : off + 20]
+        proto = data[off + 9]
+        flags = _U16.unpack_from(data, off + 6)[0]
+        fragmented = bool(flags & 0x3FFF)
+        frag = (b"4" + src + dst + bytes((proto,)) + data[off + 4 : off + 6]) if fragmented \
+            else None
+        later = bool(flags & 0x1FFF)
+        l4 = off + (data[off] & 0x0F) * 4
+    elif kind == L3_IPV6:
+        if n < off + 40:
+            return _NONE
+        src, dst = data[off + 8 : off + 24], data[off + 24 : off + 40]
+        proto = data[off + 6]
+        l4 = off + 40
+        frag, later = None, False
+        for _ in range(8):  # a few extension headers, as far as they are present
+            if proto in _V6_EXT and n >= l4 + 2:
+                proto, l4 = data[l4], l4 + (data[l4 + 1] + 1) * 8
+            elif proto == _V6_AH and n >= l4 + 2:
+                proto, l4 = data[l4], l4 + (data[l4 + 1] + 2) * 4
+            elif proto == _V6_FRAG and n >= l4 + 8:
+                word = _U16.unpack_from(data, l4 + 2)[0]
+                frag = b"6" + src + dst + data[l4 + 4 : l4 + 8]
+                later = bool(word & 0xFFF8)
+                proto, l4 = data[l4], l4 + 8
+            else:
+                break
+    else:
+        return _NONE
+    pair = _pair(src, dst)
+    if later or proto not in (_TCP, _UDP) or n < l4 + 4:
+        return ConnKey(pair, frag, later, None)
+    a, b = src + data[l4 : l4 + 2], dst + data[l4 + 2 : l4 + 4]
+    return ConnKey(bytes((proto,)) + _pair(a, b), frag, False, (a, b))
 
 
 def flow_key(linktype: int, data: bytes) -> bytes:
     """Unordered (lower, higher) IP address pair of a frame, as bytes; ``NO_KEY`` when
-    the frame carries no readable IP header.  Reads the same header fields the
-    ``NetworkDecoder`` takes addresses from."""
-    kind, off, _vlans = decode_link(linktype, data)
-    if kind == L3_IP:
-        if off >= len(data):
-            return NO_KEY
-        version = data[off] >> 4
-        kind = L3_IPV4 if version == 4 else L3_IPV6 if version == 6 else -9
-    if kind == L3_IPV4:
-        if len(data) < off + 20:
-            return NO_KEY
-        a, b = data[off + 12 : off + 16], data[off + 16 : off + 20]
-    elif kind == L3_IPV6:
-        if len(data) < off + 40:
-            return NO_KEY
-        a, b = data[off + 8 : off + 24], data[off + 24 : off + 40]
-    else:
-        return NO_KEY
-    return a + b if a <= b else b + a
+    the frame carries no readable IP header (the coarse key: every connection between
+    two hosts)."""
+    got = conn_key(linktype, data)
+    if got.key == NO_KEY or got.ends is None:
+        return got.key
+    a, b = got.ends
+    return _pair(a[:-2], b[:-2])
 
 
 # ----------------------------------------------------------------------------- pass 2
@@ -88,7 +153,11 @@ class _StatsDecoder(NetworkDecoder):
 
 
 def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dict[str, Any]:
-    """Pass 2 over one range (see the module docstring)."""
+    """Pass 2 over one range (see the module docstring).  Also what splitting by
+    connection needs: the 5-tuple key of each fragmented datagram's first fragment
+    (``frag_keys``; ``None`` when one fragment id names two connections), the endpoints
+    of each connection key (``pairs``, with ``endpoints``) and the endpoints whose
+    packets carry ``PAYLOAD_HINTS`` or a QUIC long header (``hints``)."""
     import numpy as np
 
     dec = _StatsDecoder(limits)
@@ -100,6 +169,8 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
     first_ts = None
     frag_max = None
     pairs: set[tuple[bytes, bytes]] = set()
+    frag_keys: dict[bytes, bytes | None] = {}
+    hints: set[bytes] = set()
     for frame in frames:
         n += 1
         if first_ts is None:
@@ -109,16 +180,30 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
             running = ts
             rec_frames.append(frame.number)
             rec_ts.append(ts)
+        ck = conn_key(frame.linktype, frame.data)
+        if ck.ends is not None:
+            if endpoints:
+                pairs.add((ck.ends[0], ck.key))
+                pairs.add((ck.ends[1], ck.key))
+            if ck.frag is not None:
+                known = frag_keys.setdefault(ck.frag, ck.key)
+                if known is not None and known != ck.key:
+                    frag_keys[ck.frag] = None  # an IP id reused by another connection
         before = counters["fragments"]
         dec._frame = frame
         pkt = dec.decode(frame)
         if counters["fragments"] != before and (frag_max is None or ts > frag_max):
             frag_max = ts
-        if endpoints and pkt is not None and pkt.proto in (_TCP, _UDP) and len(pkt.payload) >= 4:
-            a, b = pkt.src, pkt.dst
-            key = a + b if a <= b else b + a
-            pairs.add((a + pkt.payload[0:2], key))
-            pairs.add((b + pkt.payload[2:4], key))
+        if pkt is not None and pkt.proto in (_TCP, _UDP) and len(pkt.payload) >= 8:
+            seg = pkt.payload
+            if pkt.proto == _UDP:
+                hinted = len(seg) > 8 and seg[8] & 0xC0 == 0xC0  # QUIC long header
+            else:
+                body = seg[(seg[12] >> 4) * 4 :] if len(seg) >= 20 else b""
+                hinted = any(h in body for h in PAYLOAD_HINTS)
+            if hinted:
+                hints.add(pkt.src + seg[0:2])
+                hints.add(pkt.dst + seg[2:4])
         if n % 65536 == 0:
             dec.flush(None)  # fragments of this pass are not kept: bound the memory
     return {
@@ -131,6 +216,8 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
         "snaplen_cuts": len(dec.snaplen_frames),
         "unknown_first": dict(dec.unknown_first),
         "pairs": sorted(pairs),
+        "frag_keys": frag_keys,
+        "hints": sorted(hints),
     }
 
 
@@ -285,6 +372,7 @@ class RunSink:
         self._runs: Counter = Counter()
         self.rows: Counter = Counter()
         self.flows_seen: list[tuple[int, int]] = []
+        self.quic_servers: set[tuple[str, int]] = set()  # server endpoints of QUIC flows
         self.files: list[str] = []
 
     def write_rows(self, spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -294,6 +382,8 @@ class RunSink:
         for row in rows:
             if name == FLOWS.name:
                 self.flows_seen.append((row["flow_id"], row["frame_first"]))
+                if row.get("quic_version") is not None or "quic" in (row.get("layers") or ()):
+                    self.quic_servers.add((row["server_ip"], row["server_port"]))
             buf.append(row)
             if len(buf) >= self.chunk:
                 self._convert(name)

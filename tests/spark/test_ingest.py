@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from analyzer.cli import main
@@ -103,12 +104,18 @@ def test_split_synthetic_multi_host(spark, tmp_path: Path) -> None:
                     fragment_timeout_ns=3 * SECOND_NS)
     local = _local([path], tmp_path / "local", _opts(limits=limits))
     split = path.stat().st_size // 6
-    for merge in (False, True):
+    for merge in (None, True):
         out = tmp_path / f"spark-{merge}"
         report = ingest(spark, [path], out, options=_opts(limits=limits), split_bytes=split,
                         partitions=3, merge_scopes=merge)
-        assert report.how[str(path)].startswith("split:")
+        assert report.how[str(path)] == "split:6"
         rows = assert_same_dataset(local, out)
+        # one server, nine clients: by connection the flows spread over the tasks (each
+        # writes its own part file); merged by server endpoint they all land in one
+        (nats_dir,) = (out / "nats").iterdir()
+        parts = sorted(p.name for p in nats_dir.glob("part-*.parquet")
+                       if pq.read_metadata(p).num_rows)
+        assert (len(parts) >= 2) if merge is None else (len(parts) == 1), (merge, parts)
     tables = read_tables(local)
     kinds = tables["anomalies"].column("kind").to_pylist()
     assert "ip.frag_incomplete" in kinds and kinds.count("ip.truncated") == 2
@@ -132,4 +139,45 @@ def test_cli_split_and_overwrite(spark, tmp_path: Path) -> None:
     ingest(spark, [path], out, options=_opts(overwrite=True), split_bytes=8000)
     assert not [p for p in out.iterdir() if p.name.startswith(".msgcap-spark")]
     local = _local([path], tmp_path / "local", _opts())
+    assert_same_dataset(local, out)
+
+
+SAMPLE_CAPTURES = sorted(p.name for p in SAMPLES.glob("*.pcap"))
+
+
+def _sample_options(name: str) -> Options:
+    keys = (SAMPLES / name).with_suffix(".keys")
+    return _opts(keylog=str(keys)) if keys.exists() else _opts()
+
+
+def test_every_sample_equals_local_split_and_unsplit(spark, tmp_path: Path) -> None:
+    """Every capture in samples/ (with its key log): one task per file, and split into
+    five ranges dissected by connection; felix-quic's roles come from the QUIC Initial
+    in the split run too (the task's QUIC layer swaps roles like the local engine's)."""
+    assert len(SAMPLE_CAPTURES) == 8, SAMPLE_CAPTURES
+    for name in SAMPLE_CAPTURES:
+        path = SAMPLES / name
+        local = _local([path], tmp_path / "local" / name, _sample_options(name))
+        for split in (path.stat().st_size // 5, 1 << 30):
+            out = tmp_path / f"spark-{split}" / name
+            report = ingest(spark, [path], out, options=_sample_options(name),
+                            split_bytes=split)
+            how = report.how[str(path)]
+            assert how == "file" if split == 1 << 30 else how.startswith("split:"), (name, how)
+            assert_same_dataset(local, out)
+        if name == "felix-quic.pcap":
+            flows = read_tables(out)["flows"]
+            assert set(flows.column("role_source").to_pylist()) == {"quic-initial"}
+
+
+def test_cross_flow_state_found_late_is_dissected_again(spark, tmp_path: Path) -> None:
+    """Without the first-pass hints (``merge_scopes=False``) STAN's connections are spread
+    over tasks; the tasks report that STAN bindings were used, so the driver dissects
+    again with that server's connections together: still the local rows."""
+    path = SAMPLES / "stan-basic.pcap"
+    local = _local([path], tmp_path / "local", _opts())
+    out = tmp_path / "spark"
+    report = ingest(spark, [path], out, options=_opts(), split_bytes=path.stat().st_size // 5,
+                    partitions=4, merge_scopes=False)
+    assert "dissected again with 1 endpoint(s) merged" in report.how[str(path)]
     assert_same_dataset(local, out)
