@@ -437,6 +437,9 @@ def dissect_parallel(
                 update_manifest(out, run)
                 settled = True
             raise
+        except BaseException:  # the workers' files are gone (_run_exact), as is the run
+            settled = True
+            raise
         settled = True
     finally:
         lock.release(finished=settled)

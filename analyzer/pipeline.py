@@ -734,6 +734,10 @@ def dissect_capture(
         except OutputError as exc:
             settled = record_output_fault(out_dir, writer, bare_input_info(path, sha), exc)
             raise
+        except BaseException:  # not a capture, a bug, strict, Ctrl-C: nothing is kept
+            writer.abort()
+            settled = True
+            raise
         settled = True
     finally:
         lock.release(finished=settled)

@@ -634,6 +634,9 @@ class DatasetWriter:
                 t.writer = None
             with contextlib.suppress(FileNotFoundError):
                 t.tmp.unlink()
+            for d in (t.tmp.parent, t.tmp.parent.parent):  # left empty: not a capture
+                with contextlib.suppress(OSError):
+                    d.rmdir()
         self._counts = {}
 
     def __enter__(self) -> DatasetWriter:

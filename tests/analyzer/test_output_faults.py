@@ -127,6 +127,7 @@ def _assert_failed_in_manifest(out: Path, capture_id: str) -> None:
     assert manifest["status"] == "failed"
     assert _leftovers(out) == []
     assert not list(out.rglob("part-*.parquet"))
+    assert not [p for p in out.iterdir() if p.is_dir()]  # no empty partition left
 
 
 def test_regression_disk_full_at_the_end_of_a_sample_run_exits_2_with_error_and_fix(
