@@ -251,8 +251,10 @@ def redact_json_text(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) 
 #    a tail of a credential name (``ss`` of a ``pass`` cut by the capture's start).  Text
 #    that may start inside a string is also read with the opposite quote parity, and the
 #    union of both readings is withheld.
-# 3. On a line, everything up to a ``"}`` or ``"]`` that closes nothing opened before it is
-#    withheld: it is the tail of a JSON text cut at its start, maybe inside a password.
+# 3. On a line, everything up to a ``}`` or ``]`` that follows a value and closes nothing
+#    opened before it is withheld: it is the tail of a JSON text cut at its start, maybe
+#    inside a password; so is a line's head up to a first ``"`` that ``,``/``:``/a bracket
+#    follows (the rest of a cut string value).
 # 2. The argument of a CONNECT-like op (``CONNECT``, a piece of it such as ``CONNEC`` or
 #    ``NECT``, a near miss such as ``CONECT``, or any other op but INFO followed by ``{``)
 #    that is not one complete, well-formed JSON object on its line is withheld whole, up
@@ -404,9 +406,9 @@ _STRING = re.compile(rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?')
 _BRACKET = re.compile(rb"[{}\[\]]")
 
 
-def _unmatched_after_string(compact: bytes) -> bool:
+def _unmatched_after_value(compact: bytes) -> bool:
     """In a line whose strings are collapsed to ``"`` and white space removed: does a
-    closing bracket right after a string close nothing (rule 3)?"""
+    closing bracket right after a JSON value close nothing (rule 3)?"""
     depth = 0
     for m in _BRACKET.finditer(compact):
         i = m.start()
@@ -414,9 +416,16 @@ def _unmatched_after_string(compact: bytes) -> bool:
             depth += 1
         elif depth:
             depth -= 1
-        elif compact[i - 1 : i] == b'"':
+        elif _VALUE_END.search(compact, 0, i):
             return True
     return False
+
+
+# what a JSON value ends with (a string collapsed to '"', a number, a literal, a bracket)
+_VALUE_END = re.compile(rb'(?:"|[0-9]|true|false|null|[}\]])$')
+_VALUE_CLOSE = re.compile(rb'(?:"|[0-9]|true|false|null|[}\]])[}\]]')
+# rule 3b: a line that starts inside a string which JSON structure then follows
+_HEAD_STRING = re.compile(rb'(?m)^[^"\\\n]*(?:\\.[^"\\\n]*)*"[ \t\r\x0b\x0c]*[,:}\]]')
 
 
 # rule 2's candidates: an op-like word, then (maybe) blanks, then "{"
@@ -499,23 +508,32 @@ def _value_spans(data: bytes, toks: list[tuple[int, int, int, bool]]) -> list[
 def _tail_spans(data: bytes, toks: list[tuple[int, int, int, bool]]) -> list[
     tuple[int, int, bytes]
 ]:
-    """Rule 3: a ``}``/``]`` right after a string that closes nothing opened on this line
+    """Rule 3: a ``}``/``]`` right after a value that closes nothing opened on this line
     ends the tail of a JSON text whose start was cut off (a capture starting inside a
-    CONNECT's value): all before it is withheld, since the key that would tell is gone."""
+    CONNECT's value): all before it is withheld, since the key that would tell is gone.
+    Rule 3b: a line that starts inside a string followed by ``,``/``:``/a bracket (the
+    rest of a cut value) has that string withheld."""
     depth, end = 0, -1
-    prev = _T_PUNCT
-    for kind, a, _b, _closed in toks:
+    prev_value = False
+    for kind, a, b, _closed in toks:
         if kind == _T_PUNCT:
             c = data[a]
             if c in b"{[":
                 depth += 1
             elif c in b"}]":
-                if depth == 0 and prev == _T_STR:  # '"}': a string value closed the text
+                if depth == 0 and prev_value:
                     end = a + 1
                 elif depth:
                     depth -= 1
-        prev = kind
-    return [(0, end, data[:end])] if end > 0 else []
+            prev_value = c in b"}]"
+        else:
+            prev_value = kind == _T_STR or _NUMBER.fullmatch(data[max(a, 0) : b]) is not None
+    spans = [(0, end, data[:end])] if end > 0 else []
+    head = _HEAD_STRING.match(data)
+    if head is not None:
+        q = data.rindex(b'"', 0, head.end()) + 1
+        spans.append((0, q, data[:q]))
+    return spans
 
 
 def _complete_object_end(data: bytes, start: int, stop: int) -> int:
@@ -605,10 +623,12 @@ def _flagged_lines(data: bytes, lines: list[bytes]) -> list[int]:
         hits.add(bisect_right(starts, m.start()) - 1)
     for text in (data, _LINE_START.sub(b'"', data)):  # parity 0, parity 1 (rule 3)
         compact = _STRING.sub(b'"', text).translate(None, b" \t\r\x0b\x0c")
-        if b'"}' in compact or b'"]' in compact:
+        if _VALUE_CLOSE.search(compact):
             for i, line in enumerate(compact.split(b"\n")):
-                if (b'"}' in line or b'"]' in line) and _unmatched_after_string(line):
+                if _VALUE_CLOSE.search(line) and _unmatched_after_value(line):
                     hits.add(i)
+    for m in _HEAD_STRING.finditer(data):
+        hits.add(bisect_right(starts, m.start()) - 1)
     return sorted(hits)
 
 

