@@ -74,7 +74,10 @@ def _wscale_option(options: bytes) -> int | None:
 # What one flow costs in memory (its FlowInfo, endpoints, half streams, both keys and
 # table entries) for the run's memory budget (``Limits.budget``): measured as the RSS
 # of a SYN flood per flow, the whole pipeline included (docs/robustness.md).
-FLOW_BYTES = 1024
+FLOW_BYTES = 3072
+# Endpoints remembered to be shared between flows (``FlowTable._endpoint``); the cache
+# is emptied when full, so it costs at most this many entries.
+_ENDPOINT_CACHE = 4096
 
 # Ports on which a server listens, taken as proof of the server side when no handshake
 # was captured.  Ephemeral ports are never in here.
@@ -163,6 +166,7 @@ class FlowTable:
         # keys: a continuation wakes them (the same flow), anything else closes them
         self._asleep: OrderedDict[int, _Tcp] = OrderedDict()
         self._next_id = 0
+        self._endpoints: dict[tuple[bytes, int], Endpoint] = {}
         self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0,
                          "light_flows": 0}
 
@@ -504,12 +508,23 @@ class FlowTable:
     def _create(self, transport, tup, src_is_server, source, ts_ns, frame, vlans):
         """A new flow's info, its (c2s, s2c) keys and the direction of this packet."""
         src, sport, dst, dport = tup
-        a, b = Endpoint(_ip_text(src), sport), Endpoint(_ip_text(dst), dport)
+        a, b = self._endpoint(src, sport), self._endpoint(dst, dport)
         client, server = (b, a) if src_is_server else (a, b)
         info = self._new_info(transport, client, server, source, ts_ns, frame, vlans)
         rev = (dst, dport, src, sport)
         keys = (rev, tup) if src_is_server else (tup, rev)
         return info, keys, Direction.S2C if src_is_server else Direction.C2S
+
+    def _endpoint(self, ip: bytes, port: int) -> Endpoint:
+        """The (immutable) endpoint, shared by the flows that have it: a server's
+        address and port, text included, is then held once, not once per flow."""
+        cache = self._endpoints
+        ep = cache.get((ip, port))
+        if ep is None:
+            if len(cache) >= _ENDPOINT_CACHE:
+                cache.clear()
+            ep = cache[(ip, port)] = Endpoint(_ip_text(ip), port)
+        return ep
 
     def _bad_tcp(self, detail: str, ts_ns: int, frame: int) -> None:
         self.counters["tcp_bad_header"] += 1

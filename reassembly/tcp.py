@@ -121,7 +121,8 @@ class TcpHalfStream:
         # the size of its latest one; None until the peer sent an ACK with a window
         self.win_edge: int | None = None
         self.win_size = 0
-        self.held: list[_Piece] = []  # out-of-window segments awaiting an ACK or the end
+        # out-of-window segments awaiting an ACK or the end (a list once one is held)
+        self.held: list[_Piece] | tuple = _NO_PIECES
         self.alt_base: int | None = None  # ISN + 1 of a conflicting second SYN
         self.had_data = False  # a segment reached offset 0 or beyond (placed or held)
         self.fin_seq_off: int | None = None  # offset of the first FIN's sequence number
@@ -299,7 +300,9 @@ class TcpHalfStream:
             self.had_data = True
         if self._far_beyond(off):
             # held until an ACK or window covers it (then placed) or the stream ends
-            self.held.append(_Piece(off, data, ts_ns, frame))
+            if not self.held:
+                self.held = []
+            self.held.append(_Piece(off, data, ts_ns, frame))  # type: ignore[union-attr]
             if len(self.held) > OOW_HELD_SEGMENTS:
                 self._out_of_window(self.held.pop(0))
             return
@@ -460,7 +463,7 @@ class TcpHalfStream:
         Segments still held as out of window were never vindicated: reported."""
         for p in self.held:
             self._out_of_window(p)
-        self.held.clear()
+        self.held = _NO_PIECES
         while self.pieces:
             self._flush_hole(self.pieces[0].start, ts_ns, frame, "end-of-stream")
         self._hold_budget()

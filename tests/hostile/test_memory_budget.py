@@ -12,6 +12,7 @@ generated in the test, streamed to a file, and are not committed.
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from pathlib import Path
@@ -153,15 +154,19 @@ def _accounted(r: dict, flows: int) -> None:
     assert not r["accounting_errors"], r["accounting_errors"]
 
 
-def test_million_half_open_flows_at_default_settings(tmp_path):
+def test_half_open_flows_at_default_settings(tmp_path):
+    """200,000 SYNs (the default flow cap, 750 MB before); 1,000,000 with
+    ``MSGCAP_HOSTILE_FULL=1`` (its peak is the same: the budget, not the input, sets it;
+    ~150 s of CPU, so not in the default run)."""
+    flows = 1_000_000 if os.environ.get("MSGCAP_HOSTILE_FULL") == "1" else 200_000
     path = tmp_path / "synflood.pcap"
-    write_syn_flood(path, 1_000_000)
+    write_syn_flood(path, flows)
     r = dissect_one(path, tmp_path, rows_per_kind=2, max_flow_rows=0)
     assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
     held = DEFAULT_MEMORY_LIMIT // FLOW_BYTES  # flows the budget holds at once
     # every flow has its row; each one evicted to make room has its anomaly as well
-    _accounted(r, 1_000_000)
-    assert r["anomalies"].get("limit.memory") == 1_000_000 - held, r["anomalies"]
+    _accounted(r, flows)
+    assert r["anomalies"].get("limit.memory") == flows - held, r["anomalies"]
     assert "limit.flow_table" not in r["anomalies"]
     (row, _) = r["anomaly_rows"]["limit.memory"]
     assert row["detail"].startswith(f"memory budget of {DEFAULT_MEMORY_LIMIT} bytes reached "
@@ -196,4 +201,4 @@ def test_8000_incomplete_64_kb_fragmented_datagrams(tmp_path):
     assert "limit.fragment_table" not in r["anomalies"]
     row = r["anomaly_rows"]["limit.memory"][0]
     assert "dropped incomplete IPv4 10.1.0.1 -> 10.1.0.2 id 0x0000 proto 17" in row["detail"]
-    assert "44 fragments, 65120 bytes of unknown (last fragment missing)" in row["detail"]
+    assert "43 fragments, 63640 bytes of unknown (last fragment missing)" in row["detail"]
