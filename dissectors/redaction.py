@@ -531,8 +531,8 @@ def _tail_spans(data: bytes, toks: list[tuple[int, int, int, bool]]) -> list[
     spans = [(0, end, data[:end])] if end > 0 else []
     head = _HEAD_STRING.match(data)
     if head is not None:
-        q = data.rindex(b'"', 0, head.end()) + 1
-        spans.append((0, q, data[:q]))
+        q = data.rindex(b'"', 0, head.end())
+        spans.append((0, q + 1, go_unquote(data[:q])))
     return spans
 
 
@@ -603,9 +603,12 @@ def redact_bytes(data: bytes) -> bytes:
     flagged = _flagged_lines(data, lines)
     if not flagged:
         return data
+    changed = False
     for i in flagged:
-        lines[i] = _redact_line(lines[i])
-    return b"\n".join(lines)
+        out = _redact_line(lines[i])
+        if out is not lines[i]:
+            lines[i], changed = out, True
+    return b"\n".join(lines) if changed else data
 
 
 def _flagged_lines(data: bytes, lines: list[bytes]) -> list[int]:

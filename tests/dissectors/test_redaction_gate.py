@@ -1,0 +1,122 @@
+"""The redaction gate (``dissectors.redaction``) on its own, with exact outputs: what Go's
+decoder makes of a value (the marker's length and SHA-256), each rule, idempotence,
+``keeping_secrets`` and the stream helpers."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from dissectors.redaction import (
+    GatedWriter,
+    LineGate,
+    go_unquote,
+    keeping_secrets,
+    marker,
+    may_be_secret_key,
+    redact_bytes,
+    redact_text,
+)
+
+
+def q(value: bytes) -> bytes:
+    return b'"' + marker(value).encode() + b'"'
+
+
+@pytest.mark.parametrize(("body", "decoded"), [
+    (b"plain", b"plain"),
+    (b"\\u0068unter", b"hunter"),
+    (b"a\\\"b\\\\c\\/d\\n", b'a"b\\c/d\n'),
+    (b"\\ud83d\\ude00", "\U0001f600".encode()),
+    (b"\\ud83dx", "\ufffdx".encode()),  # a lone surrogate: U+FFFD, like Go
+    (b"b\xffb", "b\ufffdb".encode()),  # each invalid byte: U+FFFD
+    (b"\xe2\x82(", "\ufffd\ufffd(".encode()),  # Go: one per byte (Python would merge)
+    (b"cut\\u00", b"cut\\u00"),  # a cut escape stays as it is
+])
+def test_go_unquote(body, decoded):
+    assert go_unquote(body) == decoded
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    (b"pass", True), (b"PASS", True), (b"pa\xc5\xbf\xc5\xbf", True), (b"\\u0070ass", True),
+    (b"p\\\\u0061ss", True),  # escaped once more (text that was repr'd)
+    (b"auth_to\xe2\x84\xaaen", True), (b"ss", True), (b"", True), (b"Password", True),
+    (b"user", False), (b"name", False), (b"verbose", False), (b"us", False),
+])
+def test_may_be_secret_key(key, secret):
+    assert may_be_secret_key(key) is secret
+
+
+def test_rule_1_the_issue_connect():
+    line = (b'CONNECT {"verbose":true,"name":"b\xffb","user":"bob",'
+            b'"\\u0070ass":"hunter2SECRETxyz"}\r\n')
+    assert redact_bytes(line) == (b'CONNECT {"verbose":true,"name":"b\xffb","user":"bob",'
+                                  b'"\\u0070ass":' + q(b"hunter2SECRETxyz") + b"}\r\n")
+
+
+def test_rule_1_hashes_what_go_decodes_and_keeps_numbers():
+    assert redact_bytes(b'{"PASS":"\\u0068i","n":1,"token":7}') == (
+        b'{"PASS":' + q(b"hi") + b',"n":1,"token":7}')
+
+
+def test_rule_1_other_parity_a_capture_starting_inside_the_key():
+    assert redact_bytes(b'ss":"SECRET"}') == q(b'ss":"SECRET"}')  # rule 3 takes it all
+    assert redact_bytes(b'ss":"SECRET","x":1') == (
+        q(b"ss") + b':' + q(b"SECRET") + b',"x":1')
+
+
+def test_rule_2_partial_or_mistyped_connect_is_withheld_whole():
+    cut = b'CONNECT {"user":"bob","pass":"SECRET'
+    assert redact_bytes(cut) == b"CONNECT " + marker(cut[8:]).encode()
+    assert redact_bytes(b'CONECT {"user":"bob"') == (
+        b"CONECT " + marker(b'{"user":"bob"').encode())
+    assert redact_bytes(b'INFO {"server_id":"x"') == b'INFO {"server_id":"x"'
+
+
+def test_rule_3_a_json_tail_cut_at_its_start():
+    assert redact_bytes(b'RET", "verbose": true}\r\n') == (
+        q(b'RET", "verbose": true}') + b"\r\n")
+    assert redact_bytes(b'RET", "verbose": true') == q(b"RET") + b', "verbose": true'
+
+
+def test_untouched_text_is_returned_as_it_is():
+    for text in (b"PUB a 5\r\nhello\r\n", b'{"a":1,"user":"bob"}\r\n', b"\x00\xff}~{",
+                 b'INFO {"server_id":"x","auth_required":true}\r\n'):
+        assert redact_bytes(text) is text
+
+
+def test_idempotent_and_per_line():
+    text = b'PING\r\nCONNECT {"pass":"A1"}\r\nss":"B2"}\r\n{"jwt":"C3"'
+    once = redact_bytes(text)
+    assert redact_bytes(once) == once
+    assert once.count(b"<redacted") == 3 and b"A1" not in once and b"B2" not in once
+    assert b"C3" not in once
+
+
+def test_keeping_secrets_switches_the_gate_off():
+    line = b'CONNECT {"pass":"A1"}'
+    with keeping_secrets():
+        assert redact_bytes(line) is line
+        assert redact_text(line.decode()) == line.decode()
+    assert b"A1" not in redact_bytes(line)
+
+
+def test_redact_text_works_on_the_utf8_bytes_of_text():
+    # a lone surrogate (text decoded with surrogateescape) survives the round trip
+    assert redact_text('{"name":"\udcff","pass":"A1"}') == (
+        '{"name":"\udcff","pass":' + q(b"A1").decode() + "}")
+    assert redact_text("no quotes here") == "no quotes here"
+
+
+def test_line_gate_holds_a_partial_line_and_gated_writer_flushes_it():
+    gate = LineGate()
+    assert gate.feed(b'CONNECT {"pa') == b""
+    assert gate.feed(b'ss":"A1"}\r\nPI') == b'CONNECT {"pass":' + q(b"A1") + b"}\r\n"
+    assert gate.flush() == b"PI"
+    sink = io.BytesIO()
+    w = GatedWriter(sink)
+    w.write(b'{"jwt":"C3')
+    assert sink.getvalue() == b""
+    w.flush()
+    assert sink.getvalue() == b'{"jwt":' + q(b"C3")
