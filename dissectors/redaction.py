@@ -1,4 +1,5 @@
-"""Redaction of credentials before they reach the output tables.
+"""Redaction of credentials: member-wise in structured JSON columns, and the one gate
+every other text leaving the process passes (``redact_bytes``; see "the gate" below).
 
 Strategy: a value that proves an identity (a password, a token, a JWT, a signature) is
 replaced where it stands by a marker that keeps its length and SHA-256, so the evidence
@@ -21,6 +22,12 @@ before matching.  Secret members are redacted at any depth of the document.
 Fail closed: the JSON is walked by a small tolerant scanner (the text may be cut short
 or malformed; it never raises).  If after redaction a secret name can still be found in
 the text (resolving ``\\u`` escapes), the whole text is replaced by one marker.
+
+The gate (``redact_bytes``/``redact_text``, ``GatedWriter`` for ``follow``,
+``gated_output`` for stdout/stderr) reads raw bytes with three conservative rules for
+text that may be cut or malformed; ``keeping_secrets()`` (``--keep-secrets``) turns it
+off.  Called from: ``nats.parser.show``, the NATS/route sessions, the dataset sink (the
+``anomalies`` detail), the manifest, ``analyzer.cli`` and the report.
 """
 
 from __future__ import annotations
