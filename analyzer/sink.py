@@ -209,8 +209,8 @@ class OutputWriteError(OutputError):
         reason = exc.strerror or text
         return cls(
             f"cannot write the dataset in {out_dir}: {reason}",
-            f"check that {out_dir} is writable and its disk is healthy, then run the same "
-            "command again with --overwrite",
+            f"make {out_dir} writable (or give -o a directory you can write to), then run "
+            "the same command again",
         )
 
 

@@ -244,3 +244,24 @@ def test_capture_already_in_out_names_the_overwrite_flag(tmp_path) -> None:
     _assert_error_fix(proc, f"capture {_capture_id(PULSAR)} is already in {out} (",
                       "add --overwrite to replace it")
     assert _leftovers(out) == []
+
+
+def test_read_only_out_is_refused_with_error_and_fix(tmp_path) -> None:
+    """An OUT that cannot be written at all (a read-only mount) is refused before any
+    dissection, with the error the OS gave and a fix that does not mention --overwrite
+    (nothing was written)."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mnt)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        out = mnt / "out"
+        run = _msgcap("dissect", PULSAR, "-o", out)
+        _assert_error_fix(run, f"cannot write the dataset in {out}: Read-only file system",
+                          "give -o a directory you can write to")
+        assert "--overwrite" not in run.stderr
+        assert not out.exists()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
