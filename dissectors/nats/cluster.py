@@ -467,7 +467,7 @@ class NatsClusterSession(Session):
         if plus and len(rest) >= 3:
             w = nats_parser.parse_size(rest[2])
             if w < 0:
-                raise ValueError(f"bad queue weight {rest[2]!r}")
+                raise ValueError(f"bad queue weight {nats_parser.show(rest[2], 20)!r}")
             v["queue_weight"] = w
         return -1, -1
 
