@@ -1,26 +1,32 @@
-"""Ingestion time of one capture: the local path (``msgcap dissect``) vs ``msgcap spark
-ingest`` (split into byte ranges) on Spark ``local[N]``.
+"""Issue 19's acceptance benchmark: local ``msgcap dissect`` vs ``msgcap spark ingest
+--master local[2]``, in one run on this machine.
+
+(a) one ~150 MB capture taken at one broker with many clients, split into byte ranges
+    (target: Spark wall <= 1.5x local);
+(b) four ~100 MB captures, one task each (target: Spark wall <= 0.8x the sequential
+    local runs).
 
 Usage:
-    python benchmarks/bench_spark.py CAPTURE [--split-bytes N] [--master local[2]]
-    python benchmarks/bench_spark.py --generate-mb 1024          # synthetic multi-host NATS
-    python benchmarks/bench_spark.py --generate-mb 200 --clients 64 --skip-local
+    python benchmarks/bench_spark.py                       # both, synthetic captures
+    python benchmarks/bench_spark.py --only a --a-mb 150 --clients 64
+    python benchmarks/bench_spark.py --a-capture big.pcap --b-captures c1 c2 c3 c4
 
-``--generate-mb`` writes a capture with ``tests/spark/synth.py`` (one NATS server,
-``--clients`` client hosts, pub/sub fan-out and request/reply; many IP address pairs, so
-the dissection stage has many keys to spread).  A capture recorded on loopback
-(``samples/record_nats.py``) has a single address pair: its whole dissection then runs in
-one task (see docs/spark.md).  Both datasets are compared by rows per table.  Spark's
-session start is timed apart from the ingestion.  Nothing is asserted; numbers are
-printed for the closing notes.
+Captures are written by ``tests/spark/synth.py`` (one NATS server 10.1.0.1:4222, client
+hosts 10.0.x.y, pub/sub fan-out and request/reply) unless given.  Local runs are
+``python -m analyzer.cli dissect`` subprocesses (their memory is not the driver's); this
+process is the Spark driver, and its peak RSS (``ru_maxrss``) is printed after each
+scenario (the JVM is a separate process and not counted).  Rows per table are compared
+between the local and the Spark dataset.  Spark's session start is timed apart.  Nothing
+is asserted: the numbers are for docs/spark.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,62 +36,61 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _generate(path: Path, mb: int, clients: int) -> None:
+def _generate(path: Path, mb: int, clients: int, seed: int) -> Path:
     from tests.spark.synth import write_nats_capture
 
-    t = time.perf_counter()
-    # ~3.1 KB per round per client with the default payload (measured on a small run)
     probe = path.with_suffix(".probe")
-    write_nats_capture(probe, clients=clients, rounds=20, payload=200)
+    write_nats_capture(probe, clients=clients, rounds=20, payload=200, seed=seed)
     per_round = max(probe.stat().st_size / 20, 1)
     probe.unlink()
     rounds = max(int(mb * 1e6 / per_round), 1)
-    frames = write_nats_capture(path, clients=clients, rounds=rounds, payload=200)
-    print(f"generated {path}: {path.stat().st_size / 1e6:.1f} MB, {frames:,} frames, "
-          f"{clients} clients, {rounds:,} rounds in {time.perf_counter() - t:.1f} s")
+    frames = write_nats_capture(path, clients=clients, rounds=rounds, payload=200, seed=seed)
+    print(f"generated {path.name}: {path.stat().st_size / 1e6:.1f} MB, {frames:,} frames, "
+          f"{clients} clients", flush=True)
+    return path
+
+
+def _local(paths: list[Path], out: Path) -> float:
+    t = time.perf_counter()
+    for p in paths:
+        subprocess.run([sys.executable, "-m", "analyzer.cli", "dissect", str(p), "-o", str(out),
+                        "-q"], check=False, capture_output=True)
+    return time.perf_counter() - t
+
+
+def _rows(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())["rows"]
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("capture", nargs="?")
-    ap.add_argument("--generate-mb", type=int, help="write a synthetic capture of ~N MB")
-    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--only", choices=["a", "b"])
+    ap.add_argument("--a-capture")
+    ap.add_argument("--b-captures", nargs=4)
+    ap.add_argument("--a-mb", type=int, default=150)
+    ap.add_argument("--b-mb", type=int, default=100)
+    ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--split-bytes", type=int, default=64 << 20)
-    ap.add_argument("--partitions", type=int)
-    ap.add_argument("--skip-local", action="store_true")
-    ap.add_argument(
-        "--merge-scopes", action=argparse.BooleanOptionalAction, default=None,
-        help="as `msgcap spark ingest` (default: on when STAN/Liftbridge are installed, "
-        "which puts a one-server capture in one dissection task)",
-    )
-    ap.add_argument("--keep", action="store_true", help="keep the datasets (printed)")
+    ap.add_argument("--split-bytes", type=int, default=32 << 20)
+    ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
-    if args.capture:
-        path = Path(args.capture)
-    elif args.generate_mb:
-        path = work / "synth.pcap"
-        _generate(path, args.generate_mb, args.clients)
-    else:
-        ap.error("give a CAPTURE or --generate-mb")
-    size = path.stat().st_size
-    results = {"capture": str(path), "mb": round(size / 1e6, 1)}
+    todo = [args.only] if args.only else ["a", "b"]
+    caps: dict[str, list[Path]] = {}
+    if "a" in todo:
+        caps["a"] = [Path(args.a_capture)] if args.a_capture else [
+            _generate(work / "a.pcap", args.a_mb, args.clients, 7)]
+    if "b" in todo:
+        caps["b"] = [Path(p) for p in args.b_captures] if args.b_captures else [
+            _generate(work / f"b{k}.pcap", args.b_mb, args.clients // 2, 11 + k)
+            for k in range(4)]
 
-    from analyzer.pipeline import Options, dissect_capture
-
-    if not args.skip_local:
-        t = time.perf_counter()
-        local = dissect_capture(path, work / "local", Options())
-        secs = time.perf_counter() - t
-        results["local_s"] = round(secs, 1)
-        results["packets"] = local.packets
-        results["rows"] = local.rows
-        print(f"local dissect: {secs:.1f} s ({size / 1e6 / secs:.1f} MB/s, "
-              f"{local.packets / secs:,.0f} packets/s)")
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from analyzer.pipeline import Options
     from analyzer.spark.ingest import ingest
     from analyzer.spark.session import get_spark
 
@@ -93,26 +98,34 @@ def main() -> int:
     spark = get_spark(args.master, {"spark.ui.enabled": "false"}, "msgcap bench")
     spark.sparkContext.setLogLevel("ERROR")
     spark.range(1).count()
-    results["spark_start_s"] = round(time.perf_counter() - t, 1)
-    t = time.perf_counter()
-    report = ingest(spark, [path], work / "spark", options=Options(),
-                    split_bytes=args.split_bytes, partitions=args.partitions,
-                    merge_scopes=args.merge_scopes)
-    secs = time.perf_counter() - t
-    res = report.results[0]
-    results.update(spark_s=round(secs, 1), how=report.how[str(path)], master=args.master,
-                   phases=report.timings.get(str(path)), spark_rows=res.rows)
-    print(f"spark ingest ({args.master}, {report.how[str(path)]}): {secs:.1f} s "
-          f"({size / 1e6 / secs:.1f} MB/s, {res.packets / secs:,.0f} packets/s); "
-          f"session start {results['spark_start_s']} s; phases {results['phases']}")
-    if "rows" in results:
-        same = results["rows"] == res.rows
-        results["same_rows"] = same
-        print(f"rows per table equal: {same}")
+    results: dict = {"master": args.master, "spark_start_s": round(time.perf_counter() - t, 1)}
+    for name in todo:
+        paths = caps[name]
+        mb = sum(p.stat().st_size for p in paths) / 1e6
+        local_s = _local(paths, work / f"{name}-local")
+        split = args.split_bytes if name == "a" else 1 << 40
+        t = time.perf_counter()
+        report = ingest(spark, paths, work / f"{name}-spark", options=Options(),
+                        split_bytes=split)
+        spark_s = time.perf_counter() - t
+        target = 1.5 if name == "a" else 0.8
+        r = {
+            "captures": len(paths), "mb": round(mb, 1), "local_s": round(local_s, 1),
+            "spark_s": round(spark_s, 1), "ratio": round(spark_s / local_s, 2),
+            "target_ratio": target, "met": spark_s / local_s <= target,
+            "driver_peak_rss_mb": round(_peak_rss_mb(), 1),
+            "how": sorted(set(report.how.values())),
+            "same_rows": _rows(work / f"{name}-local") == _rows(work / f"{name}-spark"),
+            "phases": {Path(k).name: v for k, v in report.timings.items()},
+        }
+        results[name] = r
+        print(f"({name}) {len(paths)} capture(s), {mb:.0f} MB: local {local_s:.1f} s, spark "
+              f"{spark_s:.1f} s, ratio {r['ratio']} (target <= {target}), driver peak RSS "
+              f"{r['driver_peak_rss_mb']} MB, same rows {r['same_rows']}", flush=True)
     print(json.dumps(results, indent=1, default=str))
     spark.stop()
     if args.keep:
-        print(f"datasets kept in {work}")
+        print(f"kept in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
     return 0

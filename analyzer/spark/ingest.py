@@ -176,6 +176,42 @@ def _attempt_tag(job: str) -> str:
     return f"{job}-t{ctx.taskAttemptId() if ctx else 0}"
 
 
+SHIP_FIX = (
+    "give the executors a Python that has msgcap: install it on every node, or ship a "
+    "packed virtualenv with --archives and point spark.pyspark.python at it "
+    "(docs/spark.md, 'Shipping msgcap to a cluster')"
+)
+
+
+def check_executors(spark: SparkSession) -> None:
+    """At job start: every executor slot runs Python and imports msgcap, or a
+    ``UserError`` says so (instead of a ``ModuleNotFoundError`` traceback after four
+    task attempts).  The probe is a nested function, so it is shipped by value and needs
+    nothing of msgcap to run; it catches the import error itself, so nothing retries."""
+    from analyzer.cliutil import UserError
+
+    def probe(_i: int) -> str | None:
+        import importlib
+        import sys
+
+        try:
+            importlib.import_module("analyzer.pipeline")
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc} (Python {sys.executable})"
+        return None
+
+    sc = spark.sparkContext
+    n = max(1, sc.defaultParallelism)
+    try:
+        errors = [e for e in sc.parallelize(range(n), n).map(probe).collect() if e]
+    except Exception as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if "Error" in ln]
+        raise UserError(f"the Spark executors could not run Python ({lines[-1] if lines else exc})",
+                        SHIP_FIX) from None
+    if errors:
+        raise UserError(f"the Spark executors cannot import msgcap: {errors[0]}", SHIP_FIX)
+
+
 def _whole_file_task(path: str, out: str, options: Options, job: str) -> dict[str, Any]:
     """One capture, on an executor: the local path's dissection, written by this
     attempt under its own hidden names; only metadata goes back to the driver."""
@@ -249,6 +285,7 @@ def ingest(
     together (default: only when payload dissectors are registered)."""
     options = options or Options()
     registry = discover()
+    check_executors(spark)
     out_path = _resolve_out(out)
     out_path.mkdir(parents=True, exist_ok=True)
     captures = [os.path.abspath(os.fspath(c)) for c in captures]

@@ -33,10 +33,17 @@ def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None,
 
     ``master`` defaults to ``$MSGCAP_SPARK_MASTER`` or ``local[*]`` when not run
     under ``spark-submit``.  The Python of this process is used for the workers unless
-    ``PYSPARK_PYTHON`` says otherwise (the workers import msgcap)."""
+    ``--conf spark.pyspark.python=...`` or ``PYSPARK_PYTHON`` says otherwise (the
+    workers import msgcap: ``analyzer.spark.ingest.check_executors``)."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = dict(conf or {})
+    # the executors' Python: the user's --conf spark.pyspark.python wins (PySpark reads
+    # only PYSPARK_PYTHON when the session is built here), then PYSPARK_PYTHON, then ours
+    if conf.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     master = master or os.environ.get("MSGCAP_SPARK_MASTER")
     if master:
@@ -45,6 +52,6 @@ def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None,
         "SPARK_ENV_LOADED"
     ):
         builder = builder.master("local[*]")
-    for key, value in {**DEFAULTS, **(conf or {})}.items():
+    for key, value in {**DEFAULTS, **conf}.items():  # the user's settings win
         builder = builder.config(key, value)
     return builder.getOrCreate()

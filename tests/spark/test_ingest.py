@@ -151,23 +151,52 @@ def _sample_options(name: str) -> Options:
 
 
 def test_every_sample_equals_local_split_and_unsplit(spark, tmp_path: Path) -> None:
-    """Every capture in samples/ (with its key log): one task per file, and split into
-    five ranges dissected by connection; felix-quic's roles come from the QUIC Initial
-    in the split run too (the task's QUIC layer swaps roles like the local engine's)."""
+    """Every capture in samples/ (with its key log): all in one job, one task per file; and
+    each split into five ranges dissected by connection.  felix-quic's roles come from the
+    QUIC Initial in the split run too (the task's QUIC layer swaps roles like the local
+    engine's)."""
     assert len(SAMPLE_CAPTURES) == 8, SAMPLE_CAPTURES
     for name in SAMPLE_CAPTURES:
+        _local([SAMPLES / name], tmp_path / "local" / name, _sample_options(name))
+    # unsplit, one job for all of them (a key log applies to the captures that need it)
+    whole, every = tmp_path / "whole", [SAMPLES / n for n in SAMPLE_CAPTURES]
+    one_keylog = _opts(keylog=str(SAMPLES / "felix-quic.keys"))
+    report = ingest(spark, every, whole, options=one_keylog, split_bytes=1 << 30)
+    assert set(report.how.values()) == {"file"}
+    assert_same_dataset(_local(every, tmp_path / "local-all", one_keylog), whole)
+    for name in SAMPLE_CAPTURES:
         path = SAMPLES / name
-        local = _local([path], tmp_path / "local" / name, _sample_options(name))
-        for split in (path.stat().st_size // 5, 1 << 30):
-            out = tmp_path / f"spark-{split}" / name
-            report = ingest(spark, [path], out, options=_sample_options(name),
-                            split_bytes=split)
-            how = report.how[str(path)]
-            assert how == "file" if split == 1 << 30 else how.startswith("split:"), (name, how)
-            assert_same_dataset(local, out)
+        out = tmp_path / "split" / name
+        report = ingest(spark, [path], out, options=_sample_options(name),
+                        split_bytes=path.stat().st_size // 5)
+        assert report.how[str(path)].startswith("split:5"), (name, report.how)
+        assert_same_dataset(tmp_path / "local" / name, out)
         if name == "felix-quic.pcap":
             flows = read_tables(out)["flows"]
             assert set(flows.column("role_source").to_pylist()) == {"quic-initial"}
+    _assert_plain_spark_reads_every_table(spark, whole)
+
+
+def _assert_plain_spark_reads_every_table(spark, out: Path) -> None:
+    """``spark.read.parquet(OUT + "/<table>")`` with no schema and no setting: every table
+    of the dataset, timestamps as ``TimestampType`` agreeing with the exact ``_ns`` longs."""
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    rows = json.loads((out / "manifest.json").read_text())["rows"]
+    assert len(rows) == 14 and sum(1 for n in rows.values() if n) >= 12, rows
+    for table, count in rows.items():
+        df = spark.read.parquet(str(out) + "/" + table)
+        assert df.count() == count, table
+        ts = [f.name for f in df.schema.fields if isinstance(f.dataType, T.TimestampType)]
+        assert {"ts_first", "ts_last"} <= set(ts) or table == "anomalies", (table, ts)
+        for c in ts:
+            assert isinstance(df.schema[f"{c}_ns"].dataType, T.LongType), (table, c)
+            bad = df.where(F.unix_micros(F.col(c)) != F.floor(F.col(f"{c}_ns") / 1000))
+            assert bad.count() == 0, (table, c)
+            assert df.where(F.col(c).isNull() != F.col(f"{c}_ns").isNull()).count() == 0
 
 
 def test_cross_flow_state_found_late_is_dissected_again(spark, tmp_path: Path) -> None:
