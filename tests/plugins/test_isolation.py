@@ -24,6 +24,7 @@ from dissectors.api import (
     Direction,
     Dissector,
     Field,
+    PayloadDissector,
     PcapFlow,
     Record,
     Session,
@@ -414,3 +415,106 @@ def test_regression_session_raising_systemexit_ended_the_run_clean_with_nothing_
     for table in ("pulsar_commands", "pulsar_messages"):
         assert _sorted(out, table) == _sorted(base, table)
     assert pq.read_table(out / "aa_session_exits").num_rows == 0
+
+
+# ------------------------------------------------ payload dissectors (STAN-like plugins)
+
+def _carried(subject: str, payload: bytes) -> Any:
+    from dissectors.api import CarriedMessage
+
+    return CarriedMessage("nats", "PUB", subject, None, None, None, payload, C,
+                          7, 10, 20, 100, 200, 3, 4)
+
+
+def test_payload_plugin_systemexit_is_a_row_and_its_probe_is_not_asked_again() -> None:
+    """A payload dissector's ``probe_payload``/``decode``/``new_state`` calling
+    ``sys.exit`` is a ``pipeline.payload_dissector_error`` row (the run goes on); a probe
+    that raised is not asked again in that scope, and ``probed`` (the NATS fast path's
+    question) answers "maybe" until the reference path has recorded it."""
+    from dissectors.dispatch import PayloadDispatcher
+
+    calls = []
+
+    class ExitProbe(PayloadDissector):
+        name = "zz_exit_probe"
+
+        @classmethod
+        def probe_payload(cls, payload):
+            calls.append(payload)
+            raise SystemExit(0)
+
+        @classmethod
+        def new_state(cls, options):
+            return None
+
+        @classmethod
+        def decode(cls, state, bindings, msg, hint):
+            raise AssertionError("never chosen")
+
+    class ExitDecode(PayloadDissector):
+        name = "zz_exit_decode"
+        subjects = (("exit.>", ""),)
+
+        @classmethod
+        def new_state(cls, options):
+            return None
+
+        @classmethod
+        def decode(cls, state, bindings, msg, hint):
+            raise SystemExit("library gave up")
+
+    class ExitState(PayloadDissector):
+        name = "zz_exit_state"
+        subjects = (("state.>", ""),)
+
+        @classmethod
+        def new_state(cls, options):
+            raise SystemExit(2)
+
+        @classmethod
+        def decode(cls, state, bindings, msg, hint):
+            raise AssertionError("left out of the scope")
+
+    scope = PayloadDispatcher([ExitProbe, ExitDecode, ExitState]).scope(("10.0.0.2", 4222))
+    assert [(n, repr(e)) for n, e in scope.setup_errors] == [("zz_exit_state", "SystemExit(2)")]
+    assert scope.probed(b"abc") is True  # "maybe": the reference path will record it
+    (row,) = scope.dispatch(_carried("x.y", b"abc"))
+    assert row.table == "anomalies"
+    assert row.values["kind"] == "pipeline.payload_dissector_error"
+    assert row.values["detail"] == ("zz_exit_probe probe_payload raised SystemExit(0); it is not "
+                                    "asked again for messages of this server")
+    assert scope.dispatch(_carried("x.y", b"def")) == []
+    assert scope.probed(b"ghi") is False
+    assert len(calls) == 2  # probed once, dispatched once, then never again
+    (row,) = scope.dispatch(_carried("exit.now", b"abc"))
+    assert row.values["detail"] == "zz_exit_decode raised SystemExit('library gave up')"
+    assert scope.dispatch(_carried("state.x", b"abc")) == []  # its dissector is left out
+    with pytest.raises(SystemExit):
+        PayloadDispatcher([ExitDecode], strict=True).scope(1).dispatch(_carried("exit.x", b""))
+
+
+class _ExitingState(PayloadDissector):
+    name: ClassVar[str] = "zz_state_exits"
+    subjects: ClassVar[tuple] = ((">", ""),)
+
+    @classmethod
+    def new_state(cls, options):
+        raise SystemExit(0)
+
+    @classmethod
+    def decode(cls, state, bindings, msg, hint):
+        raise AssertionError("left out")
+
+
+def test_payload_plugin_new_state_systemexit_is_one_row_per_server(tmp_path) -> None:
+    """``new_state`` is called when a NATS server's scope is first needed: its
+    ``SystemExit`` becomes one row (at the first flow of that server), the run goes on."""
+    reg = discover()
+    assert reg.add(_ExitingState, "tests:_ExitingState")
+    out = tmp_path / "out"
+    result = dissect_capture(Path(__file__).resolve().parents[2] / "samples" / "nats-basic.pcap",
+                             out, Options(), registry=reg)
+    rows = [a for a in _rows(out, "anomalies") if a["kind"] == "pipeline.payload_dissector_error"]
+    assert [r["detail"] for r in rows] == [
+        "zz_state_exits new_state raised SystemExit(0); it decodes nothing for this server"]
+    assert result.rows["nats"] > 0 and result.manifest["status"] == "degraded"
