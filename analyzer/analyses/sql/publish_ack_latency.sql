@@ -1,0 +1,69 @@
+-- One row per publish that expects an ack, with the first ack after it.
+-- JetStream: a request (not to $JS.API.) whose first reply is a PubAck JSON
+-- {"stream":..,"seq":..} or an API error.  STAN: PubMsg (c2s) -> PubAck (s2c) by guid.
+-- Liftbridge: Publish -> Ack by correlation_id.  Pulsar: SEND -> SEND_RECEIPT /
+-- SEND_ERROR by (connection, producer id, sequence id).
+WITH js AS (
+  SELECT r.capture_id, 'jetstream' AS protocol, r.flow_id,
+         r.request_record_id AS publish_record_id, r.request_subject AS subject,
+         r.request_ts_ns AS publish_ts_ns, r.first_reply_record_id AS ack_record_id,
+         get_json_object(cast(n.payload AS STRING), '$.stream') AS stream,
+         get_json_object(cast(n.payload AS STRING), '$.error.description') AS error,
+         try_cast(get_json_object(cast(n.payload AS STRING), '$.seq') AS BIGINT) AS sequence,
+         r.latency_ns
+  FROM nats_request_reply r
+  JOIN nats n ON n.capture_id = r.capture_id AND n.record_id = r.first_reply_record_id
+  WHERE substr(r.request_subject, 1, 8) <> '$JS.API.'
+    AND substr(cast(n.payload AS STRING), 1, 1) = '{'
+),
+pub AS (
+  SELECT capture_id, 'stan' AS protocol, flow_id, record_id, channel AS subject,
+         ts_first_ns, guid AS k1, CAST(NULL AS BIGINT) AS k2, CAST(NULL AS BIGINT) AS k3
+  FROM stan WHERE msg_type = 'PubMsg' AND direction = 'c2s' AND guid IS NOT NULL
+  UNION ALL
+  SELECT capture_id, 'liftbridge', flow_id, record_id, stream, ts_first_ns,
+         correlation_id, NULL, NULL
+  FROM liftbridge
+  WHERE msg_type IN ('PublishRequest', 'Publish') AND correlation_id IS NOT NULL
+  UNION ALL
+  SELECT capture_id, 'pulsar', flow_id, record_id, topic, ts_first_ns,
+         cast(flow_id AS STRING), producer_id, sequence_id
+  FROM pulsar_commands WHERE command = 'SEND'
+),
+ack AS (
+  SELECT capture_id, 'stan' AS protocol, record_id, ts_last_ns,
+         CASE WHEN error <> '' THEN error END AS a_error,
+         guid AS k1, CAST(NULL AS BIGINT) AS k2, CAST(NULL AS BIGINT) AS k3
+  FROM stan WHERE msg_type = 'PubAck' AND direction = 's2c'
+  UNION ALL
+  SELECT capture_id, 'liftbridge', record_id, ts_last_ns,
+         CASE WHEN coalesce(ack_error, 'OK') NOT IN ('OK', '') THEN ack_error END,
+         correlation_id, NULL, NULL
+  FROM liftbridge
+  WHERE msg_type IN ('Ack', 'PublishResponse') AND correlation_id IS NOT NULL
+  UNION ALL
+  SELECT capture_id, 'pulsar', record_id, ts_last_ns,
+         CASE WHEN command = 'SEND_ERROR' THEN coalesce(error_code, 'SEND_ERROR') END,
+         cast(flow_id AS STRING), producer_id, sequence_id
+  FROM pulsar_commands WHERE command IN ('SEND_RECEIPT', 'SEND_ERROR')
+),
+paired AS (
+  SELECT p.*, a.record_id AS ack_record_id, a.ts_last_ns AS a_t, a.a_error,
+         row_number() OVER (PARTITION BY p.capture_id, p.protocol, p.record_id
+                            ORDER BY a.ts_last_ns, a.record_id) AS rn
+  FROM pub p
+  LEFT JOIN ack a
+    ON a.capture_id = p.capture_id AND a.protocol = p.protocol AND a.k1 = p.k1
+   AND (p.k2 IS NULL OR a.k2 = p.k2) AND (p.k3 IS NULL OR a.k3 = p.k3)
+   AND a.ts_last_ns >= p.ts_first_ns
+)
+SELECT capture_id, protocol, flow_id, publish_record_id, subject, publish_ts_ns,
+       ack_record_id, stream IS NOT NULL AS acked, error, stream, sequence, latency_ns
+FROM js
+WHERE stream IS NOT NULL OR error IS NOT NULL
+UNION ALL
+SELECT capture_id, protocol, flow_id, record_id, subject, ts_first_ns, ack_record_id,
+       ack_record_id IS NOT NULL AND a_error IS NULL, a_error, CAST(NULL AS STRING),
+       CAST(NULL AS BIGINT), a_t - ts_first_ns
+FROM paired
+WHERE rn = 1
