@@ -236,10 +236,15 @@ class TcpHalfStream:
     def _far_beyond(self, off: int) -> bool:
         """Window rule (docs/transport.md): data starting more than one window (at least
         ``OOW_SLACK_BYTES``) beyond the right edge of the largest window the receiver
-        advertised cannot have been accepted -- unless a later ACK or window says it
-        was.  Until the receiver advertised a window nothing is judged."""
+        advertised, and as far beyond the highest byte this side was seen sending,
+        cannot have been accepted -- unless a later ACK or window says it was.  (The
+        second test keeps a sender whose receiver's ACKs the capture lost, sending on.)
+        Until the receiver advertised a window nothing is judged."""
         edge = self.win_edge
-        return edge is not None and off > edge + max(self.win_size, OOW_SLACK_BYTES)
+        if edge is None:
+            return False
+        slack = max(self.win_size, OOW_SLACK_BYTES)
+        return off > edge + slack and off > self._sent_end() + slack
 
     def _out_of_window(self, p: _Piece) -> None:
         """Report a segment set aside as out of window, with its bytes."""

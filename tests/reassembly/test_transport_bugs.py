@@ -225,3 +225,23 @@ def test_bug9_captured_but_unusable_bytes_do_not_read_as_not_captured(tmp_path):
     assert all("websocket-unreadable" in detail for _, detail in gaps[1:])
     (lost,) = [r["detail"] for r in d.rows("anomalies") if r["kind"] == "websocket.lost_sync"]
     assert "captured but cannot be read" in lost
+
+
+def test_bug4_a_sender_whose_receiver_acks_were_not_captured_keeps_every_byte():
+    """The receiver advertised 64 KiB once and the capture lost all its later ACKs: the
+    sender's next megabyte, in order, is not out of window (only data far beyond both
+    the window and what the sender was seen sending is)."""
+    events: list = []
+    half = TcpHalfStream(
+        FlowInfo(0, Transport.TCP, Endpoint("10.0.0.1", 1), Endpoint("10.0.0.2", 2),
+                 RoleSource.SYN, 0, 0, 0, 0),
+        Direction.C2S, Limits(), events.append)
+    half.set_isn(99)
+    half.on_window(100, 65_535)
+    for i in range(1000):
+        half.on_segment(100 + i * 1000, bytes([i % 256]) * 1000, i, i)
+    half.on_segment(100 + 3_000_000, b"far", 1001, 1001)
+    half.finish(1002, 1002)
+    assert sum(len(e.data) for e in events if isinstance(e, StreamData)) == 1_000_000
+    (oow,) = [e for e in events if isinstance(e, Anomaly)]
+    assert (oow.kind, oow.offset, oow.nbytes) == ("tcp.out_of_window", 3_000_000, 3)
