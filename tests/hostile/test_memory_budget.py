@@ -202,3 +202,64 @@ def test_8000_incomplete_64_kb_fragmented_datagrams(tmp_path):
     row = r["anomaly_rows"]["limit.memory"][0]
     assert "dropped incomplete IPv4 10.1.0.1 -> 10.1.0.2 id 0x0000 proto 17" in row["detail"]
     assert "43 fragments, 63640 bytes of unknown (last fragment missing)" in row["detail"]
+
+
+_PER_FLOW = """
+import json, sys
+from reassembly.capture import open_capture
+from reassembly.engine import Reassembler
+from reassembly.limits import Limits
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) * 1024
+with open_capture(sys.argv[1]) as reader:
+    r = Reassembler(Limits(max_flows=10**7, memory_limit_bytes=0))
+    base = rss()
+    for fr in reader:
+        p = r.network.decode(fr)
+        r.flows.tcp(p.src, p.dst, p.payload, p.ts_ns, p.frame, p.vlans, 0)
+    print(json.dumps({"flows": len(r.flows), "per_flow": (rss() - base) / len(r.flows)}))
+"""
+
+
+def test_a_held_flow_costs_no_more_than_the_budget_charges_for_it(tmp_path):
+    """RSS per half-open flow held in the flow table (300,000 SYNs, no budget, in a child):
+    the budget's ``FLOW_BYTES`` must not undercount it.  Measured: 2,459 bytes."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.hostile.conftest import REPO
+
+    path = tmp_path / "syn.pcap"
+    write_syn_flood(path, 300_000)
+    proc = subprocess.run([sys.executable, "-c", _PER_FLOW, str(path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert res["flows"] == 300_000
+    assert 1000 < res["per_flow"] <= FLOW_BYTES, res
+
+
+def test_memory_limit_option_of_msgcap_dissect(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.hostile.conftest import REPO
+
+    sample = REPO / "samples" / "nats-basic.pcap"
+
+    def msgcap(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "analyzer.cli", "dissect", str(sample),
+                               "-q", *args], cwd=REPO, capture_output=True, text=True)
+
+    ok = msgcap("-o", str(tmp_path / "a"), "--memory-limit", "64M")
+    assert ok.returncode == 0, ok.stderr
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["options"]["limits"]["memory_limit_bytes"] == 64 * 1024 * 1024
+    assert "budget" not in manifest["options"]["limits"]
+    bad = msgcap("-o", str(tmp_path / "b"), "--memory-limit", "12x")
+    assert bad.returncode == 2
+    assert "error: argument --memory-limit: '12x' is not a size" in bad.stderr
+    assert "fix: " in bad.stderr and "Traceback" not in bad.stderr
