@@ -217,10 +217,11 @@ class FlowTable:
     def release_memory(self, need: int) -> None:
         """The run's memory budget is reached and no buffer is left to give back: evict
         the least recently active flows (closing ones first), each with a
-        ``limit.memory`` anomaly, until ``need`` bytes are freed.  A flow being created
-        is not in the activity orders yet, so it is never the one evicted."""
+        ``limit.memory`` anomaly, until ``need`` bytes are freed.  The last flow is
+        never evicted: it is the one being worked on (a flow being created is not in
+        the activity orders yet; a packet moves its flow to the most recent end)."""
         freed = 0
-        while freed < need:
+        while freed < need and len(self._keys) > 1:
             before = len(self._keys)
             self._evict(None, None, memory=True)
             if len(self._keys) >= before:

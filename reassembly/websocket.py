@@ -521,6 +521,8 @@ class WebSocketLayer:
             if budget is not None:
                 held = sum(s.inflater is not None for s in conn.sides)
                 budget.hold(conn, held * INFLATER_BYTES)
+                if side.inflater is None:  # the budget took it back at once (too small)
+                    return
         lim = self.limits
         cap = lim.ws_max_inflated_bytes
         room = cap - side.inflated
@@ -691,11 +693,12 @@ class WebSocketLayer:
             if side.inflater is None:
                 continue
             side.inflater = None
+            # the message in progress cannot be finished without it
+            side.skip_msg = side.skip_msg or (side.msg_op is not None and side.msg_deflate)
             detail = (f"memory budget of {budget.limit_bytes if budget else 0} bytes reached: "
                       f"gave up the {side.direction.short} permessage-deflate inflater, the "
                       "least recently used")
             if side.no_context:
-                side.skip_msg = side.msg_op is not None and side.msg_deflate
                 self._anomaly(conn, side, "limit.memory", detail + "; the rest of the message "
                               "in progress (if any) is lost", flow.ts_last_ns, flow.frame_last)
             else:

@@ -263,3 +263,46 @@ def test_memory_limit_option_of_msgcap_dissect(tmp_path):
     assert bad.returncode == 2
     assert "error: argument --memory-limit: '12x' is not a size" in bad.stderr
     assert "fix: " in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_websocket_inflaters_draw_from_the_budget(tmp_path):
+    """Two permessage-deflate flows, a budget with room for one inflater (48 KiB): when
+    the second is created, the first flow's (the least recently used) is given up; and
+    a budget too small for any inflater gives up each one as it is created, cleanly."""
+    import zlib
+    from dataclasses import replace
+
+    from dissectors.testing import PcapFlow, write_pcap
+    from reassembly.engine import read_events
+    from reassembly.events import Anomaly, StreamData
+    from reassembly.limits import Limits
+    from reassembly.websocket import INFLATER_BYTES
+    from tests.tls.helpers import C, S
+    from tests.websocket.test_websocket import cframe, request, response
+
+    def message(text: bytes) -> bytes:
+        comp = zlib.compressobj(wbits=-15)
+        return (comp.compress(text) + comp.flush(zlib.Z_SYNC_FLUSH))[:-4]
+
+    ext = "permessage-deflate"
+    flows = [PcapFlow([(C, request(ext=ext)), (S, response(ext)),
+                       (C, cframe(message(b"PING\r\n" * n), rsv1=True))], 8080)
+             for n in (1, 2)]
+    pcap = write_pcap(tmp_path / "two.pcap", flows)
+    # room for one inflater and the two flows
+    limits = replace(Limits(), memory_limit_bytes=INFLATER_BYTES + 2 * FLOW_BYTES + 4096)
+    evs = list(read_events(pcap, limits))
+    (a,) = [e for e in evs if isinstance(e, Anomaly) and e.kind == "limit.memory"]
+    assert a.flow.flow_id == 0 and a.direction == C
+    assert "gave up the c2s permessage-deflate inflater" in a.detail
+    data = {e.flow.flow_id: e.data for e in evs if isinstance(e, StreamData) and e.direction == C}
+    assert data == {0: b"PING\r\n", 1: b"PING\r\n" * 2}  # what was inflated stays
+    from reassembly.events import StreamClose
+
+    evs = list(read_events(pcap, replace(Limits(), memory_limit_bytes=1024)))
+    memory = [e for e in evs if isinstance(e, Anomaly) and e.kind == "limit.memory"]
+    # each inflater given up once as it is created; flow 0 evicted when flow 1 came; the
+    # last flow is never evicted (it is the one being worked on)
+    assert [(e.flow.flow_id, "inflater" in e.detail) for e in memory] == [
+        (0, True), (0, False), (1, True)]
+    assert [e.flow.flow_id for e in evs if isinstance(e, StreamClose)] == [0, 1]
