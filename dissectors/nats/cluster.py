@@ -21,8 +21,28 @@ Facts (nats-io/nats-server ``server/parser.go``, ``route.go``, ``leafnode.go``,
 * Leaf-node connections (7422) are bound to one account, which is not on the wire:
   ``LS+ <subject> [<queue> <weight>]``, ``LS- <subject> [<queue>]``, ``LMSG <subject>
   [...] <size>``, ``HMSG <subject> [...] <hdr size> <size>``.  Leaf connections of
-  2.10+ servers negotiate S2 compression by default (``"compression":"s2_auto"``); a
-  compressed direction cannot be read (one ``nats_cluster.compressed`` anomaly).
+  2.10+ servers negotiate S2 compression by default (``"compression":"s2_auto"``), and
+  routes and gateways can be configured to compress.
+* Compression: each side sends its INFO in clear; from the byte after it, a direction
+  whose link negotiated compression is an S2 stream (it opens with the stream identifier
+  chunk ``ff 06 00 00 "S2sTwO"``; the soliciting side of a leaf sends a short INFO
+  first, then its CONNECT inside the stream).  Seen on nats-server 2.15 with
+  ``compression: s2_fast|s2_better|s2_best`` (samples/nats-s2-*.pcap).
+
+Strategy for compressed directions: after an INFO line, when the next bytes are the S2
+stream identifier, the direction switches to an ``s2.S2Stream`` fed with the wire bytes;
+its decoded chunks feed a second line framer that sees the plain protocol (offsets of a
+virtual decompressed stream).  Rows made from it get back the *wire* offsets of the
+chunks their bytes came from (a row spans whole chunks), ``compression`` = ``s2`` and
+``crc_status`` (``mismatch`` when any of those chunks failed its CRC).  A chunk that
+cannot be decoded is a ``nats_cluster.s2_corrupt`` anomaly and a one-byte hole in the
+decompressed stream (the message it cut is reported incomplete and the parser
+resynchronises), and decoding goes on with the next chunk.  Wire byte accounting of a
+compressed direction is the S2 decoder's (chunks read vs skipped).  The S2 buffer draws
+from the run's memory budget when the options carry it (``memory_budget``), else is
+bounded by ``s2_max_block_bytes`` (default 4 MiB, S2's largest block).  A stream
+identifier where no INFO came before it (a capture that starts mid-connection) is one
+``nats_cluster.compressed`` anomaly and the direction is left undecoded.
 
 The kind of link is learned from the INFO/CONNECT JSON (``gateway`` → gateway;
 ``remote_account``/``info_on_connect`` → leaf; ``route_pool_size``/``lnoc``/a CONNECT with
@@ -37,6 +57,7 @@ redaction gate (``dissectors.redaction``, as for the ``nats`` table).
 from __future__ import annotations
 
 import json
+from collections import deque
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -66,6 +87,7 @@ from dissectors.framing import (
     line_op_resync,
 )
 from dissectors.nats import parser as nats_parser
+from dissectors.nats import s2
 from dissectors.redaction import (
     keeping_secrets,
     redact_json_text,
@@ -92,7 +114,7 @@ _GATEWAY_KEYS = ("gateway", "gateway_url", "gateway_urls", "gateway_cmd")
 NATS_CLUSTER_TABLE = register_table(
     TableSpec(
         _TABLE,
-        2,  # 2: timestamps in microseconds + exact `_ns` columns
+        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: compression, crc_status
         "One row per operation on a NATS server-to-server connection: routes within a "
         "cluster, gateways between clusters, leaf-node connections (INFO, CONNECT, RS+, "
         "RS-, LS+, LS-, RMSG, LMSG, HMSG, A+, A-, PING, PONG, +OK, -ERR). A message "
@@ -134,6 +156,12 @@ NATS_CLUSTER_TABLE = register_table(
                   "`<redacted len=N sha256=HEX>` unless `msgcap dissect --keep-secrets`."),
             Field("incomplete", pa.bool_(), "True when a gap or the stream end cut the "
                   "message after its control line (payload columns null).", False),
+            Field("compression", _STR, "`s2` when the row was decoded from an S2-compressed "
+                  "direction (offsets and frames are those of the S2 chunks it came from); "
+                  "null on a link that is not compressed."),
+            Field("crc_status", _STR, "Compressed rows: `ok` when every S2 chunk the row's "
+                  "bytes came from passed its CRC-32C, `mismatch` otherwise (the chunk is "
+                  "also a `nats_cluster.s2_crc` anomaly); null when not compressed."),
         ),
     )
 )
@@ -177,7 +205,8 @@ resync = line_op_resync({op: bytes(range(256)) for op in _OP_BYTES})
 
 
 class _Dir:
-    __slots__ = ("framer", "values", "line", "stage", "hdr_len", "pay_len", "compressed")
+    __slots__ = ("framer", "values", "line", "stage", "hdr_len", "pay_len", "after_info",
+                 "plain", "handed", "s2", "s2_map", "map_base", "dec_off")
 
     def __init__(self) -> None:
         self.framer = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync)
@@ -186,7 +215,17 @@ class _Dir:
         self.stage = 0
         self.hdr_len = -1
         self.pay_len = -1
-        self.compressed = False
+        self.after_info = False  # an INFO was just read: an S2 stream may start here
+        # compressed direction: the wire framer (accounting of the bytes before the
+        # switch), bytes it handed to the S2 decoder, the decoder, and the map of the
+        # decompressed stream to wire chunks: (decompressed end, wire start, wire end,
+        # CRC ok), starting at decompressed offset ``map_base``
+        self.plain: LineFramer | None = None
+        self.handed = 0
+        self.s2: s2.S2Stream | None = None
+        self.s2_map: deque[tuple[int, int, int, bool]] = deque()
+        self.map_base = 0
+        self.dec_off = 0
 
 
 class NatsClusterSession(Session):
@@ -198,6 +237,10 @@ class NatsClusterSession(Session):
         cap = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
         self.payload_cap = cap if cap is None or (type(cap) is int and cap >= 0) else 4096
         self.keep_secrets = options.get("keep_secrets", False) is True
+        budget = options.get("memory_budget")
+        self.budget = budget if callable(getattr(budget, "hold", None)) else None
+        block = options.get("s2_max_block_bytes", s2.MAX_BLOCK_BYTES)
+        self.s2_max_block = block if type(block) is int and block > 0 else s2.MAX_BLOCK_BYTES
         self._dirs = (_Dir(), _Dir())
         self.link: str | None = None
         self.pinned: bool | None = None  # a route that does not send the account
@@ -210,8 +253,14 @@ class NatsClusterSession(Session):
             with keeping_secrets():
                 return self.feed(direction, data, span)
         st = self._dirs[direction]
+        if st.s2 is not None:
+            out = self._s2_events(direction, st, st.s2.feed(data, span))
+            self._account(direction, st)
+            return out
         st.framer.feed(data, span)
-        return self._drain(direction, st)
+        out = self._drain(direction, st)
+        self._account(direction, st)
+        return out
 
     def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
         if self.keep_secrets and not secrets_kept():
@@ -219,6 +268,11 @@ class NatsClusterSession(Session):
                 return self.gap(direction, offset, nbytes, ts_ns)
         st = self._dirs[direction]
         out: list[Record] = []
+        if st.s2 is not None:
+            out = self._s2_events(direction, st, st.s2.gap(offset, nbytes, ts_ns))
+            self._account(direction, st)
+            return out
+        st.after_info = False
         for ev in st.framer.gap(offset, nbytes):
             self._flushed(direction, st, ev, out, False)
         self._account(direction, st)
@@ -231,20 +285,140 @@ class NatsClusterSession(Session):
         out: list[Record] = []
         for d in (Direction.C2S, Direction.S2C):
             st = self._dirs[d]
-            for ev in st.framer.close():
-                self._flushed(d, st, ev, out, True)
+            if st.s2 is not None:
+                out += self._s2_events(d, st, st.s2.close())
+                inner: list[Record] = []
+                for ev in st.framer.close():
+                    self._flushed(d, st, ev, inner, True)
+                out += self._remap(st, inner)
+                if self.budget is not None:
+                    self.budget.hold(st.s2, 0)
+            else:
+                for ev in st.framer.close():
+                    self._flushed(d, st, ev, out, True)
             self._account(d, st)
         return out
 
     # -- events ---------------------------------------------------------------------------
 
     def _account(self, direction: Direction, st: _Dir) -> None:
+        if st.s2 is not None and st.plain is not None:
+            self.decoded_bytes[direction] = st.plain.decoded_bytes + st.s2.decoded_bytes
+            self.undecoded_bytes[direction] = (st.plain.undecoded_bytes - st.handed
+                                               + st.s2.undecoded_bytes)
+            return
         self.decoded_bytes[direction] = st.framer.decoded_bytes
         self.undecoded_bytes[direction] = st.framer.undecoded_bytes
+
+    # -- S2-compressed directions ---------------------------------------------------------
+
+    def _s2_starts(self, st: _Dir) -> bool | None:
+        """After an INFO: True when the buffered bytes open an S2 stream, None when too
+        few bytes are buffered to tell."""
+        head = st.framer.peek(len(s2.STREAM_IDENTIFIER))
+        if head == s2.STREAM_IDENTIFIER:
+            return True
+        if s2.STREAM_IDENTIFIER.startswith(head):  # (includes nothing buffered yet)
+            return None
+        return False
+
+    def _to_s2(self, direction: Direction, st: _Dir) -> list[Record]:
+        """Hand the rest of this direction to an S2 decoder (see the module docstring)."""
+        buf, pos, base, chunks = st.framer.scan_view()
+        start = base + pos
+        pieces: list[tuple[bytes, Span]] = []
+        chunk_start = base
+        for end, t0, t1, f0, f1 in chunks:
+            if end > start:
+                a = max(start, chunk_start)
+                pieces.append((bytes(buf[a - base : end - base]), Span(a, t0, t1, f0, f1)))
+            chunk_start = end
+        st.handed = len(buf) - pos
+        st.framer.abandon()  # counts the handed bytes undecoded; _account takes them back
+        st.plain = st.framer
+        st.s2 = s2.S2Stream(start_offset=start, max_block_bytes=self.s2_max_block,
+                            budget=self.budget)
+        st.framer = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync, start_offset=0)
+        st.after_info = False
+        out: list[Record] = []
+        for data, span in pieces:
+            out += self._s2_events(direction, st, st.s2.feed(data, span))
+        return out
+
+    def _s2_events(self, direction: Direction, st: _Dir, events: list) -> list[Record]:
+        """Decoded chunks into the inner framer; corrupt ones become anomalies + a hole."""
+        out: list[Record] = []
+        assert st.s2 is not None
+        events = st.s2.take_events() + events  # a memory release since the last call
+        for ev in events:
+            if type(ev) is s2.Data:
+                if ev.crc is not s2.CrcStatus.OK:
+                    self._anomaly(out, "nats_cluster.s2_crc",
+                                  f"{ev.kind.name.lower()} S2 chunk of {ev.end - ev.start} "
+                                  f"bytes fails its CRC-32C; its {len(ev.data)} decoded bytes "
+                                  "are read, rows from them say crc_status mismatch",
+                                  direction, ev)
+                if not ev.data:
+                    continue
+                st.s2_map.append((st.dec_off + len(ev.data), ev.start, ev.end,
+                                  ev.crc is s2.CrcStatus.OK))
+                st.framer.feed(ev.data, Span(st.dec_off, ev.ts_first_ns, ev.ts_last_ns,
+                                             ev.frame_first, ev.frame_last))
+                st.dec_off += len(ev.data)
+                out += self._remap(st, self._drain(direction, st))
+                continue
+            kind = ("limit.memory" if ev.reason.startswith("limit.memory")
+                    else "nats_cluster.s2_corrupt")
+            self._anomaly(out, kind, f"S2 stream: {ev.reason}", direction, ev)
+            # what the lost chunk held is unknown: a one-byte hole in the decompressed
+            # stream cuts the message in progress, and the parser resynchronises
+            st.s2_map.append((st.dec_off + 1, ev.start, ev.end, True))
+            inner: list[Record] = []
+            for fev in st.framer.gap(st.dec_off, 1):
+                self._flushed(direction, st, fev, inner, False)
+            st.dec_off += 1
+            st.framer.start_resync()
+            out += self._remap(st, inner)
+        return out
+
+    def _remap(self, st: _Dir, records: list[Record]) -> list[Record]:
+        """Give rows made from decompressed bytes the wire offsets of the chunks their
+        bytes came from, and those chunks' CRC verdict."""
+        for r in records:
+            lo, hi = r.offset_start, max(r.offset_start + 1, r.offset_end)
+            first = last = -1
+            ok = True
+            start = st.map_base
+            for end, wire_a, wire_b, chunk_ok in st.s2_map:
+                if end > lo and start < hi:
+                    if first < 0:
+                        first = wire_a
+                    last = wire_b
+                    ok = ok and chunk_ok
+                start = end
+            if first < 0 and st.s2_map:  # pragma: no cover - map pruned too early
+                first, last = st.s2_map[-1][1], st.s2_map[-1][2]
+            r.offset_start, r.offset_end = first, last
+            if r.table == _TABLE:
+                r.values["compression"] = "s2"
+                r.values["crc_status"] = "ok" if ok else "mismatch"
+        # forget chunks wholly before what the framer may still refer to
+        keep = st.framer.offset if st.line is None else min(st.framer.offset, st.line.start)
+        while len(st.s2_map) > 1 and st.s2_map[0][0] <= keep:
+            st.map_base = st.s2_map.popleft()[0]
+        return records
 
     def _drain(self, direction: Direction, st: _Dir) -> list[Record]:
         out: list[Record] = []
         while True:
+            if st.after_info and st.framer.at_line:
+                starts = self._s2_starts(st)
+                if starts is None:
+                    break  # wait for the bytes that tell
+                st.after_info = False
+                if starts:
+                    out += self._to_s2(direction, st)
+                    break
             ev = st.framer.next_event()
             if ev is NEED_MORE:
                 break
@@ -260,7 +434,6 @@ class NatsClusterSession(Session):
             elif t is Resynced:
                 self._anomaly(out, "nats_cluster.resync",
                               f"skipped {ev.end - ev.start} bytes", direction, ev)
-        self._account(direction, st)
         return out
 
     def _flushed(self, direction: Direction, st: _Dir, ev: Any, out: list[Record],
@@ -322,6 +495,8 @@ class NatsClusterSession(Session):
             st.framer.start_resync()
             return
         values["link"] = self.link or "unknown"
+        if op == "INFO" and st.s2 is None:
+            st.after_info = True  # an S2 stream may start after it
         if total < 0:
             out.append(Record(_TABLE, direction, ev.start, ev.end, ev.ts_first_ns,
                               ev.ts_last_ns, ev.frame_first, ev.frame_last, values))

@@ -59,8 +59,8 @@ _SNAPPY_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 # S2's largest block (uncompressed bytes of one chunk); Snappy's is 64 KiB.
 MAX_BLOCK_BYTES = 4 << 20
 _CRC_MASK_DELTA = 0xA282EAD8
-# A resync candidate whose chunk is not complete yet is waited for; past this many
-# buffered bytes without a verified chunk the scan moves on (bounds memory on junk).
+# While resynchronising, a candidate chunk is waited for (its bytes kept buffered) only
+# if it is at most this long: bounds what junk can make the stream hold.
 _RESYNC_WINDOW_BYTES = 1 << 20
 
 
@@ -254,6 +254,8 @@ class S2Stream:
         self._resync = False
         self._rs_start = -1  # where the bytes skipped by the current resync began
         self._rs_reason = ""
+        self._rs_scan = 0  # next wire offset the resync scan looks at
+        self._rs_pending: list[int] = []  # candidates waiting for their bytes
         self._rs_first = (0, 0)  # (ts_ns, frame) of the first and last skipped bytes
         self._rs_last = (0, 0)
         self._seen_identifier = not expect_identifier
@@ -314,6 +316,8 @@ class S2Stream:
         else:
             self._resync = True
         self._rs_start = -1
+        self._rs_scan = self._base
+        self._rs_pending = []
         self._hold()
         return out
 
@@ -350,6 +354,8 @@ class S2Stream:
                 self._skip_to = known_end
             else:
                 self._resync = True
+                self._rs_scan = self._base
+                self._rs_pending = []
         self._hold()
 
     def take_events(self) -> list[Data | Corrupt]:
@@ -435,8 +441,8 @@ class S2Stream:
             start, end = self._base, self._base + 4 + length
             ts0, ts1, f0, f1 = self._prov(start, end)
             try:
-                data, crc_ok = decode_chunk_body(kind, memoryview(buf)[4 : 4 + length],
-                                                 self.max_block)
+                # a copy: a view would pin the buffer (an exception's traceback keeps it)
+                data, crc_ok = decode_chunk_body(kind, buf[4 : 4 + length], self.max_block)
             except S2Error as exc:
                 self._events.append(Corrupt(f"{ChunkType(kind).name.lower()} chunk: {exc}",
                                             start, end, ts0, ts1, f0, f1))
@@ -459,6 +465,8 @@ class S2Stream:
         self._rs_first = (ts0, f0)
         self._rs_last = (ts0, f0)
         self._resync_drop(1)
+        self._rs_scan = self._base
+        self._rs_pending = []
 
     def _resync_drop(self, nbytes: int) -> None:
         _, ts1, _, f1 = self._prov(self._base, self._base + nbytes)
@@ -474,47 +482,76 @@ class S2Stream:
                 self._rs_first[1], self._rs_last[1]))
         self._rs_start = -1
 
-    def _resync_step(self) -> bool:
-        """Skip to the next position where a whole chunk verifies (identifier, or a data
-        chunk whose CRC matches).  True when found (normal parsing resumes there)."""
+    def _candidate(self, rel: int) -> bool | None:
+        """Could a chunk start at ``_buf[rel]``?  True: a whole chunk that verifies (the
+        identifier, or a data chunk whose CRC matches); False: no; None: perhaps, once
+        more bytes are here."""
         buf = self._buf
-        pos = 0
-        found = False
-        while pos + 4 <= len(buf):
-            kind = buf[pos]
-            if kind == ChunkType.STREAM_IDENTIFIER:
-                if len(buf) - pos < 10:
+        kind = buf[rel]
+        if kind == ChunkType.STREAM_IDENTIFIER:
+            if len(buf) - rel < 10:
+                return None if buf[rel : rel + 10] == STREAM_IDENTIFIER[: len(buf) - rel] \
+                    or buf[rel : rel + 10] == _SNAPPY_IDENTIFIER[: len(buf) - rel] else False
+            return bytes(buf[rel : rel + 10]) in (STREAM_IDENTIFIER, _SNAPPY_IDENTIFIER)
+        if kind > 1 or rel + 4 > len(buf):
+            return False if kind > 1 else None
+        length = int.from_bytes(buf[rel + 1 : rel + 4], "little")
+        if not 4 <= length <= min(self.max_chunk, _RESYNC_WINDOW_BYTES):
+            return False
+        if rel + 4 + length > len(buf):
+            return None
+        try:
+            return decode_chunk_body(kind, buf[rel + 4 : rel + 4 + length], self.max_block)[1]
+        except S2Error:
+            return False
+
+    def _resync_step(self) -> bool:
+        """Skip to the next position where a whole chunk verifies.  Positions are looked
+        at once each: a candidate whose chunk is not complete yet is kept pending (the
+        buffer is kept from the earliest one) and verified when its bytes are here; the
+        earliest candidate that verifies wins.  True when found (parsing resumes there)."""
+        base = self._base
+        found = -1
+        pending: list[int] = []
+        for pos in self._rs_pending:
+            v = self._candidate(pos - base)
+            if v is None:
+                pending.append(pos)
+            elif v and found < 0:
+                found = pos
+        rel = max(self._rs_scan - base, 0)
+        if found < 0:
+            n = len(self._buf)
+            while rel < n:
+                v = self._candidate(rel)
+                if v:
+                    found = base + rel
                     break
-                if bytes(buf[pos : pos + 10]) in (STREAM_IDENTIFIER, _SNAPPY_IDENTIFIER):
-                    found = True
-                    break
-            elif kind <= 1:
-                length = int.from_bytes(buf[pos + 1 : pos + 4], "little")
-                if 4 <= length <= self.max_chunk:
-                    if pos + 4 + length > len(buf):
-                        if len(buf) - pos < _RESYNC_WINDOW_BYTES:
-                            break  # wait for the whole candidate
-                    else:
-                        try:
-                            _, ok = decode_chunk_body(
-                                kind, memoryview(buf)[pos + 4 : pos + 4 + length],
-                                self.max_block)
-                        except S2Error:
-                            ok = False
-                        if ok:
-                            found = True
-                            break
-            pos += 1
-        if pos + 4 > len(buf) and not found:
-            pos = max(0, len(buf) - 3)
-        if pos:
+                if v is None:
+                    if rel + 4 > n and self._buf[rel] <= 1:
+                        break  # the length is not here yet: look again later
+                    pending.append(base + rel)
+                rel += 1
+        self._rs_scan = base + rel
+        self._rs_pending = pending
+        if found >= 0:
             if self._rs_start < 0:
                 self._rs_reason = "bytes after a gap are not a chunk"
-                self._rs_start = self._base
-                ts0, _, f0, _ = self._prov(self._base, self._base + 1)
+                self._rs_start = base
+                ts0, _, f0, _ = self._prov(base, base + 1)
                 self._rs_first = (ts0, f0)
-            self._resync_drop(pos)
-        if found:
+            if found > base:
+                self._resync_drop(found - base)
             self._resync = False
+            self._rs_pending = []
             self._end_resync("to the next chunk")
-        return found
+            return True
+        keep = min(pending[0], self._rs_scan) if pending else self._rs_scan
+        if keep > base:
+            if self._rs_start < 0:
+                self._rs_reason = "bytes after a gap are not a chunk"
+                self._rs_start = base
+                ts0, _, f0, _ = self._prov(base, base + 1)
+                self._rs_first = (ts0, f0)
+            self._resync_drop(keep - base)
+        return False

@@ -18,6 +18,7 @@ from dissectors.testing import (
     assert_split_invariant,
     run_session,
 )
+from tests.nats_s2.s2_encoder import data_chunk, stream
 from tests.tls.helpers import Dissected, assert_accounting
 
 C, S = Direction.C2S, Direction.S2C
@@ -131,11 +132,21 @@ def test_pinned_account_route_and_compressed_leaf():
     m = rows[-1].values
     assert (m.get("account"), m["subject"], m["reply_to"]) == (None, "$SYS.REQ.SERVER.PING",
                                                                "_INBOX.a")
+    # a compressed leaf (the soliciting side: a short INFO, then CONNECT inside S2) is
+    # decoded; a stream cut inside a chunk is an s2_corrupt anomaly (was: the whole
+    # direction left undecoded as nats_cluster.compressed)
+    info = b'INFO {"server_id":"","compression":"s2_auto"} \r\n'
+    connect = b'CONNECT {"name":"L","remote_account":"$G"}\r\n'
     run = run_session(NatsClusterDissector, [
-        (C, b'INFO {"server_id":"","compression":"s2_auto"} \r\n'),
-        (C, b"\xff\x06\x00\x00S2sTwO\x01\xb3\x01\x00\x1e\x04\x1e(CONNECT {}\r\n")])
-    kinds = [r.values["kind"] for r in run.records if r.table == "anomalies"]
-    assert kinds == ["nats_cluster.compressed"]
+        (C, info), (C, stream(data_chunk(connect), data_chunk(b"LS+ demo.>\r\n")))])
+    assert [(r.values["op"], r.values.get("compression"), r.values.get("subject"))
+            for r in run.records] == [("INFO", None, None), ("CONNECT", "s2", None),
+                                      ("LS+", "s2", "demo.>")]
+    run = run_session(NatsClusterDissector, [
+        (C, info), (C, b"\xff\x06\x00\x00S2sTwO\x01\xb3\x01\x00\x1e\x04\x1e(CONNECT {}\r\n")])
+    assert [(r.values["kind"], r.values["detail"]) for r in run.records
+            if r.table == "anomalies"] == [
+        ("nats_cluster.s2_corrupt", "S2 stream: stream ended inside a chunk")]
 
 
 def test_bad_lines_are_anomalies_and_resync():
