@@ -556,7 +556,8 @@ def seeds_nats_cluster() -> list[bytes]:
     out = [encode_script([*[(0, b) for b in ROUTE_C], *[(1, b) for b in ROUTE_S]]),
            encode_script([*[(0, b) for b in LEAF_C], *[(1, b) for b in LEAF_S]]),
            encode_script([(int(d), b) for d, b in GATEWAY])]
-    return out + _script_seeds([SAMPLES / "nats-cluster.pcap"])[:20]
+    return (out + _script_seeds([SAMPLES / "nats-cluster.pcap"])[:20]
+            + _script_seeds([SAMPLES / "nats-s2-fast.pcap"])[:10])  # S2-compressed links
 
 
 def _pulsar_frames() -> list[bytes]:
