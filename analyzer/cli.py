@@ -270,6 +270,20 @@ def _dissect_one(path: str, out: str, options, show_progress: bool, workers: int
     return dissect_capture(path, out, options, wrap=wrap, workers=workers)
 
 
+def _payload_schemas(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """``--decode`` / ``--schema`` as ``Options.payload_schemas``, each spec checked now
+    (a bad one is the user's mistake: error + fix, exit 2)."""
+    if not args.decode and not args.schema:
+        return None
+    from dissectors.payload.schemas import SchemaSpecError, decoding_for
+
+    try:
+        decoding_for(args.schema)
+    except SchemaSpecError as e:
+        raise UserError(str(e), e.fix) from None
+    return tuple(args.schema)
+
+
 def cmd_dissect(args: argparse.Namespace) -> int:
     _check_captures(args.captures)
     check_output_dir(args.output)
@@ -294,6 +308,7 @@ def cmd_dissect(args: argparse.Namespace) -> int:
         keylog=args.keylog,
         limits=Limits() if args.memory_limit is None else Limits(
             memory_limit_bytes=args.memory_limit),
+        payload_schemas=_payload_schemas(args),
     )
     out = Path(args.output)
     created = not out.exists()
@@ -682,6 +697,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="payload bytes kept per message (length and SHA-256 always kept)",
     )
+    p.add_argument("--decode", action="store_true",
+                   help="decode payloads (JSON, MessagePack, CBOR, text, gzip/zstd/snappy) "
+                   "into the payload_decoded columns")
+    p.add_argument("--schema", action="append", default=[], metavar="PATTERN=FILE",
+                   help="decode payloads of subjects/topics matching PATTERN with a .proto "
+                   "(FILE#pkg.Message), descriptor set, .avsc or JSON Schema (implies --decode)")
     p.add_argument(
         "--workers",
         type=_positive,

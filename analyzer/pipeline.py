@@ -97,6 +97,9 @@ class Options:
     # compiled NATS fast path (dissectors.nats.fastpath); False runs the pure-Python
     # reference alone.  Same output either way, so it is not part of as_json().
     fast: bool = True
+    # payload decoding (dissectors.payload): None = off; else the --schema specs
+    # (PATTERN=FILE), possibly none (--decode: detection by structure only)
+    payload_schemas: tuple[str, ...] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """What goes into the manifest and Parquet metadata (reproducibility)."""
@@ -145,6 +148,11 @@ class CaptureDissection:
         options: Options,
     ) -> None:
         self.capture_id = capture_id
+        if options.payload_schemas is not None:  # the payload_decoded columns
+            from dissectors.payload.schemas import decoding_for
+            from dissectors.payload.writer import DecodingWriter
+
+            writer = DecodingWriter(writer, decoding_for(options.payload_schemas))
         self.writer = writer
         self.options = options
         decode_as = {port: registry.get(name) for port, name in options.decode_as.items()}

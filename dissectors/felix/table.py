@@ -13,6 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from dissectors.api import payload_fields
+from dissectors.payload import decoded_fields
 from dissectors.tables import TS, Field, TableSpec, register_table
 
 __all__ = ["DEFAULT_JSON_CAP", "DEFAULT_PAYLOAD_CAP", "FELIX", "FELIX_MESSAGES"]
@@ -259,6 +260,7 @@ FELIX_MESSAGES = register_table(
                 "upstream, protocol-facts §7).",
             ),
             *payload_fields("payload", "message payload"),
+            *decoded_fields("felix_messages", subject="stream"),
         ),
     )
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from dissectors.payload import decoded_fields
 from dissectors.tables import Field, TableSpec, register_table
 
 __all__ = ["DEFAULT_HEADER_CAP", "DEFAULT_PAYLOAD_CAP", "NATS_TABLE"]
@@ -201,6 +202,7 @@ NATS_TABLE = register_table(
                 "they were cut) are null. An anomaly (`nats.gap_in_payload`, "
                 "`nats.eof_in_payload`) gives the details.", False,
             ),
+            *decoded_fields("nats"),
         ),
     )
 )

@@ -44,14 +44,17 @@ class CompilerMissing(RuntimeError):
     pass
 
 
-def compile_protos(proto_dir: Path = HERE) -> dict[str, bytes]:
-    """Compile the .proto files; return ``{file name: serialized FileDescriptorProto}``
+def compile_protos(
+    proto_dir: Path = HERE, files: tuple[str, ...] = PROTO_FILES
+) -> dict[str, bytes]:
+    """Compile the .proto ``files`` (names under ``proto_dir``; also used for a user's
+    ``--schema`` file); return ``{file name: serialized FileDescriptorProto}``
     (deterministic serialization, no source info)."""
     from google.protobuf import descriptor_pb2
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "set.pb"
-        args = [f"-I{proto_dir}", f"--descriptor_set_out={out}", *PROTO_FILES]
+        args = [f"-I{proto_dir}", f"--descriptor_set_out={out}", *files]
         try:
             from grpc_tools import protoc
         except ImportError:

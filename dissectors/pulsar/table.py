@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from dissectors.payload import decoded_fields
 from dissectors.tables import TS, Field, TableSpec, register_table
 
 __all__ = ["DEFAULT_PAYLOAD_CAP", "MESSAGE_ID", "PULSAR_COMMANDS", "PULSAR_MESSAGES"]
@@ -331,6 +332,7 @@ PULSAR_MESSAGES = register_table(
                 "chunks, or a payload that failed to decompress / split (an anomaly says why).",
                 False,
             ),
+            *decoded_fields("pulsar_messages", subject="topic"),
         ),
     )
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from dissectors.payload import decoded_fields
 from dissectors.tables import TS, Field, TableSpec, register_table
 
 __all__ = ["DEFAULT_PAYLOAD_CAP", "MSG_TYPES", "STAN_TABLE"]
@@ -156,6 +157,8 @@ STAN_TABLE = register_table(
                 "data_truncated", _BOOL,
                 "True when `data` holds fewer bytes than data_len (cap).",
             ),
+            *decoded_fields("stan", payload="data", truncated="data_truncated",
+                            subject="channel"),
             Field(
                 "crc32", _I64,
                 "MsgProto: the CRC32 field (protobuf uint32); null when not on the wire.",

@@ -1,0 +1,393 @@
+"""Payload decoders: what was *in* a message (JSON, MessagePack, CBOR, text, Protobuf, Avro).
+
+Strategy: a payload decoder is a plugin of its own kind (entry-point group
+``msgcap.payload_decoders``; the built-ins register the same way, see ``pyproject.toml``).
+It turns the bytes of one message into a JSON-able value, or declines.  It never sees a
+flow, a file or a table: the ``PayloadDecoding`` engine picks the decoder for a message --
+a schema bound to the message's subject or topic first, then detection by structure --
+and produces the ``payload_decoded`` column family (``decoded_fields``) that every message
+table carries.  A decoder that raises never loses the row: the exception becomes the
+``payload_decode_error`` column.
+
+Wrappers (gzip, zstd, snappy) are decoders that return bytes: the engine unwraps (bounded
+by ``MAX_INFLATE_BYTES``) and decodes what is inside; the decoder column then reads
+``gzip+json``.
+
+Decoded values pass the redaction gate before they become a column value: a member whose
+name may name a credential (``dissectors.redaction.may_be_secret_key``, the gate's own
+lenient key reading) becomes a marker, every string value passes ``redact_text``.  So a
+``password`` inside a decoded payload is a secret by the same rules as anywhere else, and
+the column stays valid JSON (the gate on the JSON *text* could cut a string in two).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import math
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import Enum
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, NamedTuple
+
+import pyarrow as pa
+
+from dissectors.redaction import marker, may_be_secret_key, redact_text, secrets_kept
+from dissectors.tables import Field
+
+__all__ = [
+    "DECODED_COLUMNS",
+    "ENTRY_POINT_GROUP",
+    "MAX_DEPTH",
+    "MAX_INFLATE_BYTES",
+    "DecodeError",
+    "DecodedSource",
+    "PayloadDecoder",
+    "PayloadDecoding",
+    "Strength",
+    "decoded_fields",
+    "decoded_source",
+    "load_decoders",
+    "to_json_text",
+]
+
+ENTRY_POINT_GROUP = "msgcap.payload_decoders"
+
+# A wrapper (gzip/zstd/snappy) may inflate at most this much: a decompression bomb in a
+# 4 KiB payload must not take the run's memory.  Beyond it the row gets an error.
+MAX_INFLATE_BYTES = 16 * 1024 * 1024
+# Wrappers inside wrappers: gzip(zstd(json)) is plausible, deeper is an attack.
+MAX_UNWRAP = 3
+# Nesting kept in the JSON text; a deeper value is cut with a marker (a hostile CBOR or
+# MessagePack payload nests arrays thousands deep for a few bytes).
+MAX_DEPTH = 64
+
+
+class DecodeError(ValueError):
+    """Raised by a decoder for bytes it recognised but could not decode."""
+
+
+class Strength(Enum):
+    """How sure a structural sniff is.
+
+    ``STRONG``: the bytes look like this format and nothing else (a JSON object, a CBOR
+    self-describe tag): if decoding then fails, the row says why.  ``WEAK``: the first
+    byte fits, but so would many binary payloads: a failure is silent and the next
+    decoder is tried.  ``NO``: not this format."""
+
+    NO = 0
+    WEAK = 1
+    STRONG = 2
+
+
+class PayloadDecoder(ABC):
+    """One payload format.  Subclasses are registered as entry points.
+
+    ``name`` is the column value (``json``, ``msgpack``); ``wrapper`` decoders return
+    bytes (a decompressed body) instead of a value; ``detect`` says whether the engine
+    may pick this decoder by structure when no schema is bound (Protobuf without a schema
+    is only used when asked).  Instances are created once per run and must be stateless
+    per message."""
+
+    name: ClassVar[str]
+    wrapper: ClassVar[bool] = False
+    detect: ClassVar[bool] = True
+
+    def sniff(self, data: bytes) -> Strength:
+        """Cheap structural check of ``data``; never raises."""
+        return Strength.NO
+
+    @abstractmethod
+    def decode(self, data: bytes, schema: Any = None) -> Any:
+        """The decoded value (JSON-able after ``to_json_text``), or bytes for a wrapper.
+        ``schema`` is what a schema source loaded for this decoder (None without one).
+        Raise (``DecodeError`` preferably) on bytes that do not decode."""
+
+
+# ------------------------------------------------------------------- the column family
+
+DECODED_COLUMNS = ("payload_decoder", "payload_schema_id", "payload_decoded",
+                   "payload_decode_error")
+
+
+class DecodedSource(NamedTuple):
+    """Which columns of a message table feed its decoder: the kept bytes, whether they
+    were cut by ``--payload-cap``, and the subject/topic that schemas are bound to."""
+
+    payload: str
+    truncated: str | None
+    subject: str | None
+
+
+_SOURCES: dict[str, DecodedSource] = {}
+
+
+def decoded_fields(
+    table: str, *, payload: str = "payload", truncated: str | None = "payload_truncated",
+    subject: str | None = "subject",
+) -> tuple[Field, ...]:
+    """The ``payload_decoded`` column family for message table ``table`` (call it in the
+    table's declaration); also records which columns feed it (``decoded_source``)."""
+    _SOURCES[table] = DecodedSource(payload, truncated, subject)
+    return (
+        Field(
+            "payload_decoder", pa.string(),
+            f"Decoder that read `{payload}` (`json`, `msgpack`, `cbor`, `text`, `protobuf`, "
+            "`avro`, ...; a wrapper is prefixed: `gzip+json`); null when payload decoding "
+            "was not asked for (`--decode` / `--schema`) or no decoder recognised the bytes "
+            "(they stay as they are).",
+        ),
+        Field(
+            "payload_schema_id", pa.string(),
+            "Schema the value was decoded with: `user:<file>[#<message>]` for `--schema`, "
+            "`pulsar:<topic>@<schema_version>` for a schema announced in the capture; null "
+            "when decoded by structure.",
+        ),
+        Field(
+            "payload_decoded", pa.string(),
+            "The decoded value as JSON text (query it with DuckDB `json_extract` or Spark "
+            "`get_json_object`); bytes inside become base64 strings, non-string map keys "
+            "strings. Passed through the redaction gate: secret members are markers.",
+        ),
+        Field(
+            "payload_decode_error", pa.string(),
+            "Why the payload could not be decoded (malformed bytes for the decoder its "
+            "schema or its structure selected, payload cut by `--payload-cap`, inflate "
+            "limit); the row and its bytes are kept.",
+        ),
+    )
+
+
+def decoded_source(table: str) -> DecodedSource | None:
+    """The source columns of a table declared with ``decoded_fields`` (None otherwise)."""
+    return _SOURCES.get(table)
+
+
+# ------------------------------------------------------------------------- JSON output
+
+
+def _jsonable(v: Any, depth: int = 0) -> Any:
+    """``v`` made of JSON types only: bytes as base64, keys as strings, NaN as a string;
+    redacted on the way (see ``_member``)."""
+    if depth > MAX_DEPTH:
+        return "<nested too deep>"
+    if v is None or isinstance(v, bool | int):
+        return v
+    if isinstance(v, str):
+        return redact_text(v)  # a text payload, or a string holding a CONNECT line
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    if isinstance(v, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    if isinstance(v, Mapping):
+        return dict(_member(k if isinstance(k, str) else _key_text(k), x, depth)
+                    for k, x in v.items())
+    if isinstance(v, list | tuple | set | frozenset):
+        return [_jsonable(x, depth + 1) for x in v]
+    if isinstance(v, _dt.datetime | _dt.date | _dt.time):
+        return v.isoformat()
+    if isinstance(v, Decimal | uuid.UUID):
+        return str(v)
+    tag = getattr(v, "tag", None)  # cbor2.CBORTag and msgpack.ExtType look alike
+    if tag is not None and hasattr(v, "value"):
+        return {"$tag": tag, "value": _jsonable(v.value, depth + 1)}
+    code = getattr(v, "code", None)
+    if code is not None and hasattr(v, "data"):
+        return {"$ext": code, "data": _jsonable(v.data, depth + 1)}
+    return str(v)
+
+
+def _member(key: str, value: Any, depth: int) -> tuple[str, Any]:
+    """One member, its value a redaction marker when the key may name a credential (the
+    gate's own key reading, ``may_be_secret_key``).  Redacting the decoded value, not its
+    JSON text, keeps the column valid JSON whatever the payload held."""
+    value = _jsonable(value, depth + 1)
+    if secrets_kept() or not may_be_secret_key(key.encode("utf-8", "surrogatepass")):
+        return key, value
+    if isinstance(value, str):
+        raw = value.encode("utf-8", "surrogatepass")
+    else:
+        raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return key, marker(raw)
+
+
+def _key_text(k: Any) -> str:
+    if isinstance(k, bytes | bytearray):
+        return base64.b64encode(bytes(k)).decode("ascii")
+    return json.dumps(_jsonable(k), separators=(",", ":"), sort_keys=True) \
+        if isinstance(k, Mapping | list | tuple) else str(k)
+
+
+def to_json_text(value: Any) -> str:
+    """The decoded value as compact JSON text (member order as decoded), redacted:
+    secret members are markers, string values passed the gate."""
+    return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+# ------------------------------------------------------------------------------ engine
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A schema bound to subjects/topics: ``match(subject)`` decides, ``decoder`` (a
+    registered name) decodes with ``schema``; ``schema_id`` goes into the row."""
+
+    pattern: str
+    decoder: str
+    schema: Any
+    schema_id: str
+
+    def match(self, subject: str) -> bool:
+        from dissectors.payload.schemas import pattern_matches
+
+        return pattern_matches(self.pattern, subject)
+
+
+def load_decoders() -> dict[str, PayloadDecoder]:
+    """Every registered payload decoder, by name (entry points; the built-ins are among
+    them).  A plugin that fails to load is skipped with its error kept in ``errors``."""
+    found: dict[str, PayloadDecoder] = {}
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            cls = ep.load()
+            dec = cls()
+        except Exception as e:  # noqa: BLE001 - a broken plugin costs its decoder only
+            load_decoders.errors[ep.name] = repr(e)
+            continue
+        found[getattr(cls, "name", ep.name)] = dec
+    return found
+
+
+load_decoders.errors = {}  # type: ignore[attr-defined]
+
+
+class PayloadDecoding:
+    """Chooses a decoder per message and builds the column values.
+
+    Order: (1) the most recently added binding whose pattern matches the subject/topic
+    (user ``--schema`` and schemas announced in the capture); its decoder alone is used
+    and a failure is the row's error; (2) without a binding, wrappers are unwrapped and
+    the detecting decoders are tried by structure in ``detect_order``.
+    """
+
+    detect_order: ClassVar[tuple[str, ...]] = ("json", "cbor", "msgpack", "text")
+
+    def __init__(self, decoders: Mapping[str, PayloadDecoder] | None = None,
+                 bindings: Iterable[Binding] = ()) -> None:
+        self.decoders = dict(load_decoders() if decoders is None else decoders)
+        self.bindings: list[Binding] = list(bindings)
+        self._wrappers = [d for d in self.decoders.values() if d.wrapper]
+        order = [n for n in self.detect_order if n in self.decoders]
+        order += sorted(n for n, d in self.decoders.items()
+                        if d.detect and not d.wrapper and n not in order)
+        self._detectors = [self.decoders[n] for n in order if self.decoders[n].detect]
+        # schemas announced in the capture (Pulsar), by (topic, schema_version)
+        self.announced: dict[tuple[str, bytes | None], Binding] = {}
+
+    def bind(self, binding: Binding) -> None:
+        if binding.decoder not in self.decoders:
+            raise KeyError(f"no payload decoder named {binding.decoder!r}")
+        self.bindings.append(binding)
+
+    def _binding(self, subject: str | None, version: bytes | None) -> Binding | None:
+        if subject is None:
+            return None
+        b = self.announced.get((subject, version)) or self.announced.get((subject, None))
+        if b is not None:
+            return b
+        for b in reversed(self.bindings):
+            if b.match(subject):
+                return b
+        return None
+
+    def columns(self, data: bytes | None, truncated: bool | None = False,
+                subject: str | None = None, schema_version: bytes | None = None
+                ) -> dict[str, str | None]:
+        """The four ``payload_decoded`` column values for one message; never raises."""
+        out: dict[str, str | None] = dict.fromkeys(DECODED_COLUMNS)
+        if data is None or not len(data):
+            return out
+        binding = self._binding(subject, schema_version)
+        if truncated:
+            if binding is not None:
+                out["payload_decoder"] = binding.decoder
+                out["payload_schema_id"] = binding.schema_id
+            out["payload_decode_error"] = (
+                "payload cut by --payload-cap: not decoded (raise --payload-cap)")
+            return out
+        try:
+            self._decode(bytes(data), binding, out)
+        except RecursionError:
+            out["payload_decoded"] = None
+            out["payload_decode_error"] = "value nested too deep"
+        except Exception as e:  # noqa: BLE001 - the engine's own last line: keep the row
+            out["payload_decoded"] = None
+            out["payload_decode_error"] = f"decoder failed: {_why(e)}"
+        return out
+
+    def _decode(self, data: bytes, binding: Binding | None, out: dict) -> None:
+        prefix = ""
+        if binding is not None and self.decoders[binding.decoder].wrapper:
+            # a subject bound to a wrapper: unwrap without sniffing, detect what is inside
+            w = self.decoders[binding.decoder]
+            out["payload_schema_id"] = binding.schema_id
+            binding = None
+            try:
+                data = w.decode(data)
+            except Exception as e:  # noqa: BLE001
+                out["payload_decoder"] = w.name
+                out["payload_decode_error"] = f"{w.name}: {_why(e)}"
+                return
+            prefix = w.name + "+"
+        for _ in range(MAX_UNWRAP):
+            for w in self._wrappers:
+                if w.sniff(data) is Strength.NO:
+                    continue
+                try:
+                    data = w.decode(data)
+                except Exception as e:  # noqa: BLE001 - a bad wrapper is the row's error
+                    out["payload_decoder"] = prefix + w.name
+                    out["payload_decode_error"] = f"{w.name}: {_why(e)}"
+                    return
+                prefix += w.name + "+"
+                break
+            else:
+                break
+        if binding is not None:
+            dec = self.decoders[binding.decoder]
+            out["payload_decoder"] = prefix + dec.name
+            out["payload_schema_id"] = binding.schema_id
+            try:
+                out["payload_decoded"] = to_json_text(dec.decode(data, binding.schema))
+            except Exception as e:  # noqa: BLE001
+                out["payload_decode_error"] = f"{dec.name}: {_why(e)}"
+            return
+        for dec in self._detectors:
+            strength = dec.sniff(data)
+            if strength is Strength.NO:
+                continue
+            try:
+                value = dec.decode(data)
+            except Exception as e:  # noqa: BLE001
+                if strength is Strength.STRONG:
+                    out["payload_decoder"] = prefix + dec.name
+                    out["payload_decode_error"] = f"{dec.name}: {_why(e)}"
+                    return
+                continue
+            out["payload_decoder"] = prefix + dec.name
+            out["payload_decoded"] = to_json_text(value)
+            return
+        if prefix:  # inflated, but nothing recognised inside: say what was unwrapped
+            out["payload_decoder"] = prefix.rstrip("+")
+            out["payload_decode_error"] = "no decoder recognised the unwrapped bytes"
+
+
+def _why(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return redact_text(text[:300])
