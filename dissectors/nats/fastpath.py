@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from dissectors.api import Direction
+from dissectors.nats.jetstream import ack_arrays
 from dissectors.schema import timestamp_from_ns
 from dissectors.tables import NS_SUFFIX
 
@@ -160,4 +161,10 @@ def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple]],
             arrays.append(pa.array(np.zeros(n, np.bool_), f.type))
         else:
             arrays.append(pa.nulls(n, f.type))
+    if "js_stream" in schema.names and "reply_to" in cols:  # JetStream deliveries
+        acks = ack_arrays(arrays[schema.get_field_index("op")],
+                          arrays[schema.get_field_index("reply_to")])
+        if acks is not None:
+            for name, arr in acks.items():
+                arrays[schema.get_field_index(name)] = arr
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

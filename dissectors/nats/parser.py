@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from dissectors.api import Direction, Verdict
 from dissectors.framing import line_op_resync
+from dissectors.nats.jetstream import ACK_PREFIX, parse_ack
 from dissectors.redaction import redact_bytes
 
 __all__ = [
@@ -150,6 +151,8 @@ def _msg(line: bytes, args: list[bytes]) -> ParseResult:
     if size < 0:
         return _bad_size("MSG", "size", args[-1], line)
     values = {"op": "MSG", "subject": text(args[1]), "sid": text(args[2]), "reply_to": reply}
+    if reply is not None and reply.startswith(ACK_PREFIX):  # a JetStream delivery
+        values.update(parse_ack(reply) or ())
     return "MSG", values, -1, size, _NO_PROBLEMS
 
 
@@ -198,6 +201,8 @@ def _hmsg(line: bytes, args: list[bytes]) -> ParseResult:
         return sizes  # type: ignore[return-value]
     hdr, total = sizes
     values = {"op": "HMSG", "subject": text(args[1]), "sid": text(args[2]), "reply_to": reply}
+    if reply is not None and reply.startswith(ACK_PREFIX):  # a JetStream delivery
+        values.update(parse_ack(reply) or ())
     return "HMSG", values, hdr, total, _NO_PROBLEMS
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from dissectors.payload import decoded_fields
+from dissectors.nats.jetstream import ACK_FIELDS
 from dissectors.tables import Field, TableSpec, register_table
 
 __all__ = ["DEFAULT_HEADER_CAP", "DEFAULT_PAYLOAD_CAP", "NATS_TABLE"]
@@ -28,7 +29,7 @@ _BOOL = pa.bool_()
 NATS_TABLE = register_table(
     TableSpec(
         "nats",
-        2,  # 2: timestamps in microseconds + exact `_ns` columns
+        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: js_* ack columns
         "One row per NATS client-protocol operation (INFO, CONNECT, PUB, HPUB, SUB, UNSUB, "
         "MSG, HMSG, PING, PONG, +OK, -ERR), in stream order per direction. A row's offsets "
         "cover its control line, headers, payload and trailing CRLF. Malformed or "
@@ -202,6 +203,7 @@ NATS_TABLE = register_table(
                 "they were cut) are null. An anomaly (`nats.gap_in_payload`, "
                 "`nats.eof_in_payload`) gives the details.", False,
             ),
+            *ACK_FIELDS,
             *decoded_fields("nats"),
         ),
     )
