@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from dissectors.payload import decoded_fields
 from dissectors.nats.jetstream import ACK_FIELDS
+from dissectors.payload import decoded_fields
 from dissectors.tables import Field, TableSpec, register_table
 
 __all__ = ["DEFAULT_HEADER_CAP", "DEFAULT_PAYLOAD_CAP", "NATS_TABLE"]
