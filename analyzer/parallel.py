@@ -471,6 +471,9 @@ def _dissect_locked(
         try:
             # a worker whose share is not proven ends the run for all
             outcomes = _run(tasks(light=True), stop=lambda o: bool(_unproven({0: o})))
+            for outcome in outcomes.values():  # OUT is full or failing: so would a rerun be
+                if outcome[0] == "raised" and isinstance(outcome[1], OutputError):
+                    raise outcome[1]
             fallback = _unproven(outcomes)
             if not fallback:
                 split = "light"

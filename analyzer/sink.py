@@ -239,8 +239,9 @@ def remove_in_progress(
             if names is None or f.name in names:
                 with contextlib.suppress(FileNotFoundError):
                     f.unlink()
-        with contextlib.suppress(OSError):
-            part.rmdir()  # only when empty
+        for d in (part, part.parent):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when empty
 
 
 log = logging.getLogger(__name__)

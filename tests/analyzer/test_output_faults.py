@@ -154,12 +154,14 @@ def test_regression_disk_full_at_the_end_of_a_sample_run_exits_2_with_error_and_
     assert json.loads((out / "manifest.json").read_text())["status"] == "clean"
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_regression_disk_full_mid_run_was_an_arrow_invalid_from_the_writer_thread(
-        small_disk, big_capture) -> None:
+        small_disk, big_capture, workers) -> None:
     """Disk full while the Parquet thread writes row groups of a large run: was an
-    uncaught ``ArrowInvalid: Operation on closed file`` and exit 1."""
+    uncaught ``ArrowInvalid: Operation on closed file`` and exit 1.  With 2 workers the
+    worker that meets it ends the run (no second, exact-mode attempt)."""
     out = small_disk / "out"
-    proc = _msgcap("dissect", big_capture, "-o", out)
+    proc = _msgcap("dissect", big_capture, "-o", out, "--workers", str(workers))
     _assert_error_fix(proc, f"cannot write the dataset in {out}: No space left on device",
                       "--overwrite")
     assert "closed file" not in proc.stderr
