@@ -152,7 +152,8 @@ class CaptureDissection:
             from dissectors.payload.schemas import decoding_for
             from dissectors.payload.writer import DecodingWriter
 
-            writer = DecodingWriter(writer, decoding_for(options.payload_schemas))
+            writer = DecodingWriter(writer, decoding_for(options.payload_schemas),
+                                    keep_secrets=options.keep_secrets)
         self.writer = writer
         self.options = options
         decode_as = {port: registry.get(name) for port, name in options.decode_as.items()}

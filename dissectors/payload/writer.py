@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from dissectors.payload import DECODED_COLUMNS, PayloadDecoding, decoded_source
+from dissectors.redaction import keeping_secrets
 
 __all__ = ["DecodingWriter", "decode_batch", "decode_rows"]
 
@@ -36,8 +37,9 @@ def decode_rows(engine: PayloadDecoding, table: str, rows: list[dict]) -> None:
         ))
 
 
-def decode_batch(engine: PayloadDecoding, table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with its decoded columns computed (the other columns untouched)."""
+def decode_batch(engine: PayloadDecoding, table: str, batch: Any) -> Any:
+    """``batch`` (a ``RecordBatch`` or ``Table``) with its decoded columns computed (the
+    other columns untouched)."""
     src = decoded_source(table)
     names = batch.schema.names
     if src is None or src.payload not in names or DECODED_COLUMNS[0] not in names:
@@ -60,6 +62,8 @@ def decode_batch(engine: PayloadDecoding, table: str, batch: pa.RecordBatch) -> 
     arrays = list(batch.columns)
     for c in DECODED_COLUMNS:
         arrays[names.index(c)] = pa.array(cols[c], type=pa.string())
+    if isinstance(batch, pa.Table):
+        return pa.Table.from_arrays(arrays, schema=batch.schema)
     return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
 
 
@@ -67,18 +71,25 @@ class DecodingWriter:
     """A sink wrapper: ``write_rows`` / ``write_batch`` decode, everything else is the
     wrapped sink's (``hasattr(w, "write_batch")`` stays what it was)."""
 
-    def __init__(self, inner: Any, engine: PayloadDecoding) -> None:
+    def __init__(self, inner: Any, engine: PayloadDecoding, *, keep_secrets: bool = False
+                 ) -> None:
         self._inner = inner
         self.engine = engine
+        self.keep_secrets = keep_secrets  # --keep-secrets: decoded values not redacted
 
-    def write_rows(self, spec: Any, rows: list[dict]) -> Any:
-        decode_rows(self.engine, spec.name, rows)
+    def write_rows(self, spec: Any, rows: Any) -> Any:
+        if decoded_source(spec.name) is not None:
+            rows = list(rows)
+            with keeping_secrets(self.keep_secrets):
+                decode_rows(self.engine, spec.name, rows)
         return self._inner.write_rows(spec, rows)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
         if name == "write_batch":
             def write_batch(spec: Any, batch: pa.RecordBatch, *a: Any, **kw: Any) -> Any:
-                return attr(spec, decode_batch(self.engine, spec.name, batch), *a, **kw)
+                with keeping_secrets(self.keep_secrets):
+                    batch = decode_batch(self.engine, spec.name, batch)
+                return attr(spec, batch, *a, **kw)
             return write_batch
         return attr
