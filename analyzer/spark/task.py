@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dissectors.core_tables import FLOWS
+from dissectors.liftbridge.envelope import MAGIC as LIFTBRIDGE_MAGIC
 from dissectors.schema import arrow_schema, rows_to_batch, validate_batch
 from dissectors.tables import TableSpec
 from reassembly.capture import Frame
@@ -49,7 +50,7 @@ _V6_FRAG, _V6_AH = 44, 51
 # the Liftbridge envelope magic): their server endpoint keeps all its connections in one
 # task from the start.  Only an optimisation: the dissection tasks report every scope
 # that really used cross-flow state, and the driver re-runs with it merged if needed.
-PAYLOAD_HINTS = (b"_STAN.", b"LIFT")
+PAYLOAD_HINTS = (b"_STAN.", LIFTBRIDGE_MAGIC)
 
 
 class ConnKey(NamedTuple):
