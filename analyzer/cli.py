@@ -737,6 +737,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_spark_parser(sub)
     _add_view_parsers(sub)
+    from analyzer.analyses.cli import add_parsers as _add_analysis_parsers  # analyze, query
+
+    _add_analysis_parsers(sub)
 
     p = sub.add_parser("protocols", help="list the dissectors found (built-in and plugins)")
     p.set_defaults(func=cmd_protocols)

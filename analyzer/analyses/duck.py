@@ -29,6 +29,9 @@ SPARK_SHIMS: tuple[str, ...] = (
     "CASE WHEN json_valid(s) THEN json_extract_string(s, p) END",
     # Spark: map value by key / array element by 1-based index, null when absent
     "CREATE OR REPLACE MACRO try_element_at(x, k) AS x[k]",
+    # msgcap's own (both engines, see ``analyzer.spark.analyses.SHIMS``): binary as UTF-8
+    # text (a DuckDB cast would escape quotes as \\x22); null if not UTF-8
+    "CREATE OR REPLACE MACRO payload_text(b) AS try(decode(b))",
 )
 
 

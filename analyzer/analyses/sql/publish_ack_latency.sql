@@ -7,14 +7,14 @@ WITH js AS (
   SELECT r.capture_id, 'jetstream' AS protocol, r.flow_id,
          r.request_record_id AS publish_record_id, r.request_subject AS subject,
          r.request_ts_ns AS publish_ts_ns, r.first_reply_record_id AS ack_record_id,
-         get_json_object(cast(n.payload AS STRING), '$.stream') AS stream,
-         get_json_object(cast(n.payload AS STRING), '$.error.description') AS error,
-         try_cast(get_json_object(cast(n.payload AS STRING), '$.seq') AS BIGINT) AS sequence,
+         get_json_object(payload_text(n.payload), '$.stream') AS stream,
+         get_json_object(payload_text(n.payload), '$.error.description') AS error,
+         try_cast(get_json_object(payload_text(n.payload), '$.seq') AS BIGINT) AS sequence,
          r.latency_ns
   FROM nats_request_reply r
   JOIN nats n ON n.capture_id = r.capture_id AND n.record_id = r.first_reply_record_id
   WHERE substr(r.request_subject, 1, 8) <> '$JS.API.'
-    AND substr(cast(n.payload AS STRING), 1, 1) = '{'
+    AND substr(payload_text(n.payload), 1, 1) = '{'
 ),
 pub AS (
   SELECT capture_id, 'stan' AS protocol, flow_id, record_id, channel AS subject,

@@ -1,0 +1,35 @@
+"""Datasets of the samples for the analyses' tests, and the shared Spark session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.analyzer.conftest import spark  # noqa: F401  (the one session-scoped Spark)
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLE_NAMES = sorted(p.stem for p in SAMPLES.glob("*.pcap"))
+UNENCRYPTED = ("liftbridge-basic", "nats-basic", "nats-cluster", "pulsar-client", "stan-basic")
+
+
+def dissect_into(out: Path, names) -> Path:
+    from analyzer.pipeline import Options, dissect_capture
+
+    for n in names:
+        keys = SAMPLES / f"{n}.keys"
+        opts = Options(keylog=str(keys)) if keys.exists() else Options()
+        dissect_capture(SAMPLES / f"{n}.pcap", out, opts)
+    return out
+
+
+@pytest.fixture(scope="session")
+def all_samples(tmp_path_factory) -> Path:
+    """One dataset holding every sample capture (the encrypted ones with their keys)."""
+    return dissect_into(tmp_path_factory.mktemp("all") / "ds", SAMPLE_NAMES)
+
+
+@pytest.fixture(scope="session")
+def five_samples(tmp_path_factory) -> Path:
+    """The five unencrypted samples together (the dataset issue 20 quotes)."""
+    return dissect_into(tmp_path_factory.mktemp("five") / "ds", UNENCRYPTED)
