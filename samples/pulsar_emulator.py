@@ -88,6 +88,15 @@ class Broker:
         self.producer_names = itertools.count()
         self.entry_ids = itertools.count()
         self.index = 0
+        # schema registry: per topic, the schemas producers announced, in order; the
+        # version is the index as 8 big-endian bytes (how Pulsar's own versions look)
+        self.schemas: dict[str, list[bytes]] = {}
+
+    def schema_version(self, topic: str, schema: bytes) -> bytes:
+        known = self.schemas.setdefault(topic, [])
+        if schema not in known:
+            known.append(schema)
+        return struct.pack(">q", known.index(schema))
 
     def store(self, topic: str, hp: bytes, n: int) -> Entry:
         e = Entry(next(self.entry_ids), hp, n)
@@ -213,8 +222,29 @@ class Connection:
             self.producers[p.producer_id] = p.topic
             name = p.producer_name if p.HasField("producer_name") else \
                 f"emulator-{next(b.producer_names)}"
-            self.send(self.cmd(T.PRODUCER_SUCCESS, request_id=p.request_id, producer_name=name,
-                               last_sequence_id=-1, producer_ready=True))
+            r = BaseCommand(type=T.PRODUCER_SUCCESS)
+            r.producer_success.request_id = p.request_id
+            r.producer_success.producer_name = name
+            r.producer_success.last_sequence_id = -1
+            r.producer_success.producer_ready = True
+            if p.HasField("schema"):
+                r.producer_success.schema_version = b.schema_version(
+                    p.topic, p.schema.SerializeToString())
+            self.send(frame(r))
+        elif t == T.GET_SCHEMA:
+            g = cmd.get_schema
+            r = BaseCommand(type=T.GET_SCHEMA_RESPONSE)
+            r.get_schema_response.request_id = g.request_id
+            known = b.schemas.get(g.topic, [])
+            i = struct.unpack(">q", g.schema_version)[0] if g.HasField("schema_version") \
+                else len(known) - 1
+            if 0 <= i < len(known):
+                r.get_schema_response.schema.ParseFromString(known[i])
+                r.get_schema_response.schema_version = struct.pack(">q", i)
+            else:
+                r.get_schema_response.error_code = 11  # TopicNotFound: no such schema
+                r.get_schema_response.error_message = "schema not found"
+            self.send(frame(r))
         elif t == T.SEND:
             s = cmd.send
             topic = self.producers.get(s.producer_id, "?")

@@ -14,8 +14,8 @@ by ``MAX_INFLATE_BYTES``) and decodes what is inside; the decoder column then re
 ``gzip+json``.
 
 Decoded values pass the redaction gate before they become a column value: a member whose
-name may name a credential (``dissectors.redaction.may_be_secret_key``, the gate's own
-lenient key reading) becomes a marker, every string value passes ``redact_text``.  So a
+name holds one of the gate's credential stems (``dissectors.redaction.SECRET_STEMS``, read
+with Go's case folds) becomes a marker, every string value passes ``redact_text``.  So a
 ``password`` inside a decoded payload is a secret by the same rules as anywhere else, and
 the column stays valid JSON (the gate on the JSON *text* could cut a string in two).
 """
@@ -26,6 +26,7 @@ import base64
 import datetime as _dt
 import json
 import math
+import re
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -37,7 +38,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import pyarrow as pa
 
-from dissectors.redaction import marker, may_be_secret_key, redact_text, secrets_kept
+from dissectors.redaction import SECRET_STEMS, fold_name, marker, redact_text, secrets_kept
 from dissectors.tables import Field
 
 __all__ = [
@@ -66,6 +67,7 @@ MAX_UNWRAP = 3
 # Nesting kept in the JSON text; a deeper value is cut with a marker (a hostile CBOR or
 # MessagePack payload nests arrays thousands deep for a few bytes).
 MAX_DEPTH = 64
+_NOT_ALNUM = re.compile(r"[\W_]+")
 
 
 class DecodeError(ValueError):
@@ -203,17 +205,26 @@ def _jsonable(v: Any, depth: int = 0) -> Any:
 
 
 def _member(key: str, value: Any, depth: int) -> tuple[str, Any]:
-    """One member, its value a redaction marker when the key may name a credential (the
-    gate's own key reading, ``may_be_secret_key``).  Redacting the decoded value, not its
-    JSON text, keeps the column valid JSON whatever the payload held."""
+    """One member, its value a redaction marker when the key may name a credential.
+    Redacting the decoded value, not its JSON text, keeps the column valid JSON whatever
+    the payload held."""
     value = _jsonable(value, depth + 1)
-    if secrets_kept() or not may_be_secret_key(key.encode("utf-8", "surrogatepass")):
+    if secrets_kept() or not _secret_name(key):
         return key, value
     if isinstance(value, str):
         raw = value.encode("utf-8", "surrogatepass")
     else:
         raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     return key, marker(raw)
+
+
+def _secret_name(key: str) -> bool:
+    """The gate's stems (``SECRET_STEMS``) in the member name read as Go reads names
+    (case and Unicode folds, separators ignored).  A decoded name is whole, so the gate's
+    allowance for names cut at their start (``n`` may be what is left of ``token``) does
+    not apply: it would withhold every short key."""
+    folded = _NOT_ALNUM.sub("", fold_name(key).casefold())
+    return not folded or any(stem in folded for stem in SECRET_STEMS)
 
 
 def _key_text(k: Any) -> str:
@@ -287,8 +298,10 @@ class PayloadDecoding:
         order += sorted(n for n, d in self.decoders.items()
                         if d.detect and not d.wrapper and n not in order)
         self._detectors = [self.decoders[n] for n in order if self.decoders[n].detect]
-        # schemas announced in the capture (Pulsar), by (topic, schema_version)
+        # schemas announced in the capture (Pulsar), by (topic, schema_version); the
+        # sources that learn them from rows (``observe``)
         self.announced: dict[tuple[str, bytes | None], Binding] = {}
+        self.observers: list[Any] = []
 
     def bind(self, binding: Binding) -> None:
         if binding.decoder not in self.decoders:
@@ -296,15 +309,23 @@ class PayloadDecoding:
         self.bindings.append(binding)
 
     def _binding(self, subject: str | None, version: bytes | None) -> Binding | None:
+        """The user's ``--schema`` first (an explicit choice), then what the capture
+        announced for this topic and version (else the topic's latest)."""
         if subject is None:
             return None
-        b = self.announced.get((subject, version)) or self.announced.get((subject, None))
-        if b is not None:
-            return b
         for b in reversed(self.bindings):
             if b.match(subject):
                 return b
-        return None
+        return self.announced.get((subject, version)) or self.announced.get((subject, None))
+
+    def observe(self, table: str, rows: list[dict]) -> None:
+        """Show rows on their way to the sink to the schema sources (Pulsar's commands
+        announce schemas); a source that fails learns nothing from those rows."""
+        for source in self.observers:
+            try:
+                source.observe(self, table, rows)
+            except Exception:  # noqa: BLE001 - a schema missed is a row undecoded, no more
+                continue
 
     def columns(self, data: bytes | None, truncated: bool | None = False,
                 subject: str | None = None, schema_version: bytes | None = None
@@ -363,6 +384,9 @@ class PayloadDecoding:
             dec = self.decoders[binding.decoder]
             out["payload_decoder"] = prefix + dec.name
             out["payload_schema_id"] = binding.schema_id
+            if isinstance(binding.schema, Exception):  # a schema that could not be loaded
+                out["payload_decode_error"] = str(binding.schema)
+                return
             try:
                 out["payload_decoded"] = to_json_text(dec.decode(data, binding.schema))
             except Exception as e:  # noqa: BLE001

@@ -263,8 +263,10 @@ def decoding_for(specs: tuple[str, ...] | list[str]) -> Any:
     """The ``PayloadDecoding`` engine of a run: the registered decoders plus one binding
     per ``--schema`` spec (later specs win over earlier ones)."""
     from dissectors.payload import PayloadDecoding
+    from dissectors.payload.pulsar import PulsarSchemaSource
 
     engine = PayloadDecoding()
+    engine.observers.append(PulsarSchemaSource())
     for spec in specs:
         engine.bind(load_schema_spec(spec))
     return engine

@@ -78,8 +78,10 @@ class DecodingWriter:
         self.keep_secrets = keep_secrets  # --keep-secrets: decoded values not redacted
 
     def write_rows(self, spec: Any, rows: Any) -> Any:
-        if decoded_source(spec.name) is not None:
+        if not isinstance(rows, list):
             rows = list(rows)
+        self.engine.observe(spec.name, rows)  # schemas announced (Pulsar commands)
+        if decoded_source(spec.name) is not None:
             with keeping_secrets(self.keep_secrets):
                 decode_rows(self.engine, spec.name, rows)
         return self._inner.write_rows(spec, rows)

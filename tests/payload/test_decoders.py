@@ -41,7 +41,8 @@ def forced(name: str) -> PayloadDecoding:
 
 def test_builtins_are_registered_as_entry_points() -> None:
     assert sorted(load_decoders()) == [
-        "avro", "cbor", "gzip", "json", "msgpack", "protobuf", "snappy", "text", "zstd"]
+        "avro", "cbor", "gzip", "json", "msgpack", "protobuf", "pulsar_keyvalue",
+        "pulsar_primitive", "snappy", "text", "zstd"]
 
 
 def test_message_tables_carry_the_family() -> None:
