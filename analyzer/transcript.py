@@ -199,6 +199,10 @@ def _fields(table: str, row: dict) -> list[tuple[str, str]]:
 
 
 def _preview_of(table: str, row: dict) -> str | None:
+    decoded = row.get("payload_decoded")  # dissect --decode / --schema (dissectors.payload)
+    if decoded is not None:
+        cut = decoded if len(decoded) <= 4 * PREVIEW_BYTES else decoded[:4 * PREVIEW_BYTES] + "…"
+        return f"{row.get('payload_decoder')} {cut}"
     for col in PREVIEW_COLUMN.get(table, ()):
         v = row.get(col)
         if v is not None and (table != "nats" or col != "json_raw" or row.get("op") in
