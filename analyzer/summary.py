@@ -8,8 +8,10 @@ a second.  Tables other than `flows` and `anomalies` may be absent (the dissecto
 dataset vary): every reader returns ``None`` for a missing table or column and every
 section is skipped or empty, never an error.
 
-Definitions (kept the same as ``analyzer/spark/analyses.py`` so that both give the same
-numbers; rows never pair across captures):
+The cross-flow numbers (request/reply, publish -> delivery, publish -> ack) are not
+computed here: they are the results of the analyses (``analyzer.analyses``, one SQL
+definition each, run on the embedded DuckDB by ``analysis_results``), the same tables
+``msgcap analyze`` and ``msgcap spark analyze`` write (docs/analyses.md).  In short:
 
 * NATS *request*: a PUB/HPUB sent by a client (c2s) with a reply subject.  Its *replies*
   are the MSG/HMSG the server delivers on the requester's own connection for that reply
@@ -35,9 +37,9 @@ numbers; rows never pair across captures):
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections import Counter, defaultdict
@@ -50,6 +52,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzer.analyses import DELIVERY_WINDOW_NS  # the one named window (docs/analyses.md)
 from analyzer.cliutil import (
     FlexTable,
     UserError,
@@ -82,7 +85,6 @@ __all__ = [
 PUBS = ("PUB", "HPUB")
 MSGS = ("MSG", "HMSG")
 NO_RESPONDERS = 503
-DELIVERY_WINDOW_NS = 10_000_000_000  # a delivery more than 10 s after a publish is not its
 TOP_DEFAULT = 10
 CORE_TABLES = ("flows", "anomalies")
 # tables whose rows are application messages; first column names the message kind
@@ -292,18 +294,11 @@ class RequestPair:
     no_responders: bool = False
     latency_ns: int | None = None
     first_reply_record_id: int | None = None
-    first_reply_payload: bytes | None = None
     no_responders_record_id: int | None = None
 
     @property
     def answered(self) -> bool:
         return self.replies > 0
-
-
-_NATS_RR_COLS = [
-    "capture_id", "flow_id", "record_id", "direction", "op", "subject", "reply_to", "sid",
-    "ts_first", "ts_last", "status_code",
-]
 
 
 def _rows(t: pa.Table, cols: Sequence[str]) -> list[tuple]:
@@ -320,71 +315,32 @@ def _rows(t: pa.Table, cols: Sequence[str]) -> list[tuple]:
     return list(zip(*arrays, strict=True)) if arrays else []
 
 
+def analysis_results(ds: Dataset, window_ns: int | None = None) -> dict[str, pa.Table]:
+    """The analyses (``analyzer.analyses``, run on the embedded DuckDB) of ``ds``, run
+    once per dataset object and window: summary, report, ladder and transcript all read
+    these tables, so they show the numbers ``msgcap analyze`` and Spark write."""
+    from analyzer.analyses import DELIVERY_WINDOW_NS as DEFAULT_WINDOW
+    from analyzer.analyses import duck
+
+    window = DEFAULT_WINDOW if window_ns is None else int(window_ns)
+    cache = ds.__dict__.setdefault("_analysis_results", {})
+    if window not in cache:
+        root = ds.root if ds.root.is_dir() else None
+        cache[window] = duck.run(root, params={"delivery_window_ns": window})
+    return cache[window]
+
+
 def nats_request_reply(ds: Dataset) -> list[RequestPair]:
-    """Every NATS request of the dataset with its outcome (module docstring)."""
-    nats = ds.read("nats", _NATS_RR_COLS + ["payload"])
-    if nats is None or nats.num_rows == 0:
-        return []
-    op, d = nats["op"], nats["direction"]
-    is_req = pc.and_(
-        pc.and_(pc.is_in(op, pa.array(PUBS)), pc.equal(d, "c2s")), pc.is_valid(nats["reply_to"])
-    )
-    reqs = nats.filter(is_req)
-    if reqs.num_rows == 0:
-        return []
-    by_key: dict[tuple, list[RequestPair]] = defaultdict(list)
-    for cap, flow, rid, subj, reply, ts in _rows(
-        reqs, ["capture_id", "flow_id", "record_id", "subject", "reply_to", "ts_first"]
-    ):
-        by_key[(cap, flow, reply)].append(RequestPair(cap, flow, rid, subj, reply, ts or 0))
-    for lst in by_key.values():
-        lst.sort(key=lambda r: (r.ts_ns, r.record_id))
-    starts = {k: [r.ts_ns for r in v] for k, v in by_key.items()}
-    replies = pa.array(sorted({k[2] for k in by_key}))
-    # subscriptions whose subject is exactly a reply subject (pull-request inboxes)
-    subs = nats.filter(
-        pc.and_(pc.and_(pc.equal(op, "SUB"), pc.equal(d, "c2s")),
-                pc.is_in(nats["subject"], replies))
-    )
-    sid_subject: dict[tuple, str] = {}
-    for cap, flow, subj, sid in _rows(subs, ["capture_id", "flow_id", "subject", "sid"]):
-        sid_subject[(cap, flow, sid)] = subj
-    sid_flows = pa.array(sorted({k[1] for k in sid_subject}), pa.int64())
-    dl_mask = pc.and_(pc.is_in(op, pa.array(MSGS)), pc.equal(d, "s2c"))
-    dl_mask = pc.and_(
-        dl_mask,
-        pc.or_(pc.is_in(nats["subject"], replies), pc.is_in(nats["flow_id"], sid_flows)),
-    )
-    dl = nats.filter(dl_mask)
-    rows = _rows(
-        dl, ["capture_id", "flow_id", "record_id", "subject", "sid", "ts_first", "ts_last",
-             "status_code", "payload"]
-    )
-    rows.sort(key=lambda r: (r[5] or 0, r[2]))
-    for cap, flow, rid, subj, sid, t0, t1, status, payload in rows:
-        keys = [(cap, flow, subj)]
-        via_sid = sid_subject.get((cap, flow, sid))
-        if via_sid is not None and via_sid != subj:
-            keys.append((cap, flow, via_sid))
-        for key in keys:
-            lst = by_key.get(key)
-            if not lst:
-                continue
-            i = bisect.bisect_right(starts[key], t0 or 0) - 1
-            if i < 0:
-                continue
-            req = lst[i]
-            if status == NO_RESPONDERS:
-                req.no_responders = True
-                if req.no_responders_record_id is None:
-                    req.no_responders_record_id = rid
-                continue
-            req.replies += 1
-            if req.first_reply_record_id is None:
-                req.first_reply_record_id = rid
-                req.first_reply_payload = payload
-                req.latency_ns = (t1 or t0 or 0) - req.ts_ns
-    out = [r for lst in by_key.values() for r in lst]
+    """Every NATS request of the dataset with its outcome (the ``nats_request_reply``
+    analysis, docs/analyses.md)."""
+    t = analysis_results(ds)["nats_request_reply"]
+    out = [
+        RequestPair(r["capture_id"], r["flow_id"], r["request_record_id"], r["request_subject"],
+                    r["reply_subject"], r["request_ts_ns"] or 0, r["replies"],
+                    r["no_responders"], r["latency_ns"], r["first_reply_record_id"],
+                    r["no_responders_record_id"])
+        for r in t.to_pylist()
+    ]
     out.sort(key=lambda r: (r.capture_id, r.ts_ns, r.record_id))
     return out
 
@@ -405,71 +361,44 @@ class Delivery:
 
 
 def deliveries(ds: Dataset, window_ns: int = DELIVERY_WINDOW_NS) -> list[Delivery]:
-    """Publish -> delivery pairs of NATS and Pulsar (module docstring)."""
-    out: list[Delivery] = []
-    nats = ds.read(
-        "nats",
-        ["capture_id", "flow_id", "record_id", "direction", "op", "subject", "payload_sha256",
-         "ts_first", "ts_last"],
-    )
-    if nats is not None and nats.num_rows:
-        base = nats.filter(pc.and_(pc.is_valid(nats["payload_sha256"]),
-                                   pc.is_valid(nats["subject"])))
-        op, d = base["op"], base["direction"]
-        pubs = base.filter(pc.and_(pc.is_in(op, pa.array(PUBS)), pc.equal(d, "c2s")))
-        dels = base.filter(pc.and_(pc.is_in(op, pa.array(MSGS)), pc.equal(d, "s2c")))
-        index: dict[tuple, tuple[list[int], list[tuple]]] = {}
-        cols = ["capture_id", "subject", "payload_sha256", "ts_first", "record_id", "flow_id"]
-        for cap, subj, sha, ts, rid, flow in sorted(
-            _rows(pubs, cols), key=lambda r: (r[3] or 0, r[4])
-        ):
-            times, items = index.setdefault((cap, subj, sha), ([], []))
-            times.append(ts or 0)
-            items.append((ts or 0, rid, flow))
-        for cap, subj, sha, ts, rid, flow, t_last in _rows(dels, cols + ["ts_last"]):
-            entry = index.get((cap, subj, sha))
-            if entry is None:
-                continue
-            times, items = entry
-            i = bisect.bisect_right(times, ts or 0) - 1
-            if i < 0 or (ts or 0) - times[i] > window_ns:
-                continue
-            pts, prid, pflow = items[i]
-            out.append(Delivery("nats", cap, prid, pflow, rid, flow, subj,
-                                (t_last or ts or 0) - pts))
-    pm = ds.read(
-        "pulsar_messages",
-        ["capture_id", "flow_id", "record_id", "direction", "command", "topic",
-         "producer_name", "sequence_id", "ts_first", "ts_last"],
-    )
-    if pm is not None and pm.num_rows and "sequence_id" in pm.column_names:
-        sends: dict[tuple, tuple[int, int, int]] = {}
-        rows = _rows(pm, ["capture_id", "flow_id", "record_id", "command", "topic",
-                          "producer_name", "sequence_id", "ts_first", "ts_last"])
-        for cap, flow, rid, cmd, topic, prod, seq, t0, _t1 in rows:
-            if cmd == "SEND" and seq is not None:
-                sends.setdefault((cap, topic, prod, seq), (t0 or 0, rid, flow))
-        for cap, flow, rid, cmd, topic, prod, seq, t0, t1 in rows:
-            if cmd != "MESSAGE":
-                continue
-            hit = sends.get((cap, topic, prod, seq))
-            if hit is None:
-                continue
-            pts, prid, pflow = hit
-            out.append(Delivery("pulsar", cap, prid, pflow, rid, flow, topic or "",
-                                (t1 or t0 or 0) - pts))
-    return out
+    """Publish -> delivery pairs of NATS and Pulsar (the ``deliveries`` analysis, rows
+    matched to a publish)."""
+    t = analysis_results(ds, window_ns)["deliveries"]
+    return [
+        Delivery(r["protocol"], r["capture_id"], r["pub_record_id"], r["pub_flow_id"],
+                 r["delivery_record_id"], r["delivery_flow_id"], r["subject"], r["latency_ns"])
+        for r in t.to_pylist() if r["pub_record_id"] is not None
+    ]
+
+
+def fanout_summary(ds: Dataset) -> dict[str, Any]:
+    """NATS publish -> delivery matching in numbers (``deliveries`` and
+    ``delivery_fanout``): deliveries seen, matched to a publish of the capture, and
+    publishes nobody received."""
+    res = analysis_results(ds)
+    dl = [r for r in res["deliveries"].to_pylist() if r["protocol"] == "nats"]
+    fan = res["delivery_fanout"].to_pylist()
+    matched = [r["latency_ns"] for r in dl if r["pub_record_id"] is not None]
+    return {
+        "deliveries": len(dl),
+        "matched_to_publish": len(matched),
+        "publishes": len(fan),
+        "never_delivered": sum(1 for r in fan if not r["delivered"]),
+        "latency": latency_stats(matched),
+    }
 
 
 # ------------------------------------------------------------------------ acks
 
 
 def _pct(values: list[int], q: float) -> int | None:
+    """Discrete percentile, SQL's ``percentile_disc(q)``: the smallest value with at least
+    a fraction ``q`` of the values at or below it (what ``latency_percentiles`` gives)."""
     if not values:
         return None
     s = sorted(values)
-    k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
-    return s[k]
+    k = max(0, math.ceil(q * len(s)) - 1)
+    return s[min(k, len(s) - 1)]
 
 
 def latency_stats(values_ns: list[int]) -> dict[str, float | int | None]:
@@ -511,21 +440,13 @@ def _jetstream(ds: Dataset, pairs: list[RequestPair]) -> dict[str, Any] | None:
     if nats is None or nats.num_rows == 0:
         return None
     out: dict[str, Any] = {}
-    # publishes answered by a PubAck {"stream": .., "seq": ..} or an API error
-    acked = errors = 0
-    for p in pairs:
-        if p.subject.startswith("$JS.") or not p.answered or not p.first_reply_payload:
-            continue
-        try:
-            body = json.loads(p.first_reply_payload)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(body, dict) and "stream" in body and "seq" in body:
-            acked += 1
-        elif isinstance(body, dict) and "error" in body:
-            errors += 1
-    if acked or errors:
-        out["publishes"] = {"published": acked + errors, "acked": acked, "errors": errors,
+    # publishes answered by a PubAck or an API error (the publish_ack_latency analysis)
+    acks = [r for r in analysis_results(ds)["publish_ack_latency"].to_pylist()
+            if r["protocol"] == "jetstream"]
+    acked = sum(1 for r in acks if r["acked"])
+    errors = len(acks) - acked
+    if acks:
+        out["publishes"] = {"published": len(acks), "acked": acked, "errors": errors,
                             "unacked": 0}
     is_js = pc.starts_with(pc.fill_null(nats["reply_to"], ""), "$JS.ACK.")
     dl = nats.filter(pc.and_(pc.and_(pc.is_in(nats["op"], pa.array(MSGS)),
@@ -1025,6 +946,7 @@ def build_summary(ds: Dataset, top: int = TOP_DEFAULT) -> dict[str, Any]:
         "flows": flows,
         "protocols": _protocols(ds, top),
         "request_reply": {"nats": request_reply_summary(pairs)} if pairs else {},
+        "fanout": {"nats": fanout_summary(ds)} if ds.has("nats") else {},
         "acks": ack_health(ds, pairs),
         "anomalies": anomalies,
         "undecoded": undecoded,
@@ -1153,6 +1075,16 @@ def render_summary(s: dict[str, Any], console, time_mode: str = "utc") -> None:
             f"[red]{rr['unanswered']:,} unanswered[/]; latency ms p50 {lat['p50_ms']} "
             f"p90 {lat['p90_ms']} max {lat['max_ms']}"
         )
+    fan = s.get("fanout", {}).get("nats")
+    if fan and fan["deliveries"]:
+        lat = fan["latency"]
+        console.print(
+            f"[bold]NATS publish → delivery[/]: {fan['deliveries']:,} deliveries, "
+            f"{fan['matched_to_publish']:,} matched to a publish in the capture; "
+            f"{fan['publishes']:,} publishes, [red]{fan['never_delivered']:,} never "
+            f"delivered[/]; latency ms p50 {lat['p50_ms']} p90 {lat['p90_ms']} "
+            f"max {lat['max_ms']}"
+        )
     if s["acks"]:
         t = table("ack health", "protocol", "what", "total", "acked", "errors", "unacked",
                   right=("total", "acked", "errors", "unacked"))
@@ -1205,7 +1137,10 @@ def exit_status(s: dict[str, Any]) -> int:
 
 
 def summary_json(s: dict[str, Any]) -> str:
-    return json.dumps(s, indent=1, default=str)
+    """``--json``: every value passes the redaction gate before it is escaped."""
+    from dissectors.redaction import redact_values
+
+    return json.dumps(redact_values(s), indent=1, default=str)
 
 
 
@@ -1235,9 +1170,9 @@ def run_summary(args) -> int:
     except UserError as exc:
         return print_user_error(exc)
     if args.json:
-        import sys
+        from dissectors.redaction import write_gated
 
-        sys.stdout.write(summary_json(s) + "\n")
+        write_gated(summary_json(s) + "\n")
     else:
         render_summary(s, stdout_console(), getattr(args, "time", "utc"))
     return exit_status(s)
