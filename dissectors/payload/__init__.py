@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
+from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, NamedTuple
 
@@ -218,6 +219,7 @@ def _member(key: str, value: Any, depth: int) -> tuple[str, Any]:
     return key, marker(raw)
 
 
+@lru_cache(maxsize=8192)  # member names repeat message after message
 def _secret_name(key: str) -> bool:
     """The gate's stems (``SECRET_STEMS``) in the member name read as Go reads names
     (case and Unicode folds, separators ignored).  A decoded name is whole, so the gate's

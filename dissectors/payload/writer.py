@@ -82,8 +82,12 @@ class DecodingWriter:
             rows = list(rows)
         self.engine.observe(spec.name, rows)  # schemas announced (Pulsar commands)
         if decoded_source(spec.name) is not None:
+            # a --workers sink writes only its share of the flows: decode only that share
+            # (every worker still sees every command row, so schemas cross flows)
+            owns = getattr(self._inner, "owns", None)
+            mine = rows if owns is None else [r for r in rows if owns(r.get("flow_id"))]
             with keeping_secrets(self.keep_secrets):
-                decode_rows(self.engine, spec.name, rows)
+                decode_rows(self.engine, spec.name, mine)
         return self._inner.write_rows(spec, rows)
 
     def __getattr__(self, name: str) -> Any:

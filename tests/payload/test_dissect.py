@@ -61,3 +61,16 @@ def test_bad_schema_is_a_user_error(tmp_path: Path) -> None:
              "-o", str(tmp_path / "o"), "--schema", spec], capture_output=True, text=True)
         assert proc.returncode == 2
         assert "error: " in proc.stderr and f"fix: {fix}" in proc.stderr
+
+
+def test_workers_decode_the_same(tmp_path: Path) -> None:
+    """--workers 2: each worker decodes its share of the flows, the rows are the same."""
+    cols = ["record_id", "payload_decoder", "payload_schema_id", "payload_decoded"]
+    out = {}
+    for n in (1, 2):
+        dissect_capture(SAMPLES / "pulsar-schemas.pcap", tmp_path / str(n),
+                        Options(payload_schemas=()), workers=n)
+        out[n] = pq.read_table(tmp_path / str(n) / "pulsar_messages",
+                               columns=cols).sort_by("record_id").to_pylist()
+    assert out[1] == out[2]
+    assert len(out[1]) == 32 and all(r["payload_decoded"] for r in out[1])
