@@ -65,3 +65,15 @@ def test_spark_get_json_object(dataset: Path, spark) -> None:  # noqa: F811
     assert got == want
     assert got[0] == ("orders.eu", "1000", None, None)
     assert ("shop.events.placed", "1099511627776", None, "B-0") in got
+
+
+def test_report_shows_the_decoded_value(dataset: Path, tmp_path: Path) -> None:
+    import html
+
+    out = tmp_path / "r.html"
+    proc = subprocess.run([sys.executable, "-m", "analyzer.cli", "report", str(dataset),
+                           "-o", str(out), "--flow", "0", "-q"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text("utf-8")
+    first = json.dumps(TRUTH[0]["value"], separators=(",", ":"))
+    assert "payload json " + html.escape(first) in page  # the sequence diagram's hover text
