@@ -112,8 +112,9 @@ def cmd_flows(args: argparse.Namespace) -> int:
                 rows.append(row)
     rows.sort(key=lambda r: (r.get("capture", ""), r["flow_id"]))
     if args.json:
-        json.dump(rows, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        from dissectors.redaction import redact_values, write_gated
+
+        write_gated(json.dumps(redact_values(rows), indent=1, default=str) + "\n")
         sys.stdout.flush()
     else:
         _print_flows(rows, args.time)

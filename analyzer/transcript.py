@@ -850,14 +850,16 @@ def step_objects(lanes: list[str], steps: list[Step]) -> Iterator[dict[str, Any]
 
 
 def write_ndjson(objects: Iterator[dict[str, Any]]) -> None:
-    """One JSON object per line on stdout (``jq -c``, ``| head`` and line tools work)."""
+    """One JSON object per line on stdout (``jq -c``, ``| head`` and line tools work);
+    values pass the redaction gate before they are escaped."""
     import json
     import sys
 
-    out = sys.stdout
+    from dissectors.redaction import redact_values, write_gated
+
     for o in objects:
-        out.write(json.dumps(o, ensure_ascii=False, default=str) + "\n")
-    out.flush()
+        write_gated(json.dumps(redact_values(o), ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
 
 
 # ------------------------------------------------------------------------ command line

@@ -694,6 +694,36 @@ def redact(value: T) -> T:
     return redact_bytes(value) if isinstance(value, bytes) else redact_text(value)
 
 
+def redact_values(value: Any) -> Any:
+    """A JSON-able value whose every string (keys too) and bytes passed the gate.
+
+    Why not gate the JSON text afterwards: the gate reads raw bytes, and JSON escaping
+    (``\\"``, ``\\u``) changes what a fragment looks like — a cut preview such as
+    ``"{\\"server_id\\":\\"NC6…`` inside an NDJSON line reads as a JSON tail cut at its
+    start and would withhold the whole line.  Values gated before ``json.dumps`` are then
+    written with ``write_gated``."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, bytes):
+        return redact_bytes(value)
+    if isinstance(value, dict):
+        return {redact_values(k): redact_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_values(v) for v in value]
+    return value
+
+
+def write_gated(text: str, file: TextIO | None = None) -> None:
+    """Write ``text`` that already passed the gate (JSON built from ``redact_values``):
+    past the line gate of ``gated_output``, in order with what was held before it."""
+    out = sys.stdout if file is None else file
+    passed = getattr(out, "write_passed", None)
+    if passed is not None:
+        passed(text)
+    else:
+        out.write(text)
+
+
 class LineGate:
     """The gate for a byte stream printed as it arrives (``msgcap follow``): whole lines
     pass ``redact_bytes``; a partial line is held until its end, until ``flush`` (the
@@ -759,11 +789,19 @@ class _GatedText:
         return len(text)
 
     def flush(self) -> None:
+        self._release()
+        self._file.flush()
+
+    def _release(self) -> None:
         if self._gate is not None:
             out = self._gate.flush()
             if out:
                 self._file.write(out.decode("utf-8", "surrogateescape"))
-        self._file.flush()
+
+    def write_passed(self, text: str) -> None:
+        """Text whose values passed the gate before escaping (``write_gated``)."""
+        self._release()
+        self._file.write(text)
 
     @property
     def buffer(self) -> BinaryIO:  # raw bytes (msgcap follow gates them itself)

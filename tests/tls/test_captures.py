@@ -159,7 +159,8 @@ def test_pulsar_on_6651_inside_tls_is_dissected_like_plain_pulsar(tmp_path):
     a = Dissected(plain, tmp_path / "plain")
     b = Dissected(pcap, tmp_path / "tls", keys)
     strip = ("capture", "capture_id", "flow_id", "record_id", "parent_record_id", "src_ip",
-             "src_port", "dst_ip", "dst_port", "ts_first", "ts_last", "frame_first", "frame_last")
+             "src_port", "dst_ip", "dst_port", "ts_first", "ts_last", "ts_first_ns", "ts_last_ns",
+                 "frame_first", "frame_last")
     for table in ("pulsar_commands", "pulsar_messages"):
         ra = [{k: v for k, v in r.items() if k not in strip} for r in a.rows(table)]
         rb = [{k: v for k, v in r.items() if k not in strip} for r in b.rows(table)]
