@@ -74,3 +74,15 @@ def test_workers_decode_the_same(tmp_path: Path) -> None:
                                columns=cols).sort_by("record_id").to_pylist()
     assert out[1] == out[2]
     assert len(out[1]) == 32 and all(r["payload_decoded"] for r in out[1])
+
+
+def test_stan_data_is_decoded_from_its_own_column(tmp_path: Path) -> None:
+    """STAN rows (children of NATS rows, dict rows) decode `data`, not the NATS payload."""
+    dissect_capture(SAMPLES / "stan-basic.pcap", tmp_path, Options(payload_schemas=()))
+    rows = pq.read_table(tmp_path / "stan").to_pylist()
+    text = [r for r in rows if r["payload_decoder"] == "text"]
+    assert len(text) == 56
+    assert {r["msg_type"] for r in text} == {"PubMsg", "MsgProto"}
+    for r in text:
+        assert json.loads(r["payload_decoded"]) == r["data"].decode()
+    assert all(r["payload_decoded"] is None for r in rows if r["data"] is None)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import fastavro
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dissectors.payload.schemas import decoding_for
 from dissectors.testing import dissect_with_cli
@@ -145,3 +147,57 @@ def test_unusable_announced_schema_is_an_error_column() -> None:
         out = engine.columns(b"\x02", False, topic)
         assert out["payload_decoded"] is None
         assert out["payload_decode_error"].startswith("announced ")
+
+
+KINDS = ["Avro", "Json", "ProtobufNative", "Protobuf", "String", "Int32", "Double", "Bool",
+         "Timestamp", "Instant", "KeyValue"]
+
+
+def _fuzz_engine():
+    engine = decoding_for([])
+    fds = descriptor_set()
+    kv = struct.pack(">i", 0) + struct.pack(">i", len(json.dumps(AVSC))) + json.dumps(
+        AVSC).encode()
+    data = {"Avro": json.dumps(AVSC).encode(), "ProtobufNative": fds, "KeyValue": kv}
+    props = {"KeyValue": {"key.schema.type": "String", "value.schema.type": "Avro"}}
+    engine.observe("pulsar_commands", [
+        _cmd("PRODUCER", request_id=i, topic=k,
+             schema=_schema(k, data.get(k, b""), **props.get(k, {})))
+        for i, k in enumerate(KINDS)])
+    return engine
+
+
+def descriptor_set() -> bytes:
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    from dissectors.payload.schemas import load_schema_spec
+
+    cls = load_schema_spec(
+        f"x={SAMPLES / 'payloads' / 'shop.proto'}#shop.OrderEvent").schema
+    fds = descriptor_pb2.FileDescriptorSet()
+    cls.DESCRIPTOR.file.CopyToProto(fds.file.add())
+    return json.dumps({"fileDescriptorSet": base64.b64encode(fds.SerializeToString()).decode(),
+                       "rootMessageTypeName": "shop.OrderEvent",
+                       "rootFileDescriptorName": "shop.proto"}).encode()
+
+
+FUZZ_ENGINE = None
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(KINDS), junk=st.binary(max_size=200))
+def test_fuzzed_payloads_on_announced_schemas_never_raise(kind: str, junk: bytes) -> None:
+    global FUZZ_ENGINE
+    if FUZZ_ENGINE is None:
+        FUZZ_ENGINE = _fuzz_engine()
+    out = FUZZ_ENGINE.columns(junk, False, kind)
+    if not junk:  # an empty payload is no value: nothing to decode
+        assert set(out.values()) == {None}
+        return
+    assert out["payload_schema_id"] == f"pulsar:{kind}@?"
+    if out["payload_decoded"] is None:
+        assert out["payload_decode_error"]
+    else:
+        json.loads(out["payload_decoded"])
