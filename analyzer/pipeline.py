@@ -104,13 +104,16 @@ class Options:
     def as_json(self) -> dict[str, Any]:
         """What goes into the manifest and Parquet metadata (reproducibility)."""
         lim = self.limits
-        return {
+        out = {
             "payload_cap": self.payload_cap,
             "decode_as": {str(k): v for k, v in sorted(self.decode_as.items())},
             "keylog": self.keylog,
             "keep_secrets": self.keep_secrets,
             "limits": {k: getattr(lim, k) for k in lim.__slots__ if k != "budget"},
         }
+        if self.payload_schemas is not None:  # only when asked: older manifests unchanged
+            out["payload_schemas"] = list(self.payload_schemas)
+        return out
 
 
 @dataclass

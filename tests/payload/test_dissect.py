@@ -86,3 +86,13 @@ def test_stan_data_is_decoded_from_its_own_column(tmp_path: Path) -> None:
     for r in text:
         assert json.loads(r["payload_decoded"]) == r["data"].decode()
     assert all(r["payload_decoded"] is None for r in rows if r["data"] is None)
+
+
+def test_manifest_records_the_decoding_options(tmp_path: Path) -> None:
+    dissect_capture(SAMPLES / "nats-basic.pcap", tmp_path / "on",
+                    Options(payload_schemas=("a.*=text",)))
+    dissect_capture(SAMPLES / "nats-basic.pcap", tmp_path / "off", Options())
+    on = json.loads((tmp_path / "on" / "manifest.json").read_text())
+    off = json.loads((tmp_path / "off" / "manifest.json").read_text())
+    assert on["inputs"][0]["options"]["payload_schemas"] == ["a.*=text"]
+    assert "payload_schemas" not in off["inputs"][0]["options"]
