@@ -12,7 +12,7 @@ captured).  Timestamps are integer nanoseconds since the Unix epoch (UTC).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 
 
@@ -59,34 +59,86 @@ class Endpoint:
         return f"{host}:{self.port}"
 
 
-@dataclass(slots=True)
+def _pair_counter(name: str) -> property:
+    """A per-direction ``[c2s, s2c]`` counter of ``FlowInfo`` allocated on first use:
+    most flows of a SYN flood never carry a byte, and five two-item lists a flow cost
+    more than the rest of it (docs/robustness.md, memory budget)."""
+    slot = "_" + name
+
+    def get(self: FlowInfo) -> list:
+        value = getattr(self, slot)
+        if value is None:
+            value = [False, False] if name == "mid_stream" else [0, 0]
+            setattr(self, slot, value)
+        return value
+
+    def put(self: FlowInfo, value: list) -> None:
+        setattr(self, slot, value)
+
+    return property(get, put, doc=f"{name} per direction (c2s, s2c)")
+
+
 class FlowInfo:
     """Everything known about one flow; updated in place while the flow lives.
 
     The same object is referenced by every event of the flow, so consumers can read
     endpoints without each event carrying them.  It is final once ``StreamClose`` (TCP)
     or ``FlowEnd`` (UDP) has been emitted.
+
+    One is held per flow for as long as the flow lives (a SYN flood holds hundreds of
+    thousands), so it is lean: slots, and the per-direction counters other than
+    ``packets`` are lists made on first use (reading one makes it too).
     """
 
-    flow_id: int
-    transport: Transport
-    client: Endpoint
-    server: Endpoint
-    role_source: RoleSource
-    ts_first_ns: int
-    ts_last_ns: int
-    frame_first: int
-    frame_last: int
-    packets: list[int] = field(default_factory=lambda: [0, 0])
+    __slots__ = ("flow_id", "transport", "client", "server", "role_source", "ts_first_ns",
+                 "ts_last_ns", "frame_first", "frame_last", "packets", "_payload_bytes",
+                 "_stream_bytes", "_gap_bytes", "_overlap_conflicts", "_mid_stream",
+                 "close_reason", "vlan")
+
     # bytes of transport payload as captured, per direction (retransmissions included)
-    payload_bytes: list[int] = field(default_factory=lambda: [0, 0])
+    payload_bytes = _pair_counter("payload_bytes")
     # bytes delivered as stream data (each stream byte counted once)
-    stream_bytes: list[int] = field(default_factory=lambda: [0, 0])
-    gap_bytes: list[int] = field(default_factory=lambda: [0, 0])
-    overlap_conflicts: list[int] = field(default_factory=lambda: [0, 0])
-    mid_stream: list[bool] = field(default_factory=lambda: [False, False])
-    close_reason: str = ""
-    vlan: tuple[int, ...] = ()
+    stream_bytes = _pair_counter("stream_bytes")
+    gap_bytes = _pair_counter("gap_bytes")
+    overlap_conflicts = _pair_counter("overlap_conflicts")
+    mid_stream = _pair_counter("mid_stream")
+
+    def __init__(self, flow_id: int, transport: Transport, client: Endpoint, server: Endpoint,
+                 role_source: RoleSource, ts_first_ns: int, ts_last_ns: int, frame_first: int,
+                 frame_last: int, close_reason: str = "", vlan: tuple[int, ...] = ()) -> None:
+        self.flow_id = flow_id
+        self.transport = transport
+        self.client = client
+        self.server = server
+        self.role_source = role_source
+        self.ts_first_ns = ts_first_ns
+        self.ts_last_ns = ts_last_ns
+        self.frame_first = frame_first
+        self.frame_last = frame_last
+        self.packets = [0, 0]  # every flow has one: not worth making lazily
+        self._payload_bytes = self._stream_bytes = self._gap_bytes = None
+        self._overlap_conflicts = self._mid_stream = None
+        self.close_reason = close_reason
+        self.vlan = vlan
+
+    _FIELDS = ("flow_id", "transport", "client", "server", "role_source", "ts_first_ns",
+               "ts_last_ns", "frame_first", "frame_last", "packets", "payload_bytes",
+               "stream_bytes", "gap_bytes", "overlap_conflicts", "mid_stream",
+               "close_reason", "vlan")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._FIELDS)
+
+    def __eq__(self, other: object) -> bool:  # as the dataclass it was: by value
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self is other or self._values() == other._values()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={v!r}" for n, v in zip(self._FIELDS, self._values(), strict=True))
+        return f"FlowInfo({inner})"
 
     def endpoint(self, direction: Direction) -> tuple[Endpoint, Endpoint]:
         """(source, destination) of a chunk travelling in ``direction``."""

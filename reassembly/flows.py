@@ -71,10 +71,12 @@ def _wscale_option(options: bytes) -> int | None:
         i += options[i + 1]
     return None
 
-# What one flow costs in memory (its FlowInfo, endpoints, half streams, both keys and
-# table entries) for the run's memory budget (``Limits.budget``): measured as the RSS
-# of a SYN flood per flow, the whole pipeline included (docs/robustness.md).
-FLOW_BYTES = 3072
+# What one flow costs in memory (its FlowInfo, client endpoint, key, direction states
+# and table entries) for the run's memory budget (``Limits.budget``): a half-open flow
+# measured 1,107 bytes of RSS in the flow table (300,000 SYNs; tests/hostile/
+# test_memory_budget.py keeps this from undercounting it), rounded up for the table's
+# growth steps and longer IPv6 keys (docs/robustness.md).
+FLOW_BYTES = 1280
 # Endpoints remembered to be shared between flows (``FlowTable._endpoint``); the cache
 # is emptied when full, so it costs at most this many entries.
 _ENDPOINT_CACHE = 4096
@@ -106,40 +108,58 @@ def _roles_by_port(sport: int, dport: int) -> tuple[bool, RoleSource]:
     return bool(hint), RoleSource.FIRST_PACKET if hint is None else RoleSource.PORT
 
 
+_NO_WSCALE: tuple[int | None, int | None] = (None, None)  # shared until a SYN has options
+
+
 class _Tcp:
-    """Per-connection TCP state: two half streams plus close bookkeeping.  A flow not
-    ``owned`` (another process reassembles it) has two ``TcpHalfTracker`` objects."""
+    """Per-connection TCP state: two half streams plus close bookkeeping.
 
-    __slots__ = ("info", "halves", "fin", "rst", "closing", "owned", "wscale")
+    One is held per connection for as long as it lives, so it is lean (a half-open flow
+    must cost a few hundred bytes, not kilobytes): a direction has no state until a
+    packet is sent in it, then a ``TcpHalfTracker`` (sequence base only) while it has
+    sent only a SYN, and a ``TcpHalfStream`` from the first packet that needs one (data,
+    FIN, an ACK of the peer's bytes: ``FlowTable._half``).  A flow not ``owned`` (another
+    process reassembles it) only ever has trackers."""
 
-    def __init__(
-        self, info: FlowInfo, limits: Limits, emit: Callable[[Event], None], owned: bool = True
-    ) -> None:
+    __slots__ = ("info", "key", "c2s", "s2c", "fin", "rst", "closing", "owned", "wscale")
+
+    def __init__(self, info: FlowInfo, key: tuple, owned: bool = True) -> None:
         self.info = info
+        self.key = key  # the client-to-server key; the other is its reverse
         self.owned = owned
-        self.halves: tuple[TcpHalfStream, TcpHalfStream] | tuple[TcpHalfTracker, TcpHalfTracker]
-        if owned:
-            self.halves = (
-                TcpHalfStream(info, Direction.C2S, limits, emit),
-                TcpHalfStream(info, Direction.S2C, limits, emit),
-            )
-        else:
-            self.halves = (TcpHalfTracker(), TcpHalfTracker())
-        self.fin = [False, False]
+        # each direction's state (slots rather than a list: one object less a flow)
+        self.c2s: TcpHalfStream | TcpHalfTracker | None = None
+        self.s2c: TcpHalfStream | TcpHalfTracker | None = None
+        self.fin = 0  # bit 1 << direction: that side sent a FIN
         self.rst = False
         self.closing = False
         # window scale shift each direction announced in its SYN (None: no option)
-        self.wscale: list[int | None] = [None, None]
+        self.wscale = _NO_WSCALE
+
+    @property
+    def halves(self) -> tuple[TcpHalfStream | TcpHalfTracker | None, ...]:
+        """(c2s, s2c) states, None for a direction that sent nothing yet."""
+        return self.c2s, self.s2c
 
     def window_bytes(self, direction: Direction, window: int, syn: bool) -> int:
         """A window field in bytes: scaled once both SYNs carried the option (RFC 7323),
         never in a SYN itself; unknown scaling (no handshake seen) is read leniently."""
         if syn:
             return window
-        if not all(h.syn_seen for h in self.halves):
+        if not all(h is not None and h.syn_seen for h in self.halves):
             return window << UNKNOWN_WSCALE
         shift = self.wscale[direction]
         return window << shift if shift is not None and None not in self.wscale else window
+
+
+class _Udp:
+    """A UDP flow in the table: its info and its client-to-server key."""
+
+    __slots__ = ("info", "key")
+
+    def __init__(self, info: FlowInfo, key: tuple) -> None:
+        self.info = info
+        self.key = key
 
 
 class FlowTable:
@@ -157,11 +177,13 @@ class FlowTable:
         self.limits = limits
         self.emit = emit
         self.owns = owns
-        self._by_key: dict[tuple, tuple[object, Direction]] = {}
-        self._keys: dict[int, tuple[tuple, tuple]] = {}
+        # a flow's client-to-server 5-tuple -> its state: one key a flow; a packet
+        # found under its reversed 5-tuple travels server to client (``_entry``)
+        self._by_key: dict[tuple, _Tcp | _Udp] = {}
+        self._held = 0  # flows registered under their keys
         self._open: OrderedDict[int, _Tcp] = OrderedDict()
         self._closing: OrderedDict[int, _Tcp] = OrderedDict()
-        self._udp: OrderedDict[int, FlowInfo] = OrderedDict()
+        self._udp: OrderedDict[int, _Udp] = OrderedDict()
         # TCP flows idle past the timeout, buffers freed, still registered under their
         # keys: a continuation wakes them (the same flow), anything else closes them
         self._asleep: OrderedDict[int, _Tcp] = OrderedDict()
@@ -194,25 +216,55 @@ class FlowTable:
         self._next_id += 1
         return info
 
-    def _register(self, info: FlowInfo, state: object, key_c2s: tuple, key_s2c: tuple) -> None:
-        self._by_key[key_c2s] = (state, Direction.C2S)
-        self._by_key[key_s2c] = (state, Direction.S2C)
-        self._keys[info.flow_id] = (key_c2s, key_s2c)
+    def _register(self, state: _Tcp | _Udp) -> None:
+        self._by_key[state.key] = state
+        self._held += 1
         self._hold_budget()
 
-    def _unregister(self, info: FlowInfo) -> None:
-        for key in self._keys.pop(info.flow_id, ()):
-            entry = self._by_key.get(key)
-            if entry is not None and _info_of(entry[0]) is info:
-                del self._by_key[key]
+    def _unregister(self, state: _Tcp | _Udp) -> None:
+        if self._by_key.get(state.key) is state:
+            del self._by_key[state.key]
+        self._held -= 1
         self._hold_budget()
+
+    def _entry(self, key: tuple) -> tuple[_Tcp | _Udp, Direction] | None:
+        """The flow a packet with this 5-tuple belongs to, and the packet's direction."""
+        state = self._by_key.get(key)
+        if state is not None:
+            return state, Direction.C2S
+        src, sport, dst, dport = key
+        state = self._by_key.get((dst, dport, src, sport))
+        return None if state is None else (state, Direction.S2C)
+
+    def _half(self, conn: _Tcp, direction: Direction, full: bool
+              ) -> TcpHalfStream | TcpHalfTracker:
+        """A direction's state, made on first use: a ``TcpHalfTracker`` while it needs
+        no more (``full`` False: a first SYN, a bare packet), a ``TcpHalfStream`` grown
+        from it when it does.  Flows not owned only ever get trackers."""
+        half = conn.s2c if direction else conn.c2s
+        if half.__class__ is TcpHalfStream:
+            return half  # type: ignore[return-value]
+        if full and conn.owned:
+            new: TcpHalfStream | TcpHalfTracker = TcpHalfStream(
+                conn.info, direction, self.limits, self.emit)
+            if half is not None:
+                new.adopt(half)  # type: ignore[arg-type, union-attr]
+        elif half is None:
+            new = TcpHalfTracker()
+        else:
+            return half
+        if direction:
+            conn.s2c = new
+        else:
+            conn.c2s = new
+        return new
 
     # -- memory budget ------------------------------------------------------------------
 
     def _hold_budget(self) -> None:
         budget = self.limits.budget
         if budget is not None:
-            budget.hold(self, len(self._keys) * FLOW_BYTES, tier=1)
+            budget.hold(self, self._held * FLOW_BYTES, tier=1)
 
     def release_memory(self, need: int) -> None:
         """The run's memory budget is reached and no buffer is left to give back: evict
@@ -221,17 +273,17 @@ class FlowTable:
         never evicted: it is the one being worked on (a flow being created is not in
         the activity orders yet; a packet moves its flow to the most recent end)."""
         freed = 0
-        while freed < need and len(self._keys) > 1:
-            before = len(self._keys)
+        while freed < need and self._held > 1:
+            before = self._held
             self._evict(None, None, memory=True)
-            if len(self._keys) >= before:
+            if self._held >= before:
                 break
-            freed += (before - len(self._keys)) * FLOW_BYTES
+            freed += (before - self._held) * FLOW_BYTES
 
-    def _owned(self, state: object) -> bool:
+    def _owned(self, state: _Tcp | _Udp) -> bool:
         if isinstance(state, _Tcp):
             return state.owned
-        return self.owns is None or self.owns(state.flow_id)  # type: ignore[attr-defined]
+        return self.owns is None or self.owns(state.info.flow_id)
 
     def _evict(self, ts_ns: int | None, frame: int | None, memory: bool = False) -> None:
         """Table full (or, ``memory``, the run's memory budget reached): close the least
@@ -274,19 +326,19 @@ class FlowTable:
         ts_ns, frame = info.ts_last_ns, info.frame_last
         if isinstance(state, _Tcp):
             for half in state.halves:
-                half.finish(ts_ns, frame)
+                if half is not None:
+                    half.finish(ts_ns, frame)
             info.close_reason = reason
             self._open.pop(info.flow_id, None)
             self._closing.pop(info.flow_id, None)
             self._asleep.pop(info.flow_id, None)
-            self._unregister(info)
+            self._unregister(state)
             if state.owned:
                 self.emit(StreamClose(info, ts_ns, reason))
         else:
-            info = state  # type: ignore[assignment]
             info.close_reason = reason
             self._udp.pop(info.flow_id, None)
-            self._unregister(info)
+            self._unregister(state)  # type: ignore[arg-type]
             if self.owns is None or self.owns(info.flow_id):
                 self.emit(FlowEnd(info, ts_ns, reason))
 
@@ -357,7 +409,7 @@ class FlowTable:
             missing -= hlen - len(payload)
         data = payload[hlen:]
         key = (src, sport, dst, dport)
-        entry = self._stale_checked(self._by_key.get(key), ts_ns)
+        entry = self._stale_checked(self._entry(key), ts_ns)
         if entry is not None and entry[0].info.flow_id in self._asleep:
             entry = self._wake(entry, seq, ack, flags)
         syn_only = flags & (SYN | ACK) == SYN
@@ -374,16 +426,26 @@ class FlowTable:
         info.ts_last_ns = max(info.ts_last_ns, ts_ns)
         info.frame_last = frame
         info.packets[direction] += 1
-        info.payload_bytes[direction] += len(data)
+        if data:  # the counter list is made on first use (a SYN flood has none)
+            info.payload_bytes[direction] += len(data)
         table = self._closing if conn.closing else self._open
         table.move_to_end(info.flow_id)
 
-        mine, peer = conn.halves[direction], conn.halves[1 - direction]
+        # a tracker serves this side while it sent no more than a first SYN
+        mine = conn.s2c if direction else conn.c2s
+        full = bool(data) or missing > 0 or bool(flags & FIN) or (
+            bool(flags & SYN) and mine is not None and mine.syn_seen)
+        mine = self._half(conn, direction, full)
         if flags & SYN:
             mine.set_isn(seq, ts_ns, frame)
-            conn.wscale[direction] = _wscale_option(payload[20:hlen])
+            wscale = _wscale_option(payload[20:hlen])
+            if wscale != conn.wscale[direction]:
+                pair = list(conn.wscale)
+                pair[direction] = wscale
+                conn.wscale = (pair[0], pair[1])
             seq = (seq + 1) % (1 << 32)
         if flags & ACK:
+            peer = self._half(conn, Direction(1 - direction), True)
             peer.on_ack(ack, ts_ns, frame)
             peer.on_window(ack, conn.window_bytes(direction, window, bool(flags & SYN)))
         if data:
@@ -402,11 +464,11 @@ class FlowTable:
             mine.on_cut((seq + len(data) + missing) % (1 << 32))
         if flags & FIN:
             mine.on_fin(seq, len(data) + max(missing, 0))
-            conn.fin[direction] = True
+            conn.fin |= 1 << direction
         mine.last_end = (seq + len(data) + max(missing, 0)) % (1 << 32)
         if flags & RST:
             conn.rst = True
-        if not conn.closing and (conn.rst or all(conn.fin)):
+        if not conn.closing and (conn.rst or conn.fin == 3):
             conn.closing = True
             del self._open[info.flow_id]
             self._closing[info.flow_id] = conn
@@ -441,7 +503,7 @@ class FlowTable:
         self._asleep[conn.info.flow_id] = conn
         for half in conn.halves:
             if isinstance(half, TcpHalfStream):
-                half.recent = bytearray()
+                half.recent = b""
 
     def _wake(self, entry: tuple, seq: int, ack: int, flags: int) -> tuple | None:
         """A packet on the 4-tuple of a sleeping flow: if its sequence number continues
@@ -450,9 +512,10 @@ class FlowTable:
         connection picked up mid-stream) the sleeping flow is closed."""
         conn, direction = entry
         if not flags & SYN:
-            marks = [(conn.halves[direction].last_end, seq)]
+            mine, peer = conn.halves[direction], conn.halves[1 - direction]
+            marks = [(mine.last_end if mine is not None else None, seq)]
             if flags & ACK:
-                marks.append((conn.halves[1 - direction].last_end, ack))
+                marks.append((peer.last_end if peer is not None else None, ack))
             for end, value in marks:
                 if end is not None and (
                     (value - end) % (1 << 32) <= CONTINUE_SLACK_BYTES
@@ -467,25 +530,25 @@ class FlowTable:
     def swap_roles(self, info: FlowInfo, source: RoleSource) -> None:
         """A layer above learned the roles better than the port hint did (QUIC: who sent
         the first Initial): swap client and server of a UDP flow in place."""
-        keys = self._keys.get(info.flow_id)
-        if keys is None or info.transport is not Transport.UDP:
+        state = self._udp.get(info.flow_id)
+        if state is None or state.info is not info:
             return
         info.client, info.server = info.server, info.client
         for counts in (info.packets, info.payload_bytes, info.stream_bytes, info.gap_bytes,
                        info.overlap_conflicts, info.mid_stream):
             counts.reverse()
         info.role_source = source
-        key_c2s, key_s2c = keys[1], keys[0]
-        self._keys[info.flow_id] = (key_c2s, key_s2c)
-        self._by_key[key_c2s] = (info, Direction.C2S)
-        self._by_key[key_s2c] = (info, Direction.S2C)
+        self._unregister(state)
+        src, sport, dst, dport = state.key
+        state.key = (dst, dport, src, sport)
+        self._register(state)
 
     def _is_new_connection(self, conn: _Tcp, direction: Direction, seq: int) -> bool:
         """A bare SYN on a known 4-tuple starts a new connection unless it repeats the SYN."""
         if conn.closing:
             return True
         half = conn.halves[direction]
-        return half.base is not None and (seq + 1) % (1 << 32) != half.base
+        return half is not None and half.base is not None and (seq + 1) % (1 << 32) != half.base
 
     def _open_tcp(self, src, sport, dst, dport, flags, ts_ns, frame, vlans):
         if flags & (SYN | ACK) == SYN:
@@ -494,27 +557,26 @@ class FlowTable:
             src_is_server, source = True, RoleSource.SYN_ACK
         else:
             src_is_server, source = _roles_by_port(sport, dport)
-        info, keys, direction = self._create(
+        info, key, direction = self._create(
             Transport.TCP, (src, sport, dst, dport), src_is_server, source, ts_ns, frame, vlans
         )
         owned = self.owns is None or self.owns(info.flow_id)
-        conn = _Tcp(info, self.limits, self.emit, owned)
+        conn = _Tcp(info, key, owned)
         if not owned:
             self.counters["light_flows"] += 1
-        self._register(info, conn, *keys)
+        self._register(conn)
         self._open[info.flow_id] = conn
         self.counters["tcp_flows"] += 1
         return conn, direction
 
     def _create(self, transport, tup, src_is_server, source, ts_ns, frame, vlans):
-        """A new flow's info, its (c2s, s2c) keys and the direction of this packet."""
+        """A new flow's info, its client-to-server key and the direction of this packet."""
         src, sport, dst, dport = tup
         a, b = self._endpoint(src, sport), self._endpoint(dst, dport)
         client, server = (b, a) if src_is_server else (a, b)
         info = self._new_info(transport, client, server, source, ts_ns, frame, vlans)
-        rev = (dst, dport, src, sport)
-        keys = (rev, tup) if src_is_server else (tup, rev)
-        return info, keys, Direction.S2C if src_is_server else Direction.C2S
+        key = (dst, dport, src, sport) if src_is_server else tup
+        return info, key, Direction.S2C if src_is_server else Direction.C2S
 
     def _endpoint(self, ip: bytes, port: int) -> Endpoint:
         """The (immutable) endpoint, shared by the flows that have it: a server's
@@ -550,27 +612,30 @@ class FlowTable:
         sport, dport = _UDP_HDR.unpack_from(payload)
         data = payload[8:]
         key = (src, sport, dst, dport)
-        entry = self._stale_checked(self._by_key.get(key), ts_ns)
+        entry = self._stale_checked(self._entry(key), ts_ns)
         if entry is None:
-            info, keys, direction = self._create(
+            info, c2s, direction = self._create(
                 Transport.UDP, key, *_roles_by_port(sport, dport), ts_ns, frame, vlans
             )
-            self._register(info, info, *keys)
-            self._udp[info.flow_id] = info
+            state = _Udp(info, c2s)
+            self._register(state)
+            self._udp[info.flow_id] = state
             self.counters["udp_flows"] += 1
             if self.owns is not None and not self.owns(info.flow_id):
                 self.counters["light_flows"] += 1
         else:
-            info, direction = entry  # type: ignore[assignment]
+            state, direction = entry
+            info = state.info
             self._udp.move_to_end(info.flow_id)
         info.ts_last_ns = max(info.ts_last_ns, ts_ns)
         info.frame_last = frame
         info.packets[direction] += 1
-        info.payload_bytes[direction] += len(data)
-        info.stream_bytes[direction] += len(data)
+        if data:
+            info.payload_bytes[direction] += len(data)
+            info.stream_bytes[direction] += len(data)
         if self.owns is None or self.owns(info.flow_id):
             self.emit(Datagram(info, direction, bytes(data), ts_ns, frame))
 
 
-def _info_of(state: object) -> FlowInfo:
-    return state.info if isinstance(state, _Tcp) else state  # type: ignore[return-value]
+def _info_of(state: _Tcp | _Udp) -> FlowInfo:
+    return state.info

@@ -130,6 +130,16 @@ class TcpHalfStream:
         # whether a packet after an idle pause continues the connection
         self.last_end: int | None = None
 
+    def adopt(self, tracker: TcpHalfTracker) -> None:
+        """Take over what a ``TcpHalfTracker`` kept while this direction needed no more
+        (the flow table starts each direction with one: a half-open flow stays lean)."""
+        self.base = tracker.base
+        self.started = tracker.started
+        self.syn_seen = tracker.syn_seen
+        self.alt_base = tracker.alt_base
+        self.had_data = tracker.had_data
+        self.last_end = tracker.last_end
+
     # -- sequence space ---------------------------------------------------------------
     # ``base``, ``started`` and ``syn_seen`` are read by the flow table (port reuse,
     # mid-stream): ``TcpHalfTracker`` below keeps exactly them for flows it does not
