@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
-from analyzer.summary import MSGS, PUBS, Dataset, ts_text
+from analyzer.summary import MSGS, PUBS, Dataset, latency_stats, ts_text
 from analyzer.transcript import Msg
 
 MAX_SERIES = 12  # subjects/topics drawn separately in the rate plots; the rest is "other"
@@ -237,8 +237,9 @@ def latency_figure(title: str, series: dict[str, list[int]], empty: str) -> go.F
                                  hovertemplate="%{x:.3f} ms: %{y:.1%}<extra>" + name
                                  + "</extra>"),
                       row=1, col=2)
-        stats.append(f"{name}: n={n}, p50 {ms[(n - 1) // 2]:.3f} ms, "
-                     f"p90 {ms[int(0.9 * (n - 1))]:.3f} ms, max {ms[-1]:.3f} ms")
+        st = latency_stats(list(ns))  # the summary's and latency_percentiles' definition
+        stats.append(f"{name}: n={n}, p50 {st['p50_ms']:.3f} ms, "
+                     f"p90 {st['p90_ms']:.3f} ms, max {st['max_ms']:.3f} ms")
     fig.update_xaxes(title_text="latency (ms)", row=1, col=1)
     fig.update_xaxes(title_text="latency (ms, log)", type="log", row=1, col=2)
     fig.update_yaxes(title_text="count", row=1, col=1)
