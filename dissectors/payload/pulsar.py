@@ -43,6 +43,9 @@ _FIXED = {"Bool": ">?", "Int8": ">b", "Int16": ">h", "Int32": ">i", "Int64": ">q
           "LocalDate": ">q", "LocalTime": ">q", "LocalDateTime": ">q"}
 # pending requests remembered per run (PRODUCER / GET_SCHEMA awaiting their answer)
 MAX_PENDING = 4096
+# (topic, version) schemas kept per run: a capture announcing more (a flood of producers on
+# distinct topics) stops teaching new ones; their messages stay undecoded
+MAX_ANNOUNCED = 100_000
 
 
 class PrimitiveDecoder(PayloadDecoder):
@@ -189,6 +192,8 @@ class PulsarSchemaSource:
 
     def _register(self, engine: PayloadDecoding, topic: str, version_hex: str | None,
                   schema: dict) -> None:
+        if len(engine.announced) >= MAX_ANNOUNCED:
+            return
         try:
             version = bytes.fromhex(version_hex) if version_hex else None
         except ValueError:

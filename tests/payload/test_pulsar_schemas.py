@@ -201,3 +201,16 @@ def test_fuzzed_payloads_on_announced_schemas_never_raise(kind: str, junk: bytes
         assert out["payload_decode_error"]
     else:
         json.loads(out["payload_decoded"])
+
+
+def test_announced_schemas_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dissectors.payload.pulsar as pp
+
+    monkeypatch.setattr(pp, "MAX_ANNOUNCED", 3)
+    engine = decoding_for([])
+    engine.observe("pulsar_commands", [
+        _cmd("PRODUCER", request_id=i, topic=f"t{i}", schema=_schema("Int32"))
+        for i in range(10)])
+    assert len(engine.announced) == 3
+    assert engine.columns(struct.pack(">i", 1), False, "t2")["payload_decoded"] == "1"
+    assert engine.columns(struct.pack(">i", 1), False, "t3")["payload_decoder"] is None
