@@ -83,7 +83,8 @@ TLS_TABLE = register_table(
                   "(no secrets for `client_random`), `unsupported-cipher` (not an AEAD "
                   "suite), `unsupported-version` (before TLS 1.2), `no-client-hello` / "
                   "`no-handshake` (capture started later), `no-server-hello`, "
-                  "`gap-in-handshake`, `bad-record`, `bad-server-hello`, `partial` (some "
+                  "`gap-in-handshake`, `memory-limit` (the run's memory budget was reached while "
+                  "the handshake was held), `bad-record`, `bad-server-hello`, `partial` (some "
                   "records did not authenticate or were lost); null when all went well."),
             Field("starttls", _BOOL, "TLS started after plaintext bytes of the same "
                   "connection (`tls_start_*` > 0), e.g. after NATS's INFO.", False),

@@ -207,11 +207,13 @@ class _Conn:
     __slots__ = (
         "flow", "sides", "ch", "sh", "hello_retry", "version", "suite", "decided",
         "decrypt", "reason", "alpn_selected", "alerts", "first_ts", "first_frame",
-        "reported",
+        "reported", "layer",
     )
 
-    def __init__(self, flow: FlowInfo, max_handshake: int) -> None:
+    def __init__(self, flow: FlowInfo, max_handshake: int, layer: TlsLayer | None = None
+                 ) -> None:
         self.flow = flow
+        self.layer = layer  # for the memory budget: giving up what this connection holds
         self.sides = (_Side(_CLIENT, max_handshake), _Side(_SERVER, max_handshake))
         self.ch: ClientHello | None = None
         self.sh: ServerHello | None = None
@@ -226,6 +228,10 @@ class _Conn:
         self.first_ts = 0
         self.first_frame = 0
         self.reported: set[str] = set()
+
+    def release_memory(self, need: int) -> None:
+        if self.layer is not None:
+            self.layer.release_memory(self)
 
 
 class _FlowWatch:
@@ -294,6 +300,8 @@ class TlsLayer:
         conn = self._conns.pop(fid, None)
         if conn is not None:
             self._finish(conn, ev.ts_ns)
+            if self.limits.budget is not None:
+                self.limits.budget.hold(conn, 0)
         self._emit(ev)
 
     # -- detection ------------------------------------------------------------------------
@@ -336,7 +344,8 @@ class TlsLayer:
         return False
 
     def _new_conn(self, flow: FlowInfo, ev: StreamData) -> _Conn:
-        conn = self._conns[flow.flow_id] = _Conn(flow, self.limits.tls_max_handshake_bytes)
+        conn = self._conns[flow.flow_id] = _Conn(flow, self.limits.tls_max_handshake_bytes,
+                                                 self)
         conn.first_ts = ev.ts_first_ns
         conn.first_frame = ev.frame_first
         self.counters["connections"] += 1
@@ -448,6 +457,9 @@ class TlsLayer:
                               "ServerHello (limit tls_max_held_bytes); the connection is "
                               "passed on undecrypted", ev.ts_last_ns, ev.frame_last)  # type: ignore[union-attr]
                 self._decide(conn, False, "no-server-hello", ev.ts_last_ns, ev.frame_last)  # type: ignore[union-attr]
+            elif not conn.decided and self.limits.budget is not None:
+                # what is held until the decision draws from the run's memory budget
+                self.limits.budget.hold(conn, sum(s.held_bytes for s in conn.sides))
             return
         # decrypting: the TCP bytes are consumed (accounting: see the module docstring)
         if is_gap:
@@ -832,6 +844,8 @@ class TlsLayer:
         if conn.decided:
             return
         conn.decided = True
+        if self.limits.budget is not None:
+            self.limits.budget.hold(conn, 0)  # nothing is held once decided
         conn.decrypt = decrypt
         conn.reason = reason
         flow = conn.flow
@@ -1050,6 +1064,25 @@ class TlsLayer:
         )
 
     # -- anomalies ------------------------------------------------------------------------
+
+    def release_memory(self, conn: _Conn) -> None:
+        """The run's memory budget is reached and this connection's bytes held waiting
+        for the ServerHello are the oldest holder: it is decided at once, undecrypted
+        (``memory-limit``), and what was held is passed on as it came."""
+        if not conn.decided:
+            budget = self.limits.budget
+            flow = conn.flow
+            held = ", ".join(f"{s.direction.short} {s.held_bytes}" for s in conn.sides
+                             if s.held_bytes)
+            self._emit(Anomaly(
+                "limit.memory",
+                f"memory budget of {budget.limit_bytes if budget else 0} bytes reached: gave "
+                f"up waiting for the ServerHello of TLS connection {flow.client}->"
+                f"{flow.server}, the least recently active, and passed on undecrypted the "
+                f"bytes held ({held})", flow.ts_last_ns or None, flow.frame_last or None, flow))
+            self._decide(conn, False, "memory-limit", flow.ts_last_ns, flow.frame_last)
+        elif self.limits.budget is not None:
+            self.limits.budget.hold(conn, 0)
 
     def _anomaly(self, conn: _Conn, side: _Side, kind: str, detail: str, ts: int, frame: int,
                  offset: int | None = None) -> None:

@@ -335,3 +335,41 @@ def test_websocket_inflaters_draw_from_the_budget(tmp_path):
     assert [(e.flow.flow_id, "inflater" in e.detail) for e in memory] == [
         (0, True), (0, False), (1, True)]
     assert [e.flow.flow_id for e in evs if isinstance(e, StreamClose)] == [0, 1]
+
+
+def test_tls_bytes_held_for_the_server_hello_draw_from_the_budget(tmp_path):
+    """A TLS connection whose ServerHello has not come holds its bytes (to decrypt them
+    once keys are known): they count in the run's budget, and past it the connection is
+    passed on undecrypted (``memory-limit``) with a ``limit.memory`` row, nothing lost."""
+    from dataclasses import replace
+
+    from reassembly.capture import open_capture
+    from reassembly.engine import Reassembler
+    from reassembly.events import Anomaly, TlsConnection
+    from reassembly.limits import Limits
+    from reassembly.tls import TlsLayer
+    from tests.tls.helpers import C, S, flow_pcap
+    from tests.tls.synth import Tls13Conn
+    from tests.tls.test_layer import _plain, conn_bytes
+
+    conn = Tls13Conn()
+    hello = conn.c_hello()
+    early = conn.app("c", b"x" * 1500) + conn.app("c", b"y" * 1500)  # protected: held
+    script = [(C, hello), (C, early), (S, conn.s_flight())]
+    pcap = flow_pcap(tmp_path, script)
+    # room for the flow and 1,000 held bytes: the hello fits, the early data does not
+    limits = replace(Limits(), memory_limit_bytes=FLOW_BYTES + 1000).with_budget()
+    assert len(hello) < 1000 < len(hello) + len(early)
+    with open_capture(pcap) as reader:
+        evs = list(TlsLayer(limits).process(Reassembler(limits).process(reader)))
+    anomalies = [e for e in evs if isinstance(e, Anomaly)]
+    assert [e.kind for e in anomalies][:2] == ["limit.memory", "tls.undecryptable"]
+    assert anomalies[0].detail == (
+        f"memory budget of {FLOW_BYTES + 1000} bytes reached: gave up waiting for the "
+        "ServerHello of TLS connection 10.0.0.1:40000->10.0.0.2:4222, the least recently "
+        # the hello and the first 1,460-byte segment of the early data: past the budget
+        f"active, and passed on undecrypted the bytes held (c2s {len(hello) + 1460})")
+    (summary,) = [e for e in evs if isinstance(e, TlsConnection)]
+    assert summary.undecrypted_reason == "memory-limit" and not summary.decrypted
+    assert _plain(evs, C) == conn_bytes(script, C)  # passed on unchanged
+    assert limits.budget is not None and limits.budget.used == 0  # all given back at the end
