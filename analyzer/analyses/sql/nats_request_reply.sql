@@ -3,6 +3,10 @@
 -- reply subject (subject = reply subject, or a delivery on a subscription whose subject is
 -- exactly the reply subject: JetStream pull requests), from the request until the next
 -- request with the same reply subject on that connection.  Status 503 = no responders.
+-- latency_ns = first reply's ts_last_ns - request's ts_first_ns (requester side).  On the
+-- responder side, responder_pubs counts PUB/HPUB to the reply subject from other
+-- connections in the same interval; first_responder_record_id / responder_flow_id: the
+-- first of them.  client_name: the requester's CONNECT name.
 WITH req AS (
   SELECT capture_id, flow_id, record_id AS request_record_id, subject AS request_subject,
          reply_to AS reply_subject, ts_first_ns AS request_ts_ns,
