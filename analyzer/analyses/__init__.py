@@ -57,6 +57,8 @@ ANALYSES: tuple[str, ...] = (
     "error_counts",
     "latency_percentiles",
     "unanswered_requests",
+    "consumer_lag",
+    "slow_consumers",
 )
 
 _PARAM_RE = re.compile(r"\{\{(\w+)\}\}")
