@@ -407,6 +407,11 @@ class PayloadDissector(ABC):
     # ... and it answers NO for a payload that is not a well-formed protobuf message as
     # ``dissectors.proto.wire.scan`` reads it (None there).
     probe_needs_protobuf: ClassVar[bool] = False
+    # Promise that the rows ``decode`` returns for a message depend only on messages of
+    # the same flow (``CarriedMessage.flow_id``), whatever it binds: a process that
+    # dissects only some flows of a capture (``analyzer.parallel``'s light split) then
+    # writes the same rows, so its decodes do not count as cross-flow state.
+    flow_local: ClassVar[bool] = False
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:

@@ -194,7 +194,8 @@ class ScopeDispatcher(Bindings):
         cls = self.by_name.get(name)
         if cls is None:
             return []
-        self.decoded += 1
+        if not cls.flow_local:  # its rows depend on other flows' messages
+            self.decoded += 1
         try:
             records = cls.decode(self.states[name], self, msg, hint)
         except KeyboardInterrupt:

@@ -130,7 +130,9 @@ def ack_arrays(op: pa.Array, reply_to: pa.Array) -> dict[str, pa.Array] | None:
 # Strategy: a payload dissector on the subject pattern; a request binds its reply inbox
 # to this dissector (hint ``response:<operation>``) so the response on that exact subject
 # is decoded too, then the binding is dropped.  Both the compiled fast path and the
-# reference honour bindings, so nothing else changes for the carrier.
+# reference honour bindings, so nothing else changes for the carrier.  A response is
+# taken only on the connection that made the request (the hint names its flow), so the
+# rows depend on that flow alone (``flow_local``) and a parallel light split stays exact.
 
 API_OPERATIONS = (  # longest first where one is a prefix of another
     "CONSUMER.DURABLE.CREATE", "CONSUMER.LEADER.STEPDOWN", "CONSUMER.MSG.NEXT",
@@ -240,6 +242,7 @@ class JetStreamApiDissector(PayloadDissector):
                                                        ("$JS.*.API.>", "request"))
     tables: ClassVar[tuple[TableSpec, ...]] = (JETSTREAM_API_TABLE,)
     probe_first_bytes: ClassVar[frozenset[int] | None] = frozenset()  # never probed
+    flow_local: ClassVar[bool] = True  # a response counts only on its request's flow
 
     @classmethod
     def new_state(cls, options: dict[str, Any]) -> Any:
@@ -249,8 +252,10 @@ class JetStreamApiDissector(PayloadDissector):
     def decode(cls, state: Any, bindings: Bindings, msg: CarriedMessage,
                hint: str) -> list[Record]:
         if hint.startswith(_RESPONSE):
+            api, flow, req_subject = hint[len(_RESPONSE):].split(" ", 2)
+            if str(msg.flow_id) != flow:  # the inbox on another connection: not ours
+                return []
             bindings.unbind_subject(msg.subject)
-            api, _, req_subject = hint[len(_RESPONSE):].partition(" ")
             v: dict[str, Any] = {"kind": "response", "api": api,
                                  "request_subject": req_subject or None}
             asked = parse_api_subject(req_subject) or {}
@@ -282,5 +287,5 @@ class JetStreamApiDissector(PayloadDissector):
         _json_columns(msg.payload, v)
         if msg.reply_to and v["api"] != "CONSUMER.MSG.NEXT":
             bindings.bind_subject(msg.reply_to, cls.name,
-                                  f"{_RESPONSE}{v['api']} {msg.subject}")
+                                  f"{_RESPONSE}{v['api']} {msg.flow_id} {msg.subject}")
         return [msg.record(JETSTREAM_API_TABLE.name, v)]

@@ -844,7 +844,8 @@ def test_cli_dissect_clean_capture(tmp_path) -> None:
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "clean"
     assert m["rows"] | {"anomalies": 0, "flows": 6, "nats": 205} == m["rows"]
-    assert sum(m["rows"].values()) == 211  # other protocols' tables exist, empty
+    assert m["rows"]["jetstream_api"] == 9  # the JetStream connection's $JS.API calls
+    assert sum(m["rows"].values()) == 220  # other protocols' tables exist, empty
     assert m["options"]["payload_cap"] == 4096  # the CLI default
 
 
