@@ -104,7 +104,7 @@ def iter_decoded_flow_rows(
     sink = _FlowRowSink()
     job = CaptureDissection("", sink, registry, options)
     keylog = KeyLog.from_file(options.keylog) if options.keylog else None
-    for ev in wrap(capture_events(reader, options.limits, keylog)):
+    for ev in wrap(capture_events(reader, job.limits, keylog)):
         job.handle(ev)
         if anomalies is not None and isinstance(ev, Anomaly):
             anomalies.append(ev)

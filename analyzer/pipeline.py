@@ -160,8 +160,12 @@ class CaptureDissection:
         self.writer = writer
         self.options = options
         decode_as = {port: registry.get(name) for port, name in options.decode_as.items()}
+        # one memory budget for the run: reassembly (``capture_events(job.limits)``) and
+        # the sessions' buffers and decompressors (``options["memory_budget"]``) draw from it
+        self.limits = options.limits.with_budget()
         session_options = {"payload_cap": options.payload_cap,
-                           "keep_secrets": options.keep_secrets}
+                           "keep_secrets": options.keep_secrets,
+                           "memory_budget": self.limits.budget}
         self.payloads = PayloadDispatcher(
             list(registry.payload.values()), session_options, strict=options.strict
         )
@@ -782,7 +786,7 @@ def run_dissection(
     with open_capture(path, digest=False) as reader:
         try:
             keylog = KeyLog.from_file(options.keylog) if options.keylog else None
-            events = capture_events(reader, options.limits, keylog, split)
+            events = capture_events(reader, job.limits, keylog, split)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
         except OutputError:  # OUT cannot take more (disk full): the caller ends the run

@@ -37,7 +37,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dissectors.api import Span
 
@@ -51,6 +51,7 @@ __all__ = [
     "LineFramer",
     "Oversize",
     "Pdu",
+    "Released",
     "ResyncFn",
     "Resynced",
     "TrailerStatus",
@@ -210,6 +211,30 @@ class Dropped(NamedTuple):
     frame_last: int
 
 
+class Released(NamedTuple):
+    """The run's memory budget was reached and this framer's buffer was the least
+    recently fed: the partial unit it held, ``[start, end)`` of a unit ending at
+    ``declared_end``, was given up (undecoded) and the rest of the unit is skipped as it
+    streams past.  ``limit_bytes`` is the budget's size.  A session reports it as a
+    ``limit.memory`` anomaly (``FramedSession`` does)."""
+
+    limit_bytes: int
+    declared_end: int
+    start: int
+    end: int
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+
+    def detail(self) -> str:
+        """The ``limit.memory`` anomaly's text."""
+        return (f"memory budget of {self.limit_bytes} bytes reached: dropped the "
+                f"{self.end - self.start} bytes buffered of a {self.declared_end - self.start}"
+                "-byte unit (this direction's framer buffer, the least recently fed); the "
+                "rest of the unit is skipped, parsing resumes where it ends")
+
+
 def resync_after_lf(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
     """Default line resync rule: a line starts at the stream start, or after an LF."""
     if prev_byte == 0x0A:
@@ -311,6 +336,10 @@ class _Framer:
         self.fed_bytes = 0
         self.decoded_bytes = 0
         self.undecoded_bytes = 0
+        # the run's memory budget (``reassembly.limits.MemoryBudget``, a session sets it
+        # from ``options["memory_budget"]``): told what is left buffered once the
+        # framer needs more (``LengthPrefixedFramer.next_event``)
+        self.budget: Any = None
 
     # ---- public helpers ------------------------------------------------------------
 
@@ -375,6 +404,24 @@ class _Framer:
         self._chunks.append(chunk)
         self._last_chunk = chunk
 
+    def release_memory(self, need: int) -> None:
+        """The run's memory budget is reached and this buffer is the oldest holder: give
+        back the bytes already resolved (nothing is lost); a framer that can (see
+        ``LengthPrefixedFramer``) also gives up the partial unit it holds."""
+        pos = self._pos
+        if pos and self._mode != _DEAD:
+            self._prev_byte = self._buf[pos - 1]
+            del self._buf[:pos]
+            self._base += pos
+            self._scan -= pos
+            self._pos = 0
+        self._release_partial()
+        if self.budget is not None:
+            self.budget.hold(self, len(self._buf) - self._pos)
+
+    def _release_partial(self) -> None:
+        """Give up the partial unit buffered, for the memory budget (if the framer can)."""
+
     def reject(self, nbytes: int) -> None:
         """Move ``nbytes`` already handed out as decoded to undecoded."""
         nbytes = min(nbytes, self.decoded_bytes)
@@ -398,6 +445,8 @@ class _Framer:
         self._events.clear()
         self._rs_start = None
         self._mode = _DEAD
+        if self.budget is not None:
+            self.budget.hold(self, 0)
 
     def gap(self, offset: int, nbytes: int) -> list:
         """``nbytes`` at ``offset`` were never captured.  Returns the events this causes."""
@@ -421,6 +470,8 @@ class _Framer:
         known_end = self._flush_partial(out, offset)
         self.undecoded_bytes += len(self._buf) - self._pos
         self._clear()
+        if self.budget is not None:
+            self.budget.hold(self, 0)
         self._base = gap_end
         self._prev_byte = None
         if known_end is not None and known_end > gap_end:
@@ -446,6 +497,8 @@ class _Framer:
         self._clear()
         self._mode = _DEAD
         self._closed = True
+        if self.budget is not None:
+            self.budget.hold(self, 0)
         return out
 
     # ---- internals -----------------------------------------------------------------
@@ -970,7 +1023,14 @@ class LengthPrefixedFramer(_Framer):
         pass  # the episode ends when pdu_length accepts the candidate
 
     def next_event(self):
-        """The next ``Pdu``/``Oversize``/``Invalid``/``Resynced`` event, or ``NEED_MORE``."""
+        """The next ``Pdu``/``Oversize``/``Invalid``/``Resynced``/``Released`` event, or
+        ``NEED_MORE`` (then what is left buffered is what the run's budget is told)."""
+        ev = self._next_event()
+        if ev is NEED_MORE and self.budget is not None:
+            self.budget.hold(self, len(self._buf) - self._pos)
+        return ev
+
+    def _next_event(self):
         if self._events:
             return self._events.popleft()
         while True:
@@ -1081,6 +1141,29 @@ class LengthPrefixedFramer(_Framer):
         finally:
             mv.release()
         return avail
+
+    def _release_partial(self) -> None:
+        """A partial unit of known length (the only kind that can be large: up to
+        ``max_pdu_bytes``) is given up like one too large to buffer: its bytes are
+        undecoded, the rest is skipped as it streams past, and a ``Released`` event
+        says so.  A header still incomplete, or a resync in progress, holds little and
+        is kept; so is a unit whose bytes are all there (it is read next)."""
+        pos = self._pos
+        pending = len(self._buf) - pos
+        if self._mode != _HEADER or self._hunting or not 0 < pending < self._want:
+            return  # (a whole unit buffered is read at the next call: kept)
+        start = self._base + pos
+        end = start + pending
+        c1, c2 = self._prov(start), self._last_chunk
+        limit = self.budget.limit_bytes if self.budget is not None else 0
+        self._events.append(Released(limit, start + self._want, start, end, c1[1], c2[2],
+                                     c1[3], c2[4]))
+        self._mode = _SKIP
+        self._skip_end = start + self._want
+        self._want = -1
+        self._pos += pending
+        self.undecoded_bytes += pending
+        self._clear()
 
     def _start_oversize(self, pos: int, n: int) -> None:
         off = self._base + pos

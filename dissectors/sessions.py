@@ -13,7 +13,7 @@ from abc import abstractmethod
 from typing import Any
 
 from dissectors.api import Direction, Record, Session, Span
-from dissectors.framing import NEED_MORE, LengthPrefixedFramer, LineFramer
+from dissectors.framing import NEED_MORE, LengthPrefixedFramer, LineFramer, Released
 
 __all__ = ["FramedSession"]
 
@@ -67,7 +67,7 @@ class FramedSession(Session):
         framer = self.framers[direction]
         out: list[Record] = []
         for ev in framer.gap(offset, nbytes):
-            self.on_event(direction, ev, out)
+            self._handle(direction, ev, out)
         self.on_gap(direction, offset, nbytes, ts_ns, out)
         self._drain(direction, framer, out)
         return out
@@ -78,7 +78,7 @@ class FramedSession(Session):
         for direction in (Direction.C2S, Direction.S2C):
             framer = self.framers[direction]
             for ev in framer.close():
-                self.on_event(direction, ev, out)
+                self._handle(direction, ev, out)
         self.on_close(ts_ns, out)
         for direction in (Direction.C2S, Direction.S2C):
             self._account(direction, self.framers[direction])
@@ -88,13 +88,23 @@ class FramedSession(Session):
 
     def _drain(self, direction: Direction, framer: Framer, out: list[Record]) -> None:
         nxt = framer.next_event
-        handle = self.on_event
+        handle = self._handle
         while True:
             ev = nxt()
             if ev is NEED_MORE:
                 break
             handle(direction, ev, out)
         self._account(direction, framer)
+
+    def _handle(self, direction: Direction, ev: object, out: list[Record]) -> None:
+        """``on_event``, except for what the framer did on its own: a partial unit given
+        up for the run's memory budget (``Released``) is a ``limit.memory`` row here."""
+        if type(ev) is Released:
+            out.append(Record.anomaly("limit.memory", ev.detail(), direction, ev.start,
+                                      ev.end, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first,
+                                      ev.frame_last))
+        else:
+            self.on_event(direction, ev, out)
 
     def _account(self, direction: Direction, framer: Framer) -> None:
         self.decoded_bytes[direction] = framer.decoded_bytes

@@ -110,6 +110,8 @@ class FelixSession(FramedSession):
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=limit, resync=wire.resync),
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=limit, resync=wire.resync),
         )
+        for fr in self.framers:  # a frame being buffered draws from the run's budget
+            fr.budget = options.get("memory_budget")
         self._seen_first = [False, False]
         self._wrong_dir: set[tuple[int, str]] = set()
         self.frames = [0, 0]  # felix rows per direction

@@ -50,6 +50,7 @@ from dissectors.framing import (
     LengthPrefixedFramer,
     Oversize,
     Pdu,
+    Released,
     Resynced,
 )
 from dissectors.proto.wire import Decoded, Kind
@@ -271,6 +272,8 @@ class PulsarSession(Session):
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=self.max_frame_bytes, resync=resync),
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=self.max_frame_bytes, resync=resync),
         )
+        for fr in self._framers:  # a frame being buffered draws from the run's budget
+            fr.budget = options.get("memory_budget")
         self.producers: dict[int, str] = {}
         self.consumers: dict[int, tuple[str, str | None]] = {}
         self._chunks: OrderedDict[tuple[int, int, str], _Chunked] = OrderedDict()
@@ -350,6 +353,8 @@ class PulsarSession(Session):
                    else "(cut by a gap or the end of the stream)")
             self._anomaly(out, "pulsar.resync", f"skipped {ev.end - ev.start} bytes {how}",
                           direction, ev)
+        elif t is Released:
+            self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
         elif t is Dropped:
             where = "the end of the stream" if at_close else "a gap"
             if ev.kind == "oversize":

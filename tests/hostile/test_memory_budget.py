@@ -373,3 +373,62 @@ def test_tls_bytes_held_for_the_server_hello_draw_from_the_budget(tmp_path):
     assert summary.undecrypted_reason == "memory-limit" and not summary.decrypted
     assert _plain(evs, C) == conn_bytes(script, C)  # passed on unchanged
     assert limits.budget is not None and limits.budget.used == 0  # all given back at the end
+
+
+def test_framer_buffers_draw_from_the_budget():
+    """Two Pulsar connections each buffering most of a 200,000-byte frame, a budget with
+    room for one: the first (the least recently fed) gives its partial frame up (a
+    ``limit.memory`` row, its bytes undecoded, the rest skipped as it streams past) and
+    parses on after it; the second frame is decoded whole."""
+    from reassembly.events import Direction
+    from tests.pulsar.test_frames import MD
+    from tests.pulsar.wire import Run, cmd, frame, metadata
+
+    budget = MemoryBudget(150_000)
+    big = frame(cmd("SEND", producer_id=1, sequence_id=11), metadata(**MD), b"x" * 200_000)
+    ping = frame(cmd("PING"))
+    a, b = Run({"memory_budget": budget}), Run({"memory_budget": budget})
+    C = Direction.C2S
+    a.feed(C, big[:100_000])
+    assert budget.used == 100_000 and a.anomalies() == []
+    b.feed(C, big[:100_000])  # 200,000 > 150,000: a's buffer is the oldest
+    assert budget.used == 100_000 and budget.releases == 1
+    a.feed(C, big[100_000:] + ping).close()
+    b.feed(C, big[100_000:]).close()
+    assert a.anomalies() == ["limit.memory"]
+    (row,) = [r for r in a.all_records() if r.table == "anomalies"]
+    assert (row.offset_start, row.offset_end) == (0, 100_000)
+    assert row.values["detail"] == (
+        f"memory budget of 150000 bytes reached: dropped the 100000 bytes buffered of a "
+        f"{len(big)}-byte unit (this direction's framer buffer, the least recently fed); the "
+        "rest of the unit is skipped, parsing resumes where it ends")
+    assert [r["command"] for r in a.rows()] == ["PING"]  # parsing went on after the frame
+    assert a.session.undecoded_bytes[C] == len(big) and a.session.decoded_bytes[C] == len(ping)
+    assert [r["command"] for r in b.rows()] == ["SEND"] and b.anomalies() == []
+    assert budget.used == 0  # closed sessions hold nothing
+
+
+def test_msgcap_dissect_gives_its_budget_to_the_dissector_sessions(tmp_path):
+    """The pipeline hands the run's budget to the sessions (``options["memory_budget"]``):
+    a Pulsar connection whose two directions each buffer 3 MB of an unfinished 4 MB frame,
+    under ``--memory-limit 4M``, gives up the client's (the least recently fed) partial
+    frame with a ``limit.memory`` row; the server's is cut by the end of the stream."""
+    from dissectors.testing import PcapFlow, dissect_with_cli, write_pcap
+    from tests.pulsar.test_frames import MD
+    from tests.pulsar.wire import cmd, frame, metadata
+
+    big = frame(cmd("SEND", producer_id=1, sequence_id=11), metadata(**MD), b"x" * 4_000_000)
+    pcap = write_pcap(tmp_path / "p.pcap", [PcapFlow([(0, big[:3_000_000]),
+                                                      (1, big[:3_000_000])], 6650)])
+    run = dissect_with_cli(pcap, tmp_path / "out", "--memory-limit", "4M", "-q")
+    assert run.returncode == 1, run.stderr
+    rows = [(a["kind"], a["direction"], a["detail"]) for a in run.tables["anomalies"]
+            if a["kind"] in ("limit.memory", "pulsar.eof_in_frame")]
+    assert rows == [
+        ("limit.memory", "c2s",
+         f"memory budget of {4 * 2**20} bytes reached: dropped the 3000000 bytes buffered of "
+         f"a {len(big)}-byte unit (this direction's framer buffer, the least recently fed); "
+         "the rest of the unit is skipped, parsing resumes where it ends"),
+        ("pulsar.eof_in_frame", "s2c",
+         f"partial frame of {len(big)} bytes cut by the end of the stream after 3000000 bytes"),
+    ], rows
