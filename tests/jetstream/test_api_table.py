@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dissectors.nats.jetstream import parse_api_subject
+from dissectors.api import Bindings, CarriedMessage, Direction
+from dissectors.nats.jetstream import JetStreamApiDissector, parse_api_subject
 from tests.tls.helpers import Dissected
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -76,3 +77,49 @@ def test_every_api_call_and_response_matches_the_client(js_run):
     pulls = [r for r in rows if r["api"] == "CONSUMER.MSG.NEXT"]
     assert [(r["kind"], r["stream"], r["consumer"]) for r in pulls] == [
         ("request", "ORDERS", "proc")] * 2
+
+
+class _Bindings(Bindings):
+    def __init__(self) -> None:
+        self.exact: dict[str, tuple[str, str]] = {}
+
+    def bind_subject(self, subject: str, dissector: str, hint: str) -> None:
+        self.exact[subject] = (dissector, hint)
+
+    def bind_pattern(self, pattern: str, dissector: str, hint: str) -> None:
+        raise AssertionError("not used")
+
+    def unbind_subject(self, subject: str) -> None:
+        self.exact.pop(subject, None)
+
+
+def _msg(op: str, subject: str, reply: str | None, payload: bytes, flow: int):
+    return CarriedMessage("nats", op, subject, reply, None, None, payload, Direction.C2S,
+                          flow, 0, 10, 0, 0, 1, 1)
+
+
+def test_a_response_counts_only_on_the_connection_that_asked():
+    """flow_local: the rows depend on the request's flow alone (parallel light split)."""
+    b = _Bindings()
+    req = _msg("PUB", "$JS.API.STREAM.INFO.X", "_INBOX.a.1", b"", flow=7)
+    [row] = JetStreamApiDissector.decode(None, b, req, "request")
+    assert (row.values["api"], row.values["stream"], row.values["reply_to"]) == (
+        "STREAM.INFO", "X", "_INBOX.a.1")
+    name, hint = b.exact["_INBOX.a.1"]
+    body = b'{"type":"io.nats.jetstream.api.v1.stream_info_response","error":{"code":404,' \
+           b'"err_code":10059,"description":"stream not found"}}'
+    other = _msg("MSG", "_INBOX.a.1", None, body, flow=8)
+    assert JetStreamApiDissector.decode(None, b, other, hint) == []
+    assert "_INBOX.a.1" in b.exact  # still waiting for the real response
+    [resp] = JetStreamApiDissector.decode(None, b, _msg("MSG", "_INBOX.a.1", None, body, 7),
+                                          hint)
+    assert resp.values == {
+        "kind": "response", "api": "STREAM.INFO", "request_subject": "$JS.API.STREAM.INFO.X",
+        "stream": "X", "json": body.decode(), "bad_json": False,
+        "response_type": "io.nats.jetstream.api.v1.stream_info_response", "error_code": 404,
+        "err_code": 10059, "error_description": "stream not found"}
+    assert b.exact == {} and JetStreamApiDissector.flow_local
+    [bad] = JetStreamApiDissector.decode(None, b, _msg("PUB", "$JS.API.INFO", None, b"{x", 7),
+                                         "request")
+    assert (bad.values["api"], bad.values["bad_json"], bad.values["json"]) == ("INFO", True,
+                                                                               "{x")
