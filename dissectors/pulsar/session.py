@@ -272,8 +272,9 @@ class PulsarSession(Session):
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=self.max_frame_bytes, resync=resync),
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=self.max_frame_bytes, resync=resync),
         )
+        self.budget = options.get("memory_budget")
         for fr in self._framers:  # a frame being buffered draws from the run's budget
-            fr.budget = options.get("memory_budget")
+            fr.budget = self.budget
         self.producers: dict[int, str] = {}
         self.consumers: dict[int, tuple[str, str | None]] = {}
         self._chunks: OrderedDict[tuple[int, int, str], _Chunked] = OrderedDict()
@@ -627,8 +628,7 @@ class PulsarSession(Session):
             _single_fields(md, values)
             self._payload(values, raw)
             return [values]
-        res = codec.decompress(md.get("compression", 0), raw, md.get("uncompressed_size"),
-                               self.max_uncompressed)
+        res = self._decompress(md, raw)
         if res.problem is not None:
             problems.append(res.problem)
         if res.data is None:
@@ -644,6 +644,32 @@ class PulsarSession(Session):
             self._payload(values, data)
             return [values]
         return self._split_batch(md, base, data, problems)
+
+    def _decompress(self, md: dict[str, Any], raw: bytes) -> codec.Result:
+        """Decompress a payload, its output drawn from the run's memory budget while it
+        is made: the size it declares (else the cap) is held first, which makes older
+        holders give memory back; if that cannot make room, it is not decompressed (a
+        ``limit.memory`` anomaly) rather than grow past the budget."""
+        compression = md.get("compression", 0)
+        declared = md.get("uncompressed_size")
+        budget = self.budget
+        if budget is None or compression == codec.Codec.NONE:
+            return codec.decompress(compression, raw, declared, self.max_uncompressed)
+        need = min(declared, self.max_uncompressed) if declared else self.max_uncompressed
+        budget.hold(self, need)
+        try:
+            if budget.used > budget.limit_bytes:
+                return codec.Result(None, (
+                    "limit.memory",
+                    f"memory budget of {budget.limit_bytes} bytes reached: a payload of "
+                    f"{len(raw)} compressed bytes ({need} bytes to decompress) was not "
+                    "decompressed"))
+            return codec.decompress(compression, raw, declared, self.max_uncompressed)
+        finally:
+            budget.hold(self, 0)
+
+    def release_memory(self, need: int) -> None:
+        """Held only while a payload is decompressed: nothing can be given back then."""
 
     def _split_batch(self, md: dict[str, Any], base: dict[str, Any], data: bytes,
                      problems: list[tuple[str, str]]) -> list[dict[str, Any]]:

@@ -432,3 +432,36 @@ def test_msgcap_dissect_gives_its_budget_to_the_dissector_sessions(tmp_path):
         ("pulsar.eof_in_frame", "s2c",
          f"partial frame of {len(big)} bytes cut by the end of the stream after 3000000 bytes"),
     ], rows
+
+
+def test_pulsar_decompression_draws_from_the_budget():
+    """A compressed Pulsar payload holds the size it declares while it is decompressed:
+    an older holder gives its memory back to make room; a payload the budget cannot make
+    room for is not decompressed (``limit.memory``, message row incomplete)."""
+    import zlib
+
+    from reassembly.events import Direction
+    from tests.pulsar.test_frames import MD
+    from tests.pulsar.wire import Run, cmd, frame, metadata
+
+    log: list = []
+    budget = MemoryBudget(100_000)
+    older = _Holder(budget, "reorder buffer", log)
+    budget.hold(older, 60_000)
+
+    def send(data: bytes) -> bytes:
+        md = metadata(**MD, compression=2, uncompressed_size=len(data))
+        return frame(cmd("SEND", producer_id=1, sequence_id=11), md, zlib.compress(data))
+
+    small, large = b"a" * 80_000, b"b" * 200_000
+    run = Run({"memory_budget": budget}).feed(Direction.C2S, send(small) + send(large)).close()
+    assert log == [("reorder buffer", 40_000)]  # made room for the first payload
+    first, second = run.messages()
+    assert (first["payload_len"], first.get("incomplete")) == (80_000, False)
+    assert second["incomplete"] is True and "payload_len" not in second
+    (row,) = [r for r in run.all_records() if r.table == "anomalies"]
+    assert (row.values["kind"], row.values["detail"]) == (
+        "limit.memory", f"memory budget of 100000 bytes reached: a payload of "
+        f"{len(zlib.compress(large))} compressed bytes (200000 bytes to decompress) was not "
+        "decompressed")
+    assert budget.used == 0
