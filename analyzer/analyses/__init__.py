@@ -59,6 +59,7 @@ ANALYSES: tuple[str, ...] = (
     "unanswered_requests",
     "consumer_lag",
     "slow_consumers",
+    "cluster_trace",
 )
 
 _PARAM_RE = re.compile(r"\{\{(\w+)\}\}")
