@@ -73,3 +73,37 @@ def test_stan_and_liftbridge_sequences(tmp_path) -> None:
     lb = _seq(ds, "liftbridge")
     assert [(r["stream"], r["first_seq"], r["last_seq"], r["messages"], r["gaps"])
             for r in lb] == [("orders partition 0", 0, 5, 6, 0), ("orders partition 1", 0, 1, 2, 0)]
+
+
+def test_cluster_trace_nats_cluster_sample(tmp_path) -> None:
+    ds = dissect_into(tmp_path / "ds", ["nats-cluster"])
+    rows = duck.run(ds, ["cluster_trace"])["cluster_trace"].to_pylist()
+    by_pub: dict[int, list[dict]] = {}
+    for r in rows:
+        by_pub.setdefault(r["pub_record_id"], []).append(r)
+    assert len(by_pub) == 10 and len(rows) == 36
+    for hops in by_pub.values():
+        hops.sort(key=lambda r: r["hop_index"])
+        assert [h["hop_index"] for h in hops] == list(range(1, len(hops) + 1))
+        assert [h["hop_ns"] for h in hops] == sorted(h["hop_ns"] for h in hops)
+        kinds = [h["hop"] for h in hops]
+        assert kinds[0] != "client delivery" and "client delivery" in kinds
+        assert all(h["hop_ns"] >= 0 for h in hops)
+
+
+def test_slow_consumers_and_lag(tmp_path) -> None:
+    ds = dissect_into(tmp_path / "ds", ["nats-basic", "stan-basic"])
+    res = duck.run(ds, ["consumer_lag", "slow_consumers"])
+    lag = res["consumer_lag"].to_pylist()
+    assert sorted((r["stream_seq"], r["consumer_seq"], r["pending"]) for r in lag) == [
+        (1, 1, 2), (2, 2, 1), (3, 3, 0)]
+    slow = {(r["protocol"], r["client_name"], r["consumer"]):
+            (r["delivered"], r["acked"], r["unacked"], r["max_unacked"])
+            for r in res["slow_consumers"].to_pylist()}
+    assert slow == {
+        ("jetstream", "jetstream", "ORDERS/proc"): (3, 3, 0, 3),
+        ("stan", "client-1", "orders"): (8, 8, 0, 6),
+        ("stan", "client-1", "events"): (2, 2, 0, 1),
+        ("stan", "client-2", "events"): (2, 2, 0, 2),
+        ("stan", "client-3", "orders"): (7, 7, 0, 1),
+    }
