@@ -465,3 +465,28 @@ def test_pulsar_decompression_draws_from_the_budget():
         f"{len(zlib.compress(large))} compressed bytes (200000 bytes to decompress) was not "
         "decompressed")
     assert budget.used == 0
+
+
+def test_quic_crypto_reorder_buffers_draw_from_the_budget():
+    """CRYPTO data ahead of a hole waits in the same reassembler as TCP, under the run's
+    budget: past it the buffer is flushed (``limit.memory``), the hole is a gap, and the
+    handshake of that level is reported unreadable."""
+    from dataclasses import replace
+
+    from reassembly.events import Anomaly
+    from reassembly.limits import Limits
+    from reassembly.quic.connection import CLIENT, SPACE_INITIAL, QuicConnection
+    from reassembly.quic.keylog import KeyLog
+    from tests.quic.helpers import make_flow
+
+    events: list = []
+    limits = replace(Limits(), memory_limit_bytes=4000).with_budget()
+    conn = QuicConnection(make_flow(), limits, events.append, KeyLog(), lambda *a: None)
+    conn._crypto_data(SPACE_INITIAL, CLIENT, 1000, b"x" * 5000)  # offset 0-999 missing
+    kinds = [(e.kind, e.detail.split(";")[0]) for e in events if isinstance(e, Anomaly)]
+    assert kinds == [
+        ("limit.memory", "memory budget of 4000 bytes reached: flushed the out-of-order buffer "
+         "of this direction, the least recently active (5000 bytes in 1 pieces)"),
+        ("quic.crypto_gap", "client CRYPTO stream (Initial) lost 1000 bytes at offset 0 "
+         "(memory-limit)")], kinds
+    assert limits.budget is not None and limits.budget.used == 0
