@@ -3,9 +3,8 @@
 * ``analyzer.spark.ingest.ingest(spark, captures, out, ...)``: the dataset ``msgcap
   dissect`` writes, one task per file or, for a huge capture, byte ranges whose frames are
   re-keyed by IP address pair and dissected in ``mapInArrow`` tasks.
-* ``analyzer.spark.analyses``: ``load`` a dataset, then ``nats_request_reply``,
-  ``delivery_fanout``, ``publish_ack_latency``, ``sequence_gaps``, ``rates``,
-  ``top_talkers``, ``error_counts`` (DataFrames); ``run_all`` writes them as Parquet.
+* ``analyzer.spark.analyses``: ``load`` a dataset, ``run`` the analyses defined once as
+  SQL in ``analyzer.analyses`` (DataFrames by name); ``run_all`` writes them as Parquet.
 * ``analyzer.spark.session.get_spark``: the session msgcap uses.
 
 Nothing here imports pyspark at import time except through those functions.
