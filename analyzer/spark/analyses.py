@@ -120,4 +120,5 @@ def run_all(spark: SparkSession, dataset: str, out: str, *, names: list[str] | N
         df.write.mode(mode).parquet(_join(str(out), name))
         counts[name] = spark.read.parquet(_join(str(out), name)).count()
         echo(f"{name}: {counts[name]} rows")
+    spark.catalog.clearCache()  # the intermediate results ``run`` cached
     return counts

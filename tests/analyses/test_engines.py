@@ -42,12 +42,15 @@ def _compare(spark, dataset) -> dict[str, int]:
     d = duck.run(dataset)
     s = S.run(S.load(spark, str(dataset)))
     counts = {}
-    for name in ANALYSES:
-        dcols, drows = _duck_rows(d[name])
-        scols, srows = _spark_rows(s[name])
-        assert dcols == scols, name
-        assert drows == srows, name
-        counts[name] = len(drows)
+    try:
+        for name in ANALYSES:
+            dcols, drows = _duck_rows(d[name])
+            scols, srows = _spark_rows(s[name])
+            assert dcols == scols, name
+            assert drows == srows, name
+            counts[name] = len(drows)
+    finally:
+        spark.catalog.clearCache()  # the cached intermediate results of S.run
     return counts
 
 
