@@ -35,7 +35,10 @@ _DIRECTION_COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     (
         "gap_bytes",
         pa.int64(),
-        "Stream bytes {dir} that were never captured (delivered as gaps, not zeros). "
+        "Stream bytes {dir} delivered as gaps, not zeros: never captured, or captured but "
+        "unusable by a layer above TCP (TLS that fails authentication or loses sync, "
+        "unreadable WebSocket framing). Each gap is a `tcp.gap` row whose detail says which "
+        "(`were not captured` / `were captured but could not be used`). "
         "`stream_bytes + gap_bytes` is the stream length.",
     ),
     (

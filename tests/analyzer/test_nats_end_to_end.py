@@ -779,10 +779,12 @@ def _arrow_rows_for_spark(out: Path, spec: TableSpec) -> list[dict[str, Any]]:
     table = open_dataset(out, spec).to_table()
     rows = table.to_pylist()
     for f in spec.columns:
-        if pa.types.is_timestamp(f.type):
-            ns = table.column(f.name).cast(pa.int64()).to_pylist()
-            for r, v in zip(rows, ns, strict=True):
-                r[f.name] = None if v is None else v // 1000
+        if pa.types.is_timestamp(f.type):  # stored in microseconds: compare as integers
+            us = table.column(f.name).cast(pa.int64()).to_pylist()
+            ns = table.column(f.name + "_ns").to_pylist()
+            for r, v, exact in zip(rows, us, ns, strict=True):
+                assert v == (None if exact is None else exact // 1000), f.name
+                r[f.name] = v
         elif pa.types.is_map(f.type):
             for r in rows:
                 r[f.name] = None if r[f.name] is None else dict(r[f.name])

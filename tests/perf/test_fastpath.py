@@ -103,12 +103,12 @@ def expand(records: list, session: NatsSession) -> list[Record]:
         acc.move(session.fast_rows, rec.n, 0, 0, int(rec.direction), None, "a", 1, "b", 2)
         batch = fastpath.batch_from_export(schema, acc.export(), "x" * 16)
         ints = {c: batch.column(c).cast(pa.int64()).to_pylist()
-                for c in ("ts_first", "ts_last", "offset_start", "offset_end", "frame_first",
-                          "frame_last")}
+                for c in ("ts_first_ns", "ts_last_ns", "offset_start", "offset_end",
+                          "frame_first", "frame_last")}
         for i, row in enumerate(batch.to_pylist()):
             values = {k: v for k, v in row.items() if k in names}
             out.append(Record("nats", rec.direction, ints["offset_start"][i],
-                              ints["offset_end"][i], ints["ts_first"][i], ints["ts_last"][i],
+                              ints["offset_end"][i], ints["ts_first_ns"][i], ints["ts_last_ns"][i],
                               ints["frame_first"][i], ints["frame_last"][i], values))
     return out
 

@@ -153,7 +153,7 @@ def test_deepflow_result_files(shared, deepflow, name):
             m = msgs[row["record_id"]]
             assert m["producer_name"] == md["producer_name"]
             assert m["sequence_id"] == md["sequence_id"]
-            assert m["publish_time"].value == md["publish_time"] * 1_000_000
+            assert m["publish_time_ns"] == md["publish_time"] * 1_000_000
             assert m["properties"] == md["properties"]
             compared += 4
     assert compared > 100

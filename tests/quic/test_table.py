@@ -25,7 +25,7 @@ def _envelope(p) -> dict:
 
 
 def test_declaration():
-    assert QUIC_PACKETS.name == "quic_packets" and QUIC_PACKETS.version == 1
+    assert QUIC_PACKETS.name == "quic_packets" and QUIC_PACKETS.version == 2
     names = QUIC_PACKETS.column_names
     assert set(names) >= ENVELOPE_NAMES
     for col in ("version", "packet_type", "dcid", "scid", "packet_number", "length",
