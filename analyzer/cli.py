@@ -462,8 +462,9 @@ KEYLOG_HELP = ("NSS key log (the SSLKEYLOGFILE a client wrote) with the TLS secr
                "is refused at once")
 DECODE_AS_HELP = ("force dissector NAME on a TCP or UDP port, whichever side uses it, like "
                   "Wireshark's Decode As (repeatable; names and the transports each runs "
-                  "on: `msgcap protocols`; on UDP it applies to the streams of QUIC "
-                  "connections, e.g. felix)")
+                  "on: `msgcap protocols`; on UDP a datagram dissector gets each "
+                  "datagram, and a QUIC-stream dissector such as felix the streams of "
+                  "QUIC connections)")
 FLOW_HELP = "flow id, as listed by `msgcap flows CAPTURE` (the `id` column)"
 
 

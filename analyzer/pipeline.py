@@ -189,6 +189,8 @@ class CaptureDissection:
         # (flow id, QUIC stream id or None for TCP) -> detection state / session
         self._flows: dict[tuple[int, int | None], FlowDispatch] = {}
         self._quic_streams: dict[int, list[int]] = {}  # QUIC stream ids seen per flow
+        # bytes of datagrams fed so far per UDP flow and direction (the next offset)
+        self._udp_offsets: dict[tuple[int, Direction], int] = {}
         self._quic_flows: set[int] = set()  # flows that carried QUIC packets
         self._handshakes: dict[int, dict[str, Any]] = {}  # TLS facts per QUIC flow
         self._flow_rows: dict[int, int] = {}  # rows emitted so far per live flow
@@ -558,13 +560,19 @@ class CaptureDissection:
             self._handshakes[ev.flow.flow_id] = quic_flow_values(ev)
         elif isinstance(ev, TlsConnection | WebSocketHandshake | WebSocketControl):
             self._layer_row(ev)
-        elif isinstance(ev, Datagram | QuicStreamEnd):
-            # no UDP dissector yet: datagrams stay undecoded; QUIC stream sessions are
-            # closed with their connection (FlowEnd)
-            pass
+        elif isinstance(ev, Datagram):
+            self._datagram(ev)
+        elif isinstance(ev, QuicStreamEnd):
+            pass  # QUIC stream sessions are closed with their connection (FlowEnd)
         elif isinstance(ev, FlowEnd):
             sids = self._quic_streams.pop(ev.flow.flow_id, [])
             fds = [self._flows[(ev.flow.flow_id, sid)] for sid in sorted(sids)]
+            plain = self._flows.get((ev.flow.flow_id, None))  # a UDP flow's datagrams
+            if plain is not None:
+                fds.insert(0, plain)
+                sids = [None, *sids]
+                for d in Direction:
+                    self._udp_offsets.pop((ev.flow.flow_id, d), None)
             for fd in fds:
                 self._guarded(fd, lambda fd=fd: self.detector.close(fd, ev.ts_ns), ev.ts_ns, None)
             self._flow_row(ev.flow, fds)
@@ -581,6 +589,26 @@ class CaptureDissection:
                 ev.nbytes,
                 _anomaly_source(ev.kind),
             )
+
+    def _datagram(self, ev: Datagram) -> None:
+        """A UDP datagram that no layer took (QUIC takes its own) is one ``feed`` of its
+        flow's session: a datagram protocol's message is the datagram, so dissectors of
+        ``Transport.UDP`` get whole datagrams.  Offsets count the direction's datagram
+        bytes, the same bytes ``flows.stream_bytes`` counts for UDP."""
+        fd = self._dispatch(ev.flow)
+        key = (ev.flow.flow_id, ev.direction)
+        offset = self._udp_offsets.get(key, 0)
+        self._udp_offsets[key] = offset + len(ev.data)
+        span = Span(offset, ev.ts_ns, ev.ts_ns, ev.frame, ev.frame)
+        try:
+            records = self.detector.data(fd, ev.direction, ev.data, span)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit of a plugin too
+            self._dissector_error(fd, exc, ev.ts_ns, ev.frame)
+            return
+        if records:
+            self._emit_records(fd, records)
 
     def _quic_packet_row(self, ev: QuicPacket) -> None:
         src, dst = ev.flow.endpoint(ev.direction)

@@ -582,7 +582,6 @@ def test_tiny_capture(tmp_path) -> None:
 '''
 
 _TESTS_UDP = '''
-import pytest
 from dissectors.api import (
     Data,
     Direction,
@@ -641,9 +640,18 @@ def test_tiny_capture(tmp_path) -> None:
     run = dissect_with_cli(pcap, tmp_path / "out")
     assert run.returncode in (0, 1), run.stderr
     (flow,) = run.tables["flows"]
-    assert flow["transport"] == "udp"
-    if flow["protocol"] is None:
-        pytest.skip("this msgcap does not hand UDP datagrams to dissectors yet")
+    assert flow["transport"] == "udp" and flow["protocol"] == "__NAME__"
+    assert [r["msg_type_name"] for r in run.tables["__NAME__"]] == ["HELLO", "HELLO", "DATA"]
+
+
+def test_decode_as_another_port(tmp_path) -> None:
+    """``--decode-as PORT=__NAME__`` hands the datagrams of another UDP port to it."""
+    pcap = write_pcap(tmp_path / "other.pcap", [PcapFlow(CONVERSATION, 40999, transport="udp")])
+    run = dissect_with_cli(pcap, tmp_path / "out", "--decode-as", "40999=__NAME__")
+    assert run.returncode in (0, 1), run.stderr
+    (flow,) = run.tables["flows"]
+    assert 40999 in (flow["server_port"], flow["client_port"])
+    assert flow["protocol"] == "__NAME__"
     assert [r["msg_type_name"] for r in run.tables["__NAME__"]] == ["HELLO", "HELLO", "DATA"]
 '''
 
