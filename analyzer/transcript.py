@@ -34,6 +34,7 @@ from analyzer.summary import (
     nats_request_reply,
     ts_text,
 )
+from dissectors.tables import ENVELOPE_NAMES, PARTITION_KEY
 
 __all__ = [
     "Msg",
@@ -100,10 +101,8 @@ PREVIEW_COLUMN = {
     "felix": ("json",),
     "felix_messages": ("payload",),
 }
-ENVELOPE = (
-    "capture_id", "flow_id", "record_id", "parent_record_id", "direction", "stream_id",
-    "ts_first", "ts_last", "offset_start", "offset_end", "frame_first", "frame_last", "capture",
-)
+# columns every table has (the declared envelope, the partition key): never a row's label
+ENVELOPE = ENVELOPE_NAMES | {PARTITION_KEY}
 
 
 @dataclass(slots=True)
