@@ -732,7 +732,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="what reassembly may hold at once (reorder buffers, fragments, flows, "
         "decompressors), e.g. 256M or 1G, per process; reached, the oldest holders are "
-        "flushed or evicted with a limit.memory anomaly (default 96M: a run peaks "
+        "flushed or evicted with a limit.memory anomaly (default 80M: a run peaks "
         "under ~400 MB; 0: no budget)",
     )
     p.set_defaults(func=cmd_dissect)

@@ -17,7 +17,7 @@ MIB = 1024 * 1024
 # Default of ``Limits.memory_limit_bytes`` (``msgcap dissect --memory-limit``): what the
 # reassembly layer may hold at once.  The rest of a default run (interpreter, pyarrow,
 # the sink's row batches) peaks at ~250 MB, so a run stays under ~400 MB of RSS.
-DEFAULT_MEMORY_LIMIT = 96 * MIB
+DEFAULT_MEMORY_LIMIT = 80 * MIB
 
 
 class OverlapPolicy(StrEnum):

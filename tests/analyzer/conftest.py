@@ -32,6 +32,9 @@ def spark() -> Iterator[object]:
     session = (
         SparkSession.builder.master("local[2]")
         .appName("msgcap-tests")
+        # one session serves the whole run (every ingest and analysis test): Spark's
+        # default 1g driver ran out of room for a broadcast join late in the run
+        .config("spark.driver.memory", "3g")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
