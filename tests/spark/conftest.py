@@ -3,10 +3,4 @@ SparkSession, ``local[2]``, two shuffle partitions, for the whole test run)."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.analyzer.conftest import spark  # noqa: F401  (the shared session fixture)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "spark: needs a local Spark session (slow start)")
