@@ -516,15 +516,7 @@ class CaptureDissection:
         if type(ev) is StreamData:
             fd = self._dispatch(ev.flow, ev.stream_id)
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
-            try:  # _guarded, inlined: this is the per-segment path
-                records = self.detector.data(fd, ev.direction, ev.data, span)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # noqa: BLE001 - SystemExit of a plugin too
-                self._dissector_error(fd, exc, ev.ts_first_ns, ev.frame_first)
-                return
-            if records:
-                self._emit_records(fd, records)
+            self._feed(fd, ev.direction, ev.data, span)
         elif isinstance(ev, StreamGap):
             fd = self._dispatch(ev.flow, ev.stream_id)
             # lost stream bytes are an anomaly of their own, whatever a dissector makes of
@@ -599,13 +591,17 @@ class CaptureDissection:
         key = (ev.flow.flow_id, ev.direction)
         offset = self._udp_offsets.get(key, 0)
         self._udp_offsets[key] = offset + len(ev.data)
-        span = Span(offset, ev.ts_ns, ev.ts_ns, ev.frame, ev.frame)
+        self._feed(fd, ev.direction, ev.data, Span(offset, ev.ts_ns, ev.ts_ns, ev.frame, ev.frame))
+
+    def _feed(self, fd: FlowDispatch, direction: Direction, data: bytes, span: Span) -> None:
+        """Bytes of a stream or a datagram to the flow's detection or session
+        (``_guarded`` without its closure: this is the per-segment path)."""
         try:
-            records = self.detector.data(fd, ev.direction, ev.data, span)
+            records = self.detector.data(fd, direction, data, span)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit of a plugin too
-            self._dissector_error(fd, exc, ev.ts_ns, ev.frame)
+            self._dissector_error(fd, exc, span.ts_first_ns, span.frame_first)
             return
         if records:
             self._emit_records(fd, records)
