@@ -7,7 +7,7 @@ read back, compared with facts that were *not* produced by msgcap:
    ``tests.analyzer.deepflow_result``);
 3. the spicy-nats captures: per-stream op counts from ``captures/README.md`` /
    ``expected.json`` and Zeek's ``nats.log`` baseline of the INFO/CONNECT JSON;
-4. every capture of ``../shared/captures``: no exception with ``strict``/``validate``,
+4. every capture of ``tests/data/captures``: no exception with ``strict``/``validate``,
    byte accounting in ``flows``, manifest row counts = Parquet row counts;
 5. determinism; 6. read back with pyarrow.dataset and Spark; 7. the ``msgcap`` CLI.
 

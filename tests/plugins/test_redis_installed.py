@@ -1,5 +1,5 @@
 """Acceptance: the example Redis plugin, pip-installed like any third-party plugin, is
-found through its entry point and decodes ../shared/captures/zeek/redis/pubsub.pcap.
+found through its entry point and decodes tests/data/captures/zeek/redis/pubsub.pcap.
 
 Expected counts were made by hand from ``msgcap follow`` on the four TCP streams (see
 samples/plugins/redis-resp/README.md): flow 0 subscribes to ``Foo`` and ``F*``, gets one

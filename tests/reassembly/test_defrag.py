@@ -3,7 +3,7 @@
 Hand-built fragments in every order (hypothesis: random fragmentation, permutation,
 identical duplicates and overlaps), conflicting overlaps under both policies, every
 limit, truncated fragments, and the facts expected.json lists for the fragmented
-captures in ../shared/captures.
+captures in tests/data/captures.
 """
 
 from __future__ import annotations

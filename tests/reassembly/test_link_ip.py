@@ -2,7 +2,7 @@
 
 Hand-built frames (struct, a few scapy ones) for every link type and header variant,
 truncation at every cut length, random bytes, and the facts expected.json lists for
-the real captures in ../shared/captures.
+the real captures in tests/data/captures.
 """
 
 from __future__ import annotations
