@@ -111,6 +111,11 @@ __all__ = [
 PART_FILE = "part-0.parquet"  # the file of a one-process run (part 0)
 _PART_RE = re.compile(r"part-(\d+)\.parquet\Z")
 _CONVERT_ROWS = 4096  # row dicts held before conversion to Arrow
+# A row group is written when ``rows_per_batch`` rows or this many Arrow bytes are
+# pending, whichever comes first: a wide table (the nats table has 83 columns, ~470 bytes
+# a row) would otherwise hold ~30 MB per batch, and the batch being filled, its combined
+# copy and the one the Parquet thread encodes are all alive at once.
+BATCH_BYTES = 16 * 2**20
 
 META_TOOL_VERSION = b"msgcap.tool_version"
 META_INPUT_SHA256 = b"msgcap.input_sha256"
@@ -465,6 +470,7 @@ class _Table:
     rows: list[Mapping[str, Any]] = field(default_factory=list)
     batches: list[pa.RecordBatch] = field(default_factory=list)  # precede ``rows``
     batch_rows: int = 0
+    batch_bytes: int = 0  # Arrow bytes of ``batches``
     count: int = 0  # rows written to the file
     row_groups: int = 0
 
@@ -496,6 +502,7 @@ class DatasetWriter:
         rows_per_batch: int = 65536,
         validate: bool = True,
         *,
+        batch_bytes: int = BATCH_BYTES,
         overwrite: bool = False,
         part: int = 0,
         coordinated: bool = False,
@@ -512,6 +519,7 @@ class DatasetWriter:
         self.tool_version = tool_version
         self.options = dict(options)
         self.rows_per_batch = rows_per_batch
+        self.batch_bytes = batch_bytes
         self.validate = validate
         self.overwrite = overwrite
         self.part = part
@@ -548,14 +556,12 @@ class DatasetWriter:
             validate_batch(spec, batch)
         parts = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
         if t.rows:
-            t.batches.append(self._rows_batch(t, t.rows))
-            t.batch_rows += len(t.rows)
+            self._push(t, self._rows_batch(t, t.rows))
             t.rows = []
         for b in parts:
             if b.num_rows:
-                t.batches.append(self._conform(t, b))
-                t.batch_rows += b.num_rows
-        if t.batch_rows >= self.rows_per_batch:
+                self._push(t, self._conform(t, b))
+        if self._full(t):
             self._drain_batches(t, final=False)
 
     def owns(self, flow_id: int | None) -> bool:
@@ -590,8 +596,7 @@ class DatasetWriter:
             for name in sorted(self._tables):
                 t = self._tables[name]
                 if t.rows:
-                    t.batches.append(self._rows_batch(t, t.rows))
-                    t.batch_rows += len(t.rows)
+                    self._push(t, self._rows_batch(t, t.rows))
                     t.rows = []
                 if t.batches:
                     self._drain_batches(t, final=True)
@@ -704,15 +709,22 @@ class DatasetWriter:
                 if len(t.rows) < step:
                     break
                 chunk, t.rows = t.rows, []
-            t.batches.append(self._rows_batch(t, chunk))
-            t.batch_rows += len(chunk)
-            if t.batch_rows >= self.rows_per_batch:
+            self._push(t, self._rows_batch(t, chunk))
+            if self._full(t):
                 self._drain_batches(t, final=False)
         if t.rows and t.batch_rows + len(t.rows) >= self.rows_per_batch:
-            t.batches.append(self._rows_batch(t, t.rows))
-            t.batch_rows += len(t.rows)
+            self._push(t, self._rows_batch(t, t.rows))
             t.rows = []
             self._drain_batches(t, final=False)
+
+    @staticmethod
+    def _push(t: _Table, batch: pa.RecordBatch) -> None:
+        t.batches.append(batch)
+        t.batch_rows += batch.num_rows
+        t.batch_bytes += batch.nbytes
+
+    def _full(self, t: _Table) -> bool:
+        return t.batch_rows >= self.rows_per_batch or t.batch_bytes >= self.batch_bytes
 
     def _rows_batch(self, t: _Table, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
         if t.spec.name == "anomalies" and self.options.get("keep_secrets") is not True:
@@ -734,14 +746,16 @@ class DatasetWriter:
     def _drain_batches(self, t: _Table, final: bool) -> None:
         n = self.rows_per_batch
         table = pa.Table.from_batches(t.batches, schema=t.schema)
-        full = (table.num_rows // n) * n
-        end = table.num_rows if final else full
+        # past the byte bound, everything pending is one (shorter) row group
+        by_bytes = t.batch_bytes >= self.batch_bytes and table.num_rows < n
+        end = table.num_rows if final or by_bytes else (table.num_rows // n) * n
         for start in range(0, end, n):
             chunk = table.slice(start, min(n, end - start)).combine_chunks()
             self._write(t, chunk.to_batches()[0] if chunk.num_rows else chunk)
         rest = table.slice(end)
         t.batches = rest.combine_chunks().to_batches() if rest.num_rows else []
         t.batch_rows = rest.num_rows
+        t.batch_bytes = sum(b.nbytes for b in t.batches)
 
     @contextlib.contextmanager
     def _output(self) -> Iterator[None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -193,6 +194,11 @@ def test_invalid_rows_raise_schema_error(tmp_path) -> None:
 def test_unfinished_files_are_invisible_to_readers(tmp_path) -> None:
     w = _writer(tmp_path, rows_per_batch=10)
     w.write_rows(FLOWS, [flow_row(i) for i in range(25)])  # two row groups on disk
+    # the Parquet thread (sink._ParquetThread) creates the file: wait until it exists
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.rglob(".part-0.parquet.inprogress")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(tmp_path.rglob(".part-0.parquet.inprogress"))
     assert not list(tmp_path.rglob("part-0.parquet"))
     assert ds.dataset(tmp_path / "flows", partitioning="hive").to_table().num_rows == 0
     w.close()
@@ -257,6 +263,27 @@ def test_million_rows_are_written_in_bounded_batches(tmp_path) -> None:
     # all rows, in order (checked in Arrow: a 1M-element Python list would cost 40 MB)
     assert len(ids) == n and ids[0].as_py() == 0
     assert pc.all(pc.equal(pc.pairwise_diff(ids.combine_chunks()), 1)).as_py()
+
+
+def test_wide_rows_are_written_by_the_byte_bound(tmp_path) -> None:
+    """A row group is written once ``batch_bytes`` of Arrow data are pending, before
+    ``rows_per_batch`` rows: wide tables stay within the same memory as narrow ones."""
+    n = 20_000
+    template = anomaly_row(1)
+    w = DatasetWriter(tmp_path, CAPTURE_ID, SHA, "0.1.0", {}, rows_per_batch=65536,
+                      batch_bytes=256 * 1024)
+    for start in range(0, n, 1000):
+        w.write_rows(ANOMALIES, [{**template, "record_id": i} for i in range(start, start + 1000)])
+        held = w._tables["anomalies"]
+        assert held.batch_bytes < 256 * 1024 + 2 * 4096 * 200  # the bound plus one chunk
+    assert w.close() == {"anomalies": n}
+    md = pq.read_metadata(partition_dir(tmp_path, "anomalies", CAPTURE_ID) / "part-0.parquet")
+    sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    assert sum(sizes) == n and len(sizes) > 2 and max(sizes) < 65536
+    ids = pq.read_table(
+        partition_dir(tmp_path, "anomalies", CAPTURE_ID) / "part-0.parquet", columns=["record_id"]
+    ).column(0)
+    assert ids.to_pylist() == list(range(n))
 
 
 # -------------------------------------------------------------------------- manifest
