@@ -60,6 +60,9 @@ ANALYSES: tuple[str, ...] = (
     "consumer_lag",
     "slow_consumers",
     "cluster_trace",
+    "vantage_matches",
+    "clock_offsets",
+    "one_way_delays",
 )
 
 _PARAM_RE = re.compile(r"\{\{(\w+)\}\}")

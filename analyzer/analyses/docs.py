@@ -31,7 +31,11 @@ asserts equal rows.  The SQL uses Spark's function names; DuckDB gets the few it
 (`get_json_object`, `try_element_at`) as macros, and one helper of ours, `payload_text`
 (binary payload as UTF-8 text, null when not UTF-8), is defined on both.  Times are the
 exact int64 nanosecond columns (`*_ns`), so no engine rounds to microseconds.  Rows never
-pair across captures (`capture_id` is part of every match).
+pair across captures (`capture_id` is part of every match), except in the three analyses
+made for that: `vantage_matches`, `clock_offsets` and `one_way_delays` pair the same
+message seen in several captures of the same traffic (taken at the client host and at the
+broker, or at each server of a cluster) to estimate each capture's clock offset and the
+one-way delay between the vantage points (samples/two-vantage/ is such a dataset).
 
 ## Parameters
 

@@ -11,6 +11,10 @@ from tests.analyzer.conftest import spark  # noqa: F401  (the one session-scoped
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 SAMPLE_NAMES = sorted(p.stem for p in SAMPLES.glob("*.pcap"))
 UNENCRYPTED = ("liftbridge-basic", "nats-basic", "nats-cluster", "pulsar-client", "stan-basic")
+TWO_VANTAGE = SAMPLES / "two-vantage"
+VANTAGE_ANALYSES = ("vantage_matches", "clock_offsets", "one_way_delays")
+"""The analyses that pair captures: they give rows only on a dataset of several captures of
+the same traffic (``two_vantage``), never on the separate samples."""
 
 
 def dissect_into(out: Path, names) -> Path:
@@ -33,3 +37,15 @@ def all_samples(tmp_path_factory) -> Path:
 def five_samples(tmp_path_factory) -> Path:
     """The five unencrypted samples together (the dataset issue 20 quotes)."""
     return dissect_into(tmp_path_factory.mktemp("five") / "ds", UNENCRYPTED)
+
+
+@pytest.fixture(scope="session")
+def two_vantage(tmp_path_factory) -> Path:
+    """samples/two-vantage/: the same NATS traffic captured at the client host and at the
+    broker (its clock shifted +250 ms), as one dataset."""
+    from analyzer.pipeline import Options, dissect_capture
+
+    out = tmp_path_factory.mktemp("two-vantage") / "ds"
+    for side in ("client", "broker"):
+        dissect_capture(TWO_VANTAGE / f"nats-{side}.pcap", out, Options())
+    return out
