@@ -32,17 +32,49 @@ def _conf(items: list[str]) -> dict:
         raise UserError(str(exc), "write each setting as --conf KEY=VALUE") from None
 
 
+URI_FIX = ("give a local or shared path, or a URI of a filesystem pyarrow can open here "
+           "(s3://, gs://, hdfs:// with its client library; S3 endpoint and keys from the "
+           "AWS_* variables; docs/spark.md, 'Object storage')")
+
+
+def _check_uri(uri: str, *, capture: bool) -> None:
+    """``UserError`` unless the filesystem of ``uri`` can be opened (and, for a
+    capture, holds that file) -- before Spark starts."""
+    import pyarrow.fs as pafs
+
+    from analyzer.spark.storage import resolve
+
+    try:
+        fs, path = resolve(uri)
+        kind = fs.get_file_info(path).type
+    except Exception as exc:  # unknown scheme, missing client library, no access
+        raise UserError(f"cannot open {uri}: {exc}", URI_FIX) from None
+    if capture and kind != pafs.FileType.File:
+        raise UserError(f"{uri} is not a file there", "check the bucket and key "
+                        "(`aws s3 ls` or your storage's browser), or give a local path")
+    if not capture and kind == pafs.FileType.File:
+        raise UserError(f"-o {uri} is a file; the output is a dataset directory",
+                        f"give -o a prefix that is not a file, e.g. -o {uri}-out")
+
+
 def run_ingest(args: argparse.Namespace) -> int:
     """Every argument is checked before Spark starts (which takes seconds)."""
     from analyzer.cli import print_run_summary
+    from analyzer.spark.storage import is_uri
 
     for path in args.captures:
         if path == STDIN:
             raise UserError("spark ingest reads files its tasks can open; - (standard "
                             "input) cannot be split", "save the stream to a file first, or "
                             "use `msgcap dissect - -o OUT`")
-        check_capture(path)
-    check_output_dir(args.output)
+        if is_uri(path):
+            _check_uri(path, capture=True)
+        else:
+            check_capture(path)
+    if is_uri(args.output):
+        _check_uri(args.output, capture=False)
+    else:
+        check_output_dir(args.output)
     decode_as = parse_decode_as(args.decode_as)
     if args.keylog:
         check_keylog(args.keylog)

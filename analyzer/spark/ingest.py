@@ -50,7 +50,9 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import shutil
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -82,6 +84,7 @@ from analyzer.sink import (
     part_file,
     remove_stale_parts,
 )
+from analyzer.spark import storage
 from analyzer.spark.split import (
     Layout,
     RangePlan,
@@ -92,6 +95,7 @@ from analyzer.spark.split import (
     scan_range,
     verify_chain,
 )
+from analyzer.spark.storage import Store
 from analyzer.spark.task import (
     NO_KEY,
     RunSink,
@@ -212,22 +216,47 @@ def check_executors(spark: SparkSession) -> None:
         raise UserError(f"the Spark executors cannot import msgcap: {errors[0]}", SHIP_FIX)
 
 
-def _whole_file_task(path: str, out: str, options: Options, job: str) -> dict[str, Any]:
+OutDir = Path | Store  # OUT: a local (or shared) directory, or a URI (storage.Store)
+
+
+@contextlib.contextmanager
+def _writer_dir(out: OutDir) -> Iterator[str]:
+    """Where a task's ``DatasetWriter`` writes: OUT itself, or for a remote OUT a
+    scratch directory whose finished files the task then uploads (``Store.upload_pending``)."""
+    if isinstance(out, Store):
+        scratch = tempfile.mkdtemp(prefix="msgcap-out-")
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        yield str(out)
+
+
+def _pending(out: OutDir, scratch: str, writer: DatasetWriter) -> list[tuple[str, str]]:
+    if isinstance(out, Store):
+        return out.upload_pending(scratch, writer.pending_files())
+    return writer.pending_files()
+
+
+def _whole_file_task(path: str, out: OutDir, options: Options, job: str) -> dict[str, Any]:
     """One capture, on an executor: the local path's dissection, written by this
-    attempt under its own hidden names; only metadata goes back to the driver."""
+    attempt under its own hidden names; only metadata goes back to the driver.  A
+    capture given as a URI is copied to the task's scratch directory first."""
     try:
         registry = discover()
         for spec in registry.tables():
             register_table(spec)
-        sha = file_sha256(path)
-        capture_id = sha[:16]
-        writer = _AttemptWriter(out, capture_id, sha, options, 0, _attempt_tag(job))
-        dissection = CaptureDissection(capture_id, writer, registry, options)
-        info, error = run_dissection(dissection, path, writer)
-        writer.close(ensure_tables=list(dissection.tables.values()))
+        with storage.local_copy(path) as (local, sha), _writer_dir(out) as wdir:
+            capture_id = sha[:16]
+            writer = _AttemptWriter(wdir, capture_id, sha, options, 0, _attempt_tag(job))
+            dissection = CaptureDissection(capture_id, writer, registry, options)
+            info, error = run_dissection(dissection, local, writer)
+            writer.close(ensure_tables=list(dissection.tables.values()))
+            pending = _pending(out, wdir, writer)
         return {
             "run": CaptureRun.from_writer(writer, input_info(path, sha, info), error),
-            "pending": writer.pending_files(),
+            "pending": pending,
             "anomalies": Counter(dissection.anomalies),
             "protocols": Counter(dissection.flows_by_protocol),
             "packets": info.packets,
@@ -237,23 +266,39 @@ def _whole_file_task(path: str, out: str, options: Options, job: str) -> dict[st
         return {"error": exc}
 
 
-def _commit(out: Path, capture_id: str, pending: Sequence[tuple[str, str]],
+def _commit(out: OutDir, capture_id: str, pending: Sequence[tuple[str, str]],
             overwrite: bool) -> None:
-    """Make one capture's successful attempt visible: renames only (metadata).  Without
-    ``overwrite`` a capture that another run put in OUT meanwhile is not replaced."""
+    """Make one capture's successful attempt visible: renames only (metadata; on S3 and
+    GCS copy + delete, ``Store.commit``).  Without ``overwrite`` a capture that another
+    run put in OUT meanwhile is not replaced."""
+    if isinstance(out, Store):
+        out.commit(capture_id, pending, overwrite)
+        return
     if not overwrite:
         check_capture_absent(out, capture_id)
     commit_files(pending)
     if overwrite:
-        keep: dict[str, list[str]] = {}
-        for _tmp, final in pending:
-            keep.setdefault(Path(final).parent.parent.name, []).append(Path(final).name)
-        remove_stale_parts(out, capture_id, keep)
+        remove_stale_parts(out, capture_id, storage.keep_names(pending))
 
 
-def _remove_attempts(out: Path, job: str) -> None:
+def _check_absent(out: OutDir, capture_id: str) -> None:
+    if isinstance(out, Store):
+        out.check_capture_absent(capture_id)
+    else:
+        check_capture_absent(out, capture_id)
+
+
+def _update_manifest(out: OutDir, run: CaptureRun) -> dict[str, Any]:
+    return out.update_manifest(run) if isinstance(out, Store) else update_manifest(out, run)
+
+
+def _remove_attempts(out: OutDir, job: str) -> None:
     """Delete what any attempt of ``job`` left uncommitted (failed, retried, speculative
     or refused attempts) and the partition directories that leaves empty."""
+    if isinstance(out, Store):
+        out.remove_matching(re.compile(
+            rf"[^/]+/{PARTITION_KEY}=[^/]+/\.part-\d+\.parquet\.{job}-t\d+\.inprogress"))
+        return
     for f in out.glob(f"*/{PARTITION_KEY}=*/.part-*.parquet.{job}-t*.inprogress"):
         with contextlib.suppress(FileNotFoundError):
             f.unlink()
@@ -261,10 +306,11 @@ def _remove_attempts(out: Path, job: str) -> None:
             f.parent.rmdir()  # only when empty
 
 
-def _resolve_out(out: str | os.PathLike) -> Path:
-    """OUT as an absolute path of the *driver*: executors run in scratch directories
-    of their own, where a relative path would silently land the files."""
-    return Path(os.path.abspath(os.fspath(out)))
+def _resolve_out(out: str | os.PathLike) -> OutDir:
+    """OUT as an absolute path of the *driver* (executors run in scratch directories
+    of their own, where a relative path would silently land the files), or a URI."""
+    loc = storage.normalize(out)
+    return Store(loc) if storage.is_uri(loc) else Path(loc)
 
 
 def ingest(
@@ -287,14 +333,17 @@ def ingest(
     registry = discover()
     check_executors(spark)
     out_path = _resolve_out(out)
-    out_path.mkdir(parents=True, exist_ok=True)
-    captures = [os.path.abspath(os.fspath(c)) for c in captures]
+    if isinstance(out_path, Store):
+        out_path.mkdirs()
+    else:
+        out_path.mkdir(parents=True, exist_ok=True)
+    captures = [storage.normalize(c) for c in captures]
     job = uuid.uuid4().hex[:12]
     report = IngestReport()
     whole: list[str] = []
     split: list[tuple[str, Layout]] = []
     for path in captures:
-        size = os.path.getsize(path)
+        size = storage.file_size(path)
         layout = probe_layout(path, size) if size > split_bytes else None
         if layout is None:
             whole.append(path)
@@ -314,7 +363,7 @@ def ingest(
             else:
                 results[path] = res
         if whole:
-            out_s = str(out_path)
+            out_s = out_path if isinstance(out_path, Store) else str(out_path)
             outs = _blobs(spark, len(whole),
                           lambda i: _whole_file_task(whole[i], out_s, options, job))
             errors = [got["error"] for got in outs if "error" in got]
@@ -323,7 +372,7 @@ def ingest(
             for path, got in zip(whole, outs, strict=True):
                 run: CaptureRun = got["run"]
                 _commit(out_path, run.capture_id, got["pending"], options.overwrite)
-                manifest = update_manifest(out_path, run)
+                manifest = _update_manifest(out_path, run)
                 results[path] = CaptureResult(
                     run.capture_id, path, run.rows, got["anomalies"], got["protocols"],
                     got["packets"], got["size"], manifest,
@@ -360,7 +409,7 @@ def _union_pairs(pairs: Sequence[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
 def _ingest_split(
     spark: SparkSession,
     layout: Layout,
-    out: Path,
+    out: OutDir,
     options: Options,
     registry: Registry,
     split_bytes: int,
@@ -378,11 +427,11 @@ def _ingest_split(
         timing[name] = round(now - clock, 3)
         clock = now
 
-    sha = file_sha256(path)
+    sha = storage.sha256(path) if storage.is_uri(path) else file_sha256(path)
     lap("sha256")
     capture_id = sha[:16]
     if not options.overwrite:
-        check_capture_absent(out, capture_id)
+        _check_absent(out, capture_id)
 
     # pass 1: record boundaries and frame counts per range
     ranges = plan_ranges(layout, split_bytes)
@@ -458,7 +507,7 @@ def _ingest_split(
     return result, how
 
 
-def _dissect_split(spark, layout, plans, scans, out: Path, capture_id: str, sha: str,
+def _dissect_split(spark, layout, plans, scans, out: OutDir, capture_id: str, sha: str,
                    options: Options, registry: Registry, packets: int, snaplen_cuts: int,
                    job: str, partitions: int | None, schedule, snaplen_first, unknown_first,
                    frag_max, rep: dict[bytes, bytes], frag_keys: dict[bytes, bytes | None],
@@ -472,8 +521,12 @@ def _dissect_split(spark, layout, plans, scans, out: Path, capture_id: str, sha:
     path = layout.path
 
     # pass 3: frames keyed by IP pair → whole pairs per task → reassembly + dissection
-    staging = out / f"{_STAGING_PREFIX}{capture_id}-{job}-{attempt}"
-    staging.mkdir(parents=True)
+    staging_name = f"{_STAGING_PREFIX}{capture_id}-{job}-{attempt}"
+    if isinstance(out, Store):
+        staging: Path | str = staging_name
+    else:
+        staging = out / staging_name
+        staging.mkdir(parents=True)
     nparts = partitions or max(2, 2 * spark.sparkContext.defaultParallelism)
     pschema = pa.schema(
         [("key", pa.binary()), ("frame", pa.int64()), ("ts", pa.int64()),
@@ -508,6 +561,7 @@ def _dissect_split(spark, layout, plans, scans, out: Path, capture_id: str, sha:
                     yield pa.RecordBatch.from_arrays(cols, schema=pschema)
 
     staging_s = str(staging)
+    store = out if isinstance(out, Store) else None
 
     def dissect_task(batches):
         from pyspark import TaskContext
@@ -515,10 +569,16 @@ def _dissect_split(spark, layout, plans, scans, out: Path, capture_id: str, sha:
         ctx = TaskContext.get()
         piece = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
-        summary = _dissect_partition(
-            _frames_of(batches), capture_id, options, schedule, snaplen_first, unknown_first,
-            frag_max, os.path.join(staging_s, f"p{piece:05d}-a{attempt}"), piece,
-        )
+        run_dir = f"p{piece:05d}-a{attempt}"
+        with _writer_dir(store) if store else contextlib.nullcontext(staging_s) as base:
+            summary = _dissect_partition(
+                _frames_of(batches), capture_id, options, schedule, snaplen_first,
+                unknown_first, frag_max, os.path.join(base, run_dir), piece,
+            )
+            if store is not None and summary is not None:  # runs to the shared staging
+                summary["files"] = [
+                    store.upload(f, f"{staging_s}/{os.path.relpath(f, base)}")
+                    for f in summary["files"]]
         if summary is not None:
             yield pa.RecordBatch.from_pydict(
                 {"idx": [piece], "blob": [pickle.dumps(summary, protocol=5)]},
@@ -546,7 +606,10 @@ def _dissect_split(spark, layout, plans, scans, out: Path, capture_id: str, sha:
             packets, snaplen_cuts, errors[0] if errors else None, job,
         )
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if store is not None:
+            store.delete_dir(staging_s)
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
     return result, used
 
 
@@ -718,8 +781,10 @@ def merge_runs(runs: list[_Run], key: str) -> Iterator[pa.Table]:
         yield table
 
 
-def _file_batches(path: str, lut: np.ndarray) -> Iterator[pa.RecordBatch]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+def _file_batches(path: str, lut: np.ndarray, store: Store | None = None
+                  ) -> Iterator[pa.RecordBatch]:
+    pf = store.open_parquet(path) if store is not None else pq.ParquetFile(path)
+    for batch in pf.iter_batches(batch_size=65536):
         if batch.num_rows:
             yield _remap(batch, lut)
 
@@ -738,7 +803,7 @@ def _flow_luts(summaries: list[dict[str, Any]]) -> dict[int, np.ndarray]:
     return luts
 
 
-def _write_piece(out: str, capture_id: str, sha: str, options: Options, job: str,
+def _write_piece(out: str | Store, capture_id: str, sha: str, options: Options, job: str,
                  tables: list[TableSpec], summary: dict[str, Any], lut: np.ndarray,
                  extra: dict[str, list[dict[str, Any]]], first: bool) -> dict[str, Any]:
     """On an executor: one dissection task's sorted runs, flow ids made capture-wide,
@@ -746,25 +811,29 @@ def _write_piece(out: str, capture_id: str, sha: str, options: Options, job: str
     ``first`` piece also writes the whole-capture rows and every table's empty file)."""
     for spec in tables:
         register_table(spec)
-    writer = _AttemptWriter(out, capture_id, sha, options, summary["piece"], _attempt_tag(job))
-    try:
-        for spec in tables:
-            key = "record_id" if "record_id" in spec.column_names else "flow_id"
-            runs = [_Run(_file_batches(f, lut), key) for f in summary["files"]
-                    if Path(f).parent.name == spec.name]
-            if first and extra.get(spec.name):
-                runs.append(_Run(iter([rows_to_batch(spec, extra[spec.name])]), key))
-            for table in merge_runs(runs, key):
-                writer.write_batch(spec, table)
-        rows = writer.close(ensure_tables=tables if first else ())
-    except BaseException:
-        writer.abort()
-        raise
-    return {"pending": writer.pending_files(), "rows": rows,
+    store = out if isinstance(out, Store) else None
+    with _writer_dir(store or Path(out)) as wdir:
+        writer = _AttemptWriter(wdir, capture_id, sha, options, summary["piece"],
+                                _attempt_tag(job))
+        try:
+            for spec in tables:
+                key = "record_id" if "record_id" in spec.column_names else "flow_id"
+                runs = [_Run(_file_batches(f, lut, store), key) for f in summary["files"]
+                        if Path(f).parent.name == spec.name]
+                if first and extra.get(spec.name):
+                    runs.append(_Run(iter([rows_to_batch(spec, extra[spec.name])]), key))
+                for table in merge_runs(runs, key):
+                    writer.write_batch(spec, table)
+            rows = writer.close(ensure_tables=tables if first else ())
+        except BaseException:
+            writer.abort()
+            raise
+        pending = _pending(store or Path(out), wdir, writer)
+    return {"pending": pending, "rows": rows,
             "versions": {n: s.version for n, s in writer.tables.items()}}
 
 
-def _finish_split(spark: SparkSession, layout, plans: list[RangePlan], scans, out: Path,
+def _finish_split(spark: SparkSession, layout, plans: list[RangePlan], scans, out: OutDir,
                   capture_id: str, sha: str, options: Options, registry: Registry,
                   summaries: list[dict[str, Any]], packets: int, snaplen_cuts: int,
                   error: str | None, job: str) -> CaptureResult:
@@ -797,7 +866,7 @@ def _finish_split(spark: SparkSession, layout, plans: list[RangePlan], scans, ou
     pieces = sorted(summaries, key=lambda s: s["piece"]) or [
         {"piece": 0, "files": [], "flows": []}]
     bc = spark.sparkContext.broadcast(luts)
-    out_s = str(out)
+    out_s = out if isinstance(out, Store) else str(out)
     try:
         written = _blobs(spark, len(pieces), lambda i: _write_piece(
             out_s, capture_id, sha, options, job, tables, pieces[i],
@@ -823,6 +892,6 @@ def _finish_split(spark: SparkSession, layout, plans: list[RangePlan], scans, ou
         table_versions=dict(sorted(versions.items())),
         error=error,
     )
-    manifest = update_manifest(out, run)
+    manifest = _update_manifest(out, run)
     return CaptureResult(capture_id, layout.path, run.rows, anomalies, protocols, packets,
                          layout.size, manifest)

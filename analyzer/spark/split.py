@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.spark.storage import open_input
 from reassembly.capture import MAX_RECORD, MIN_CAPLEN_LIMIT, Frame
 from reassembly.compression import GZIP_MAGIC, ZSTD_MAGIC
 from reassembly.pcap import FILE_HEADER_LEN, PCAP_MAGICS
@@ -98,8 +99,11 @@ class Layout:
 
 def probe_layout(path: str, size: int) -> Layout | None:
     """The file's layout, or None when it cannot be split (compressed, unknown, tiny)."""
-    with open(path, "rb") as f:
+    f = open_input(path)  # a local path or a URI (analyzer.spark.storage)
+    try:
         head = f.read(FILE_HEADER_LEN + 24)
+    finally:
+        f.close()
     if head[:2] == GZIP_MAGIC or head[:4] == ZSTD_MAGIC:
         return None
     magic = head[:4]
@@ -148,7 +152,7 @@ class _Reader:
     """Random access to the file through one read-ahead window."""
 
     def __init__(self, path: str, size: int) -> None:
-        self.f = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self.f = open_input(path)  # a local path or a URI; closed by close()
         self.size = size
         self.base = 0
         self.buf = b""

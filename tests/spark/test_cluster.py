@@ -9,18 +9,16 @@ to the driver, and executors whose Python lacks msgcap give ``error:``/``fix:`` 
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from analyzer.pipeline import Options, dissect_capture
+from tests.spark.conftest import S3, Cluster
 from tests.spark.helpers import assert_same_dataset
 
 pytestmark = pytest.mark.spark
@@ -30,79 +28,24 @@ ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"  # a Python without msgcap (nor pyarrow)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.3)
-    raise AssertionError(f"{text!r} not seen in {path}:\n{path.read_text(errors='replace')}")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[str]:
-    """``spark://127.0.0.1:<port>`` with two one-core workers."""
-    pyspark = pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java runtime for Spark")
-    home = Path(pyspark.__file__).parent
-    logs = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_WORKER_DIR": str(logs / "work")}
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    procs: list[subprocess.Popen] = []
-
-    def start(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
-        log = logs / f"{name}.log"
-        with open(log, "wb") as f:
-            p = subprocess.Popen(["bash", str(home / "bin" / "spark-class"), *args], env=env,
-                                 stdout=f, stderr=subprocess.STDOUT)
-        procs.append(p)
-        return p, log
-
-    try:
-        master, mlog = start("master", "org.apache.spark.deploy.master.Master", "--host",
-                             "127.0.0.1", "--port", str(port), "--webui-port", "0")
-        _wait_for(mlog, "I have been elected leader", master)
-        for k in range(2):
-            w, wlog = start(f"worker{k}", "org.apache.spark.deploy.worker.Worker", url,
-                            "--cores", "1", "--memory", "768m", "--webui-port", "0")
-            _wait_for(wlog, "Successfully registered with master", w)
-        yield url
-    finally:
-        for p in reversed(procs):  # only the processes this fixture started
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def _ingest(url: str, cwd: Path, *args: str, python: str | None = None
-            ) -> subprocess.CompletedProcess[str]:
+def _ingest(cluster: Cluster, cwd: Path, *args: str, python: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     conf = ["--conf", "spark.driver.host=127.0.0.1", "--conf",
             "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m"]
+    for key, value in (env or {}).items():  # the documented way executors get AWS_*
+        conf += ["--conf", f"spark.executorEnv.{key}={value}"]
     if python:
         conf += ["--conf", f"spark.pyspark.python={python}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    env.pop("PYSPARK_PYTHON", None)
+    run_env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", **(env or {})}
+    run_env.pop("PYSPARK_PYTHON", None)
     return subprocess.run(
-        [sys.executable, "-m", "analyzer.cli", "spark", "ingest", *args, "--master", url,
-         *conf], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        [sys.executable, "-m", "analyzer.cli", "spark", "ingest", *args, "--master",
+         cluster.url, *conf], cwd=cwd, env=run_env, capture_output=True, text=True,
+        timeout=600)
 
 
 def test_cluster_output_equals_local_and_relative_output_is_the_drivers(
-        cluster: str, tmp_path: Path) -> None:
+        cluster: Cluster, tmp_path: Path) -> None:
     nats = SAMPLES / "nats-basic.pcap"
     quic = SAMPLES / "felix-quic.pcap"
     opts = Options(keylog=str(SAMPLES / "felix-quic.keys"))
@@ -120,7 +63,7 @@ def test_cluster_output_equals_local_and_relative_output_is_the_drivers(
     assert [p for p in leftovers if "inprogress" in p.name or "staging" in p.name] == []
 
 
-def test_executors_without_msgcap_are_refused_with_a_fix(cluster: str, tmp_path: Path) -> None:
+def test_executors_without_msgcap_are_refused_with_a_fix(cluster: Cluster, tmp_path: Path) -> None:
     if not Path(SYSTEM_PYTHON).exists():
         pytest.skip(f"no {SYSTEM_PYTHON}")
     probe = subprocess.run([SYSTEM_PYTHON, "-c", "import analyzer.pipeline"],
@@ -137,3 +80,46 @@ def test_executors_without_msgcap_are_refused_with_a_fix(cluster: str, tmp_path:
     assert lines[lines.index(err) + 1].startswith("fix: give the executors a Python")
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "out" / "nats").exists()
+
+
+def test_s3_captures_in_s3_dataset_out(cluster: Cluster, s3: S3, tmp_path: Path) -> None:
+    """Captures read from a bucket (one split into byte ranges read through S3, one whole
+    copied by its task), the dataset written to the bucket by the executors and committed
+    by copy + delete; read back over the same endpoint equal to the local run."""
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    nats, js = SAMPLES / "nats-basic.pcap", SAMPLES / "nats-js.pcap"  # split / one task
+    for p in (nats, js):
+        dissect_capture(p, tmp_path / "local", Options())
+    fs = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing",
+                           secret_key="testing", region="us-east-1")
+    for p in (nats, js):
+        pafs.copy_files(str(p), f"{s3.bucket}/caps/{p.name}",
+                        destination_filesystem=fs)
+    uris = [f"s3://{s3.bucket}/caps/{p.name}" for p in (nats, js)]
+    out = f"s3://{s3.bucket}/ds"
+    run = _ingest(cluster, tmp_path, *uris, "-o", out,
+                  "--split-bytes", str(nats.stat().st_size // 2 + 1), env=s3.env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"{uris[0]}: split:2" in run.stderr and f"{uris[1]}: file" in run.stderr
+
+    names = [i.path for i in fs.get_file_info(pafs.FileSelector(f"{s3.bucket}/ds",
+                                                                recursive=True))
+             if i.type == pafs.FileType.File]
+    assert not [n for n in names if "inprogress" in n or "staging" in n], names
+    # read straight from the bucket, as another tool would
+    nats_rows = pads.dataset(f"{s3.bucket}/ds/nats", filesystem=fs, format="parquet",
+                             partitioning="hive").count_rows()
+    local_rows = pads.dataset(str(tmp_path / "local" / "nats"), format="parquet",
+                              partitioning="hive").count_rows()
+    assert nats_rows == local_rows > 100
+    # and every table, row by row, and the manifest (whose inputs name the URIs)
+    got = tmp_path / "from-s3"
+    pafs.copy_files(f"{s3.bucket}/ds", str(got), source_filesystem=fs)
+    manifest = json.loads((got / "manifest.json").read_text())
+    assert sorted(i["input"]["path"] for i in manifest["inputs"]) == sorted(uris)
+    for entry in manifest["inputs"]:
+        entry["input"]["path"] = str(SAMPLES / entry["input"]["path"].rsplit("/", 1)[1])
+    (got / "manifest.json").write_text(json.dumps(manifest))
+    assert_same_dataset(tmp_path / "local", got)
