@@ -213,26 +213,34 @@ class Dropped(NamedTuple):
 
 class Released(NamedTuple):
     """The run's memory budget was reached and this framer's buffer was the least
-    recently fed: the partial unit it held, ``[start, end)`` of a unit ending at
-    ``declared_end``, was given up (undecoded) and the rest of the unit is skipped as it
-    streams past.  ``limit_bytes`` is the budget's size.  A session reports it as a
-    ``limit.memory`` anomaly (``FramedSession`` does)."""
+    recently fed: the partial unit it held, ``[start, end)``, was given up (undecoded)
+    and the rest of the unit is skipped as it streams past.  ``kind``: ``pdu`` (a
+    length-prefixed unit ending at ``declared_end``) or ``line`` (a control line whose
+    LF had not come: ``declared_end`` is None, parsing resumes after that LF).
+    ``limit_bytes`` is the budget's size.  A session reports it as a ``limit.memory``
+    anomaly (``FramedSession`` does)."""
 
     limit_bytes: int
-    declared_end: int
+    declared_end: int | None
     start: int
     end: int
     ts_first_ns: int
     ts_last_ns: int
     frame_first: int
     frame_last: int
+    kind: str = "pdu"
 
     def detail(self) -> str:
         """The ``limit.memory`` anomaly's text."""
-        return (f"memory budget of {self.limit_bytes} bytes reached: dropped the "
-                f"{self.end - self.start} bytes buffered of a {self.declared_end - self.start}"
-                "-byte unit (this direction's framer buffer, the least recently fed); the "
-                "rest of the unit is skipped, parsing resumes where it ends")
+        head = (f"memory budget of {self.limit_bytes} bytes reached: dropped the "
+                f"{self.end - self.start} bytes buffered of ")
+        if self.declared_end is None:
+            return (head + "an unfinished line (this direction's framer buffer, the least "
+                    "recently fed); the rest of the line is skipped, parsing resumes after "
+                    "its LF")
+        return (head + f"a {self.declared_end - self.start}-byte unit (this direction's "
+                "framer buffer, the least recently fed); the rest of the unit is skipped, "
+                "parsing resumes where it ends")
 
 
 def resync_after_lf(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
@@ -338,7 +346,7 @@ class _Framer:
         self.undecoded_bytes = 0
         # the run's memory budget (``reassembly.limits.MemoryBudget``, a session sets it
         # from ``options["memory_budget"]``): told what is left buffered once the
-        # framer needs more (``LengthPrefixedFramer.next_event``)
+        # framer needs more (``next_event``, ``hold_budget``)
         self.budget: Any = None
 
     # ---- public helpers ------------------------------------------------------------
@@ -417,10 +425,32 @@ class _Framer:
             self._pos = 0
         self._release_partial()
         if self.budget is not None:
-            self.budget.hold(self, len(self._buf) - self._pos)
+            self.budget.hold(self, self._budget_bytes())
 
     def _release_partial(self) -> None:
         """Give up the partial unit buffered, for the memory budget (if the framer can)."""
+
+    def _budget_bytes(self) -> int:
+        """What this framer tells the budget it holds: the bytes left buffered."""
+        return len(self._buf) - self._pos
+
+    def hold_budget(self) -> None:
+        """Tell the run's budget what this framer holds now.  ``next_event`` does it when
+        it answers ``NEED_MORE``; a scanner working in place (``scan_view``) calls it
+        when it stops for more bytes."""
+        if self.budget is not None:
+            self.budget.hold(self, self._budget_bytes())
+
+    def next_event(self):
+        """The next event, or ``NEED_MORE`` (then what is left buffered is what the run's
+        budget is told)."""
+        ev = self._next_event()
+        if ev is NEED_MORE and self.budget is not None:
+            self.budget.hold(self, self._budget_bytes())
+        return ev
+
+    def _next_event(self):
+        raise NotImplementedError
 
     def reject(self, nbytes: int) -> None:
         """Move ``nbytes`` already handed out as decoded to undecoded."""
@@ -660,6 +690,7 @@ class LineFramer(_Framer):
         self._long_start = 0
         self._long_head = b""
         self._long_first: tuple[int, int] = (0, 0)
+        self._long_quiet = False  # skipping the rest of a line given up for the budget
         # block being read
         self._blk_n = 0
         self._blk_left = 0
@@ -727,8 +758,48 @@ class LineFramer(_Framer):
             return self._blk_n - self._blk_left
         return 0
 
-    def next_event(self):
-        """The next ``Line``/``Block``/``Oversize``/``Resynced`` event, or ``NEED_MORE``."""
+    def _budget_bytes(self) -> int:
+        """What the budget is told: the bytes of a line whose LF has not come.  Nothing
+        else is held for long (a block streams past; an oversize line is not buffered).
+        A complete line waiting in the buffer (a scanner working in place waits for the
+        payload that follows it, at most ``fastpath.MAX_FAST_TOTAL``) is not this
+        framer's to give up and is not counted."""
+        if self._mode != _LINE or self._events:
+            return 0
+        buf = self._buf
+        pos = self._pos
+        n = len(buf) - pos
+        scan = self._scan
+        if n and scan < len(buf):
+            if buf.find(b"\n", scan if scan > pos else pos) >= 0:
+                return 0
+            self._scan = len(buf)  # (no LF up to here: the next search starts after it)
+        return n
+
+    def _release_partial(self) -> None:
+        """A line whose LF has not come is given up like one too long to buffer: its
+        bytes are undecoded, a ``Released`` event says so, and the rest of it is skipped
+        up to its LF as it streams past; parsing resumes with the next line."""
+        n = self._budget_bytes()
+        if not n:
+            return
+        start = self._base + self._pos
+        c1, c2 = self._prov(start), self._last_chunk
+        limit = self.budget.limit_bytes if self.budget is not None else 0
+        self._events.append(Released(limit, None, start, start + n, c1[1], c2[2], c1[3],
+                                     c2[4], "line"))
+        self._pos += n
+        self.undecoded_bytes += n
+        self._clear()
+        self._long_start = start
+        self._long_head = b""
+        self._long_first = (c1[1], c1[3])
+        self._long_quiet = True
+        self._mode = _LONG
+
+    def _next_event(self):
+        """The next ``Line``/``Block``/``Oversize``/``Resynced``/``Released`` event, or
+        ``NEED_MORE``."""
         if self._events:
             return self._events.popleft()
         while True:
@@ -780,10 +851,12 @@ class LineFramer(_Framer):
                 self.undecoded_bytes += stop - pos
                 if i < 0:
                     return NEED_MORE
-                base = self._base
-                c2 = self._prov(base + i)
                 self._mode = _LINE
                 self._scan = stop
+                if self._long_quiet:  # the rest of a line given up (``Released``)
+                    continue
+                base = self._base
+                c2 = self._prov(base + i)
                 return Oversize(base + stop - self._long_start, self._long_head,
                                 self._long_start, base + stop, self._long_first[0], c2[2],
                                 self._long_first[1], c2[4])
@@ -806,6 +879,7 @@ class LineFramer(_Framer):
         self._long_start = off
         self._long_head = b""
         self._long_first = (c[1], c[3])
+        self._long_quiet = False
         self._mode = _LONG
 
     def _block_step(self) -> Block | None:
@@ -937,6 +1011,8 @@ class LineFramer(_Framer):
                                    c1[3], c2[4]))
             return None
         if mode == _LONG:
+            if self._long_quiet:  # already reported (``Released``)
+                return None
             c2 = self._prov(end - 1)
             out.append(Dropped("long_line", None, None,
                                self._long_start, end, self._long_first[0], c2[2],
@@ -1022,15 +1098,9 @@ class LengthPrefixedFramer(_Framer):
     def _on_found(self) -> None:
         pass  # the episode ends when pdu_length accepts the candidate
 
-    def next_event(self):
-        """The next ``Pdu``/``Oversize``/``Invalid``/``Resynced``/``Released`` event, or
-        ``NEED_MORE`` (then what is left buffered is what the run's budget is told)."""
-        ev = self._next_event()
-        if ev is NEED_MORE and self.budget is not None:
-            self.budget.hold(self, len(self._buf) - self._pos)
-        return ev
-
     def _next_event(self):
+        """The next ``Pdu``/``Oversize``/``Invalid``/``Resynced``/``Released`` event, or
+        ``NEED_MORE``."""
         if self._events:
             return self._events.popleft()
         while True:

@@ -82,6 +82,7 @@ from dissectors.framing import (
     Line,
     LineFramer,
     Oversize,
+    Released,
     Resynced,
     TrailerStatus,
     line_op_resync,
@@ -242,6 +243,8 @@ class NatsClusterSession(Session):
         block = options.get("s2_max_block_bytes", s2.MAX_BLOCK_BYTES)
         self.s2_max_block = block if type(block) is int and block > 0 else s2.MAX_BLOCK_BYTES
         self._dirs = (_Dir(), _Dir())
+        for st in self._dirs:  # a line being buffered draws from the run's budget
+            st.framer.budget = self.budget
         self.link: str | None = None
         self.pinned: bool | None = None  # a route that does not send the account
         self.bound_account: str | None = None  # leaf: the account of the link
@@ -339,6 +342,7 @@ class NatsClusterSession(Session):
         st.s2 = s2.S2Stream(start_offset=start, max_block_bytes=self.s2_max_block,
                             budget=self.budget)
         st.framer = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync, start_offset=0)
+        st.framer.budget = self.budget
         st.after_info = False
         out: list[Record] = []
         for data, span in pieces:
@@ -434,6 +438,8 @@ class NatsClusterSession(Session):
             elif t is Resynced:
                 self._anomaly(out, "nats_cluster.resync",
                               f"skipped {ev.end - ev.start} bytes", direction, ev)
+            elif t is Released:  # the run's memory budget took an unfinished line back
+                self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
         return out
 
     def _flushed(self, direction: Direction, st: _Dir, ev: Any, out: list[Record],
@@ -444,6 +450,8 @@ class NatsClusterSession(Session):
         elif t is Resynced:
             self._anomaly(out, "nats_cluster.resync", f"skipped {ev.end - ev.start} bytes",
                           direction, ev)
+        elif t is Released:
+            self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
         elif t is Dropped:
             if ev.kind == "block" and st.values is not None and st.line is not None:
                 values, line = st.values, st.line

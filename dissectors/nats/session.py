@@ -53,6 +53,7 @@ from dissectors.framing import (
     Line,
     LineFramer,
     Oversize,
+    Released,
     Resynced,
     TrailerStatus,
 )
@@ -134,6 +135,10 @@ class NatsSession(Session):
             _Direction(LineFramer(max_line_bytes=c2s_line, resync=parser.resync)),
             _Direction(LineFramer(max_line_bytes=s2c_line, resync=parser.resync)),
         )
+        budget = options.get("memory_budget")
+        if callable(getattr(budget, "hold", None)):  # a line being buffered draws from it
+            for st in self._dirs:
+                st.framer.budget = budget
         self.max_payload: int | None = None  # from the server's last INFO
         self._wrong_dir: set[tuple[int, str]] = set()
         self.ops = [0, 0]  # rows emitted per direction
@@ -229,6 +234,8 @@ class NatsSession(Session):
             self._on_oversize(direction, st, ev, out)
         elif t is Resynced:
             self._on_resynced(direction, ev, out)
+        elif t is Released:
+            self._on_released(direction, ev, out)
 
     # ---- compiled fast path --------------------------------------------------------
 
@@ -240,6 +247,7 @@ class NatsSession(Session):
         c2s = direction == Direction.C2S
         while True:
             if self._between_ops(st) and self._scan(direction, st, out, c2s) == fastpath.NEED_MORE:
+                fr.hold_budget()  # stopped for more bytes: what it holds draws from the budget
                 break
             if not self._reference_step(direction, st, out):
                 break
@@ -309,6 +317,8 @@ class NatsSession(Session):
             self._on_oversize(direction, st, ev, out)
         elif t is Dropped:
             self._on_dropped(direction, st, ev, out, at_close)
+        elif t is Released:
+            self._on_released(direction, ev, out)
         elif t is Line:  # pragma: no cover - framers flush no lines
             self._on_line(direction, st, ev, out)
 
@@ -479,6 +489,11 @@ class NatsSession(Session):
                       f"{st.framer.max_line_bytes}; skipped: {parser.show(ev.head, 64)}",
                       direction, ev)
         st.framer.start_resync()
+
+    def _on_released(self, direction: Direction, ev: Released, out: list[Record]) -> None:
+        """The run's memory budget took this direction's unfinished line back (the framer
+        skips the rest of it and parses on after its LF)."""
+        self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
 
     def _on_resynced(self, direction: Direction, ev: Resynced, out: list[Record]) -> None:
         how = "until the next NATS operation" if ev.found else "(cut by a gap or the end)"
