@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+from analyzer.sink import RowSink
 from reassembly.capture import CaptureReader
 from reassembly.engine import Reassembler, capture_damage_events
 from reassembly.events import Anomaly, FlowEnd, FlowInfo, StreamClose
@@ -56,12 +57,12 @@ def iter_flow_rows(
         anomalies.extend(capture_damage_events(reader))
 
 
-class _FlowRowSink:
+class _FlowRowSink(RowSink):
     """The writer a ``CaptureDissection`` needs, keeping only its ``flows`` rows (as
     :func:`flow_row` dicts plus ``protocol`` and ``layers``) and dropping every other
     row: `msgcap flows` shows the protocol `dissect` would record without writing a
-    dataset.  No ``write_batch``: the compiled fast path (which builds Arrow batches)
-    stays off, the sessions' rows are dropped as they come."""
+    dataset.  A ``RowSink`` (dict rows only): compiled fast paths (which build Arrow
+    batches) stay off, the sessions' rows are dropped as they come."""
 
     closed = False
 

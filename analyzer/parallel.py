@@ -149,8 +149,11 @@ class OwnedRowsWriter:
     Same interface as the writer for the dissection (``write_rows``, ``write_batch``,
     ``owns``; anything else is the wrapped writer's).  It tallies the anomaly kinds and
     flow protocols of the rows it keeps (``anomalies``, ``flows_by_protocol``), so the
-    shares of all workers add up to what one process counts.
+    shares of all workers add up to what one process counts.  A ``Sink`` that takes
+    Arrow batches.
     """
+
+    columnar = True
 
     def __init__(self, writer: DatasetWriter, worker: int, workers: int) -> None:
         if workers < 1 or not 0 <= worker < workers:

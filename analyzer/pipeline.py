@@ -1,10 +1,23 @@
 """Capture → reassembly → detection → dissectors → rows → Parquet dataset.
 
-Strategy: one pass over the reassembly events of a capture.  Each event is turned
-into rows at once and handed to the ``DatasetWriter``, which flushes in batches, so
-memory holds one batch per table plus the live flows — never the capture.  Row ids
-are given out in emission order, which is fixed by the capture and the options, so the
-same input gives the same rows in the same order.
+Strategy: one pass over the reassembly events of a capture.  ``CaptureDissection`` is a
+conveyor that names no protocol and does three things:
+
+* route events to sessions: stream bytes, gaps and closes (and UDP datagrams) go to the
+  flow's detection state, then its session (``analyzer.detect``); the events of the
+  layers below the dissectors go to the layer dissectors that declare them
+  (``dissectors.layers``); a session that raises is abandoned;
+* turn records into rows in one place: every row gets its envelope (capture, flow,
+  endpoints), its record id and its parent's, whether it came from a session's
+  ``Record``, a ``ColumnBatch`` (a compiled fast path's columns) or a layer's ``LayerRow``;
+* write to one ``analyzer.sink.Sink``: dict rows, and Arrow batches when the sink takes
+  them (``Sink.columnar``; only then are ``ColumnarSession``s switched on).
+
+Sessions learn their capabilities from ``dissectors.api``: a ``CarrierSession`` is hooked
+into payload dispatch (``dissectors.dispatch``), a ``ColumnarSession`` asked to return
+``ColumnBatch`` records.  Memory holds one batch per table plus the live flows — never
+the capture.  Row ids are given out in emission order, which is fixed by the capture and
+the options, so the same input gives the same rows in the same order.
 
 A dissector that raises is a bug, not bad input: the pipeline records a
 ``pipeline.dissector_error`` anomaly, stops feeding that flow (the rest of its bytes
@@ -32,42 +45,34 @@ import pyarrow as pa
 from analyzer.detect import Detector, FlowDispatch
 from analyzer.flowsummary import flow_row
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
-from analyzer.sink import CaptureLock, DatasetWriter, OutputError, OutputWriteError
-from dissectors.api import CarriedMessage, Dissector, Record, Span
+from analyzer.sink import CaptureLock, DatasetWriter, OutputError, OutputWriteError, Sink
+from dissectors.api import (
+    ColumnAccumulator,
+    ColumnarSession,
+    ColumnBatch,
+    Dissector,
+    Record,
+    Span,
+)
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.dispatch import PayloadDispatcher
-from dissectors.nats import fastpath
-from dissectors.quic.table import QUIC_PACKETS, quic_flow_values, quic_packet_row
+from dissectors.layers import LayerDissector, LayerFacts, builtin_layers, stream_gap_anomaly
 from dissectors.registry import Registry, discover
 from dissectors.schema import arrow_schema, register_table, rows_to_batch
 from dissectors.tables import TableSpec
-from dissectors.tls_table import TLS_TABLE, tls_envelope, tls_flow_values, tls_row
-from dissectors.websocket_table import (
-    WEBSOCKET_TABLE,
-    websocket_control_row,
-    websocket_handshake_row,
-)
 from reassembly.capture import CaptureInfo, CaptureReader, open_capture
-from reassembly.engine import capture_events
+from reassembly.engine import KeyLog, capture_events
 from reassembly.events import (
     Anomaly,
     Datagram,
     Direction,
     FlowEnd,
     FlowInfo,
-    QuicHandshake,
-    QuicPacket,
-    QuicStreamEnd,
     StreamClose,
     StreamData,
     StreamGap,
-    TlsConnection,
-    WebSocketControl,
-    WebSocketHandshake,
-    gap_wording,
 )
 from reassembly.limits import Limits
-from reassembly.quic.keylog import KeyLog
 
 try:
     TOOL_VERSION = version("msgcap")
@@ -87,15 +92,15 @@ class Options:
     payload_cap: int = DEFAULT_PAYLOAD_CAP
     decode_as: dict[int, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
-    keylog: str | None = None  # NSS key log file (SSLKEYLOGFILE format) for QUIC/TLS
+    keylog: str | None = None  # NSS key log file (SSLKEYLOGFILE format): decrypts captures
     strict: bool = False  # re-raise dissector exceptions (tests)
     validate: bool = False  # run every batch through the schema validator (tests)
     overwrite: bool = False
-    # keep credentials (NATS CONNECT pass/auth_token/jwt/sig/nkey) in the tables; by
+    # keep credentials (passwords, tokens, JWTs, ... of a CONNECT) in the tables; by
     # default they are replaced by their length and SHA-256 (dissectors.redaction)
     keep_secrets: bool = False
-    # compiled NATS fast path (dissectors.nats.fastpath); False runs the pure-Python
-    # reference alone.  Same output either way, so it is not part of as_json().
+    # compiled fast paths (dissectors.api.ColumnarSession); False runs every dissector's
+    # pure-Python reference alone.  Same output either way, so not part of as_json().
     fast: bool = True
     # payload decoding (dissectors.payload): None = off; else the --schema specs
     # (PATTERN=FILE), possibly none (--decode: detection by structure only)
@@ -141,12 +146,13 @@ def _anomaly_source(kind: str) -> str:
 
 
 class CaptureDissection:
-    """Turns the events of one capture into table rows."""
+    """Turns the events of one capture into table rows (the conveyor: see the module
+    docstring)."""
 
     def __init__(
         self,
         capture_id: str,
-        writer: DatasetWriter,
+        writer: Sink,
         registry: Registry,
         options: Options,
     ) -> None:
@@ -157,7 +163,7 @@ class CaptureDissection:
 
             writer = DecodingWriter(writer, decoding_for(options.payload_schemas),
                                     keep_secrets=options.keep_secrets)
-        self.writer = writer
+        self.writer: Sink = writer
         self.options = options
         decode_as = {port: registry.get(name) for port, name in options.decode_as.items()}
         # one memory budget for the run: reassembly (``capture_events(job.limits)``) and
@@ -173,86 +179,44 @@ class CaptureDissection:
             list(registry.dissectors.values()), decode_as, session_options, self._on_session
         )
         self.detector.on_probe_error = self._probe_error
-        # rows of the compiled fast path, per table, until they become an Arrow batch;
-        # only with a writer that takes batches (the Spark run sinks take dict rows)
-        self.fast = fastpath.enabled(options.fast) and hasattr(writer, "write_batch")
-        self._accs: dict[str, Any] = {}
-        # reference rows of an accumulator's table that follow its first N rows: (N, row)
+        # ColumnarSessions fill columns (ColumnBatch records) only for a sink of batches
+        self.columnar = options.fast and writer.columnar
+        # rows of ColumnBatch records, per table, until they become an Arrow batch
+        self._accs: dict[str, ColumnAccumulator] = {}
+        # dict rows of an accumulator's table that follow its first N rows: (N, row)
         self._between: dict[str, list[tuple[int, dict]]] = {}
+        layers = builtin_layers()
+        self._layer_of: dict[type, type[LayerDissector]] = {
+            ev: layer for layer in layers for ev in layer.events}
         self.tables: dict[str, TableSpec] = {s.name: s for s in registry.tables()}
-        self.tables[FLOWS.name] = FLOWS
-        self.tables[ANOMALIES.name] = ANOMALIES
-        self.tables[QUIC_PACKETS.name] = QUIC_PACKETS
-        self.tables[TLS_TABLE.name] = TLS_TABLE
-        self.tables[WEBSOCKET_TABLE.name] = WEBSOCKET_TABLE
-        self._layers: dict[int, list[str]] = {}  # TLS / WebSocket layers per TCP flow
-        # (flow id, QUIC stream id or None for TCP) -> detection state / session
+        for spec in (FLOWS, ANOMALIES, *(t for layer in layers for t in layer.tables)):
+            self.tables[spec.name] = spec
+        self._facts: dict[int, LayerFacts] = {}  # what the layers learned, per flow
+        # (flow id, inner stream id or None) -> detection state / session
         self._flows: dict[tuple[int, int | None], FlowDispatch] = {}
-        self._quic_streams: dict[int, list[int]] = {}  # QUIC stream ids seen per flow
+        self._inner_streams: dict[int, list[int]] = {}  # inner stream ids seen per flow
         # bytes of datagrams fed so far per UDP flow and direction (the next offset)
         self._udp_offsets: dict[tuple[int, Direction], int] = {}
-        self._quic_flows: set[int] = set()  # flows that carried QUIC packets
-        self._handshakes: dict[int, dict[str, Any]] = {}  # TLS facts per QUIC flow
         self._flow_rows: dict[int, int] = {}  # rows emitted so far per live flow
         self._frame_rows: OrderedDict[int, int] = OrderedDict()  # flowless rows per frame
         self.anomalies: Counter = Counter()
         self.flows_by_protocol: Counter = Counter()
 
     def _on_session(self, fd: FlowDispatch) -> None:
-        self._hook_payloads(fd)
+        """A flow has its session: give it the capabilities it declares (payload
+        dispatch for a carrier, columns for a columnar fast path)."""
         session = fd.session
-        if self.fast and hasattr(session, "enable_fast"):
-            owns = getattr(self.writer, "owns", None)
-            mine = owns is None or owns(fd.flow.flow_id)
-            rows = fastpath.new_columns() if mine else None
-            if getattr(session, "on_message", None) is None:
-                session.enable_fast(rows)
-            else:
-                flow = fd.flow
-                scope = self.payloads.scope((flow.server.ip, flow.server.port))
-                session.enable_fast(rows, scope.first_bytes, scope.verdicts, scope.bound,
-                                    scope.probed)
-
-    def _hook_payloads(self, fd: FlowDispatch) -> None:
-        """Give a carrier session (NATS) a hook that offers each message to the
-        payload dissectors of its server's scope."""
-        session = fd.session
-        name = fd.dissector.name if fd.dissector else ""
-        carried = [d for d in self.payloads.dissectors if name in d.carriers]
-        if not carried or not hasattr(session, "on_message"):
-            return
         flow = fd.flow
-        scope = self.payloads.scope((flow.server.ip, flow.server.port))
-        for failed, exc in scope.setup_errors:  # a plugin's new_state raised
-            self._anomaly_row(
+        name = fd.dissector.name if fd.dissector else ""
+        server = (flow.server.ip, flow.server.port)
+        for failed, exc in self.payloads.carry(session, name, server, flow.flow_id):
+            self._anomaly_row(  # a payload dissector's new_state raised
                 "pipeline.payload_dissector_error",
                 f"{failed} new_state raised {exc!r}; it decodes nothing for this server",
                 flow, None, None, None, None, None, "pipeline",
             )
-        scope.setup_errors.clear()
-
-        def on_message(row: Record, payload: bytes) -> list[Record]:
-            v = row.values
-            msg = CarriedMessage(
-                name,
-                v["op"],
-                v.get("subject") or "",
-                v.get("reply_to"),
-                v.get("sid"),
-                v.get("headers"),
-                payload,
-                row.direction,
-                flow.flow_id,
-                row.offset_start,
-                row.offset_end,
-                row.ts_first_ns,
-                row.ts_last_ns,
-                row.frame_first,
-                row.frame_last,
-            )
-            return scope.dispatch(msg)
-
-        session.on_message = on_message
+        if self.columnar and isinstance(session, ColumnarSession):
+            session.columnar(self.writer.owns(flow.flow_id))
 
     # -- rows -------------------------------------------------------------------------
 
@@ -299,8 +263,8 @@ class CaptureDissection:
 
     def _emit_records(self, fd: FlowDispatch, records: list) -> None:
         """Rows of one event's records, handed to the sink one list per table."""
-        if len(records) == 1 and type(records[0]) is fastpath.FastRows:
-            self._fast_rows(fd, records[0], None)  # the usual bulk case, kept short
+        if len(records) == 1 and type(records[0]) is ColumnBatch:
+            self._column_rows(fd, records[0], None)  # the usual bulk case, kept short
             return
         pending: dict[str, list[dict]] = {}
         self._collect(fd, records, None, pending)
@@ -308,11 +272,11 @@ class CaptureDissection:
             self._write_rows(table, rows)
 
     def _write_rows(self, table: str, rows: list[dict]) -> None:
-        """Dict rows, after the fast-path rows of the same table that precede them.
+        """Dict rows, after the columnar rows of the same table that precede them.
 
         They wait with the accumulator (each knowing how many of its rows come first)
-        and are merged into its batch: flushing the accumulator for every reference
-        row would make thousands of tiny batches of a capture full of gaps."""
+        and are merged into its batch: flushing the accumulator for every dict row
+        would make thousands of tiny batches of a capture full of gaps."""
         acc = self._accs.get(table)
         if acc is None or not len(acc):
             self.writer.write_rows(self.tables[table], rows)
@@ -321,34 +285,34 @@ class CaptureDissection:
         at = len(acc)
         waiting.extend((at, row) for row in rows)
         if at + len(waiting) >= _FAST_BATCH_ROWS:
-            self._flush_fast(table)
+            self._flush_columns(table)
 
-    def _fast_rows(self, fd: FlowDispatch, mark: fastpath.FastRows,
-                   pending: dict[str, list[dict]] | None) -> None:
-        """Rows the session's compiled scanner left in its buffer: ids and envelope here,
-        in the order the marker stands among the session's records."""
+    def _column_rows(self, fd: FlowDispatch, batch: ColumnBatch,
+                     pending: dict[str, list[dict]] | None) -> None:
+        """Rows a session's fast path left in its column buffer: ids and envelope here,
+        in the order the ``ColumnBatch`` stands among the session's records."""
         flow = fd.flow
         fid = flow.flow_id
         n0 = self._flow_rows.get(fid, 0)
-        self._flow_rows[fid] = n0 + mark.n
-        rows = fd.session.fast_rows
+        self._flow_rows[fid] = n0 + batch.n
+        rows = batch.rows
         if rows is None:  # parsed and counted only: another worker writes this flow
             return
-        table = mark.table
+        table = batch.table
         before = pending.pop(table, None) if pending else None
         if before:
             self._write_rows(table, before)
         acc = self._accs.get(table)
         if acc is None:
-            acc = self._accs[table] = fastpath.new_columns()
-        d = mark.direction
+            acc = self._accs[table] = batch.fmt.accumulator()
+        d = batch.direction
         src, dst = flow.endpoint(d)
-        acc.move(rows, mark.n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id, src.ip,
-                 src.port, dst.ip, dst.port)
+        acc.move(rows, batch.n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
+                 src.ip, src.port, dst.ip, dst.port)
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
-            self._flush_fast(table)
+            self._flush_columns(table)
 
-    def _flush_fast(self, table: str) -> None:
+    def _flush_columns(self, table: str) -> None:
         acc = self._accs.get(table)
         waiting = self._between.pop(table, [])
         if acc is None or not len(acc):
@@ -357,15 +321,15 @@ class CaptureDissection:
             return
         spec = self.tables[table]
         schema = arrow_schema(spec)
-        batch = fastpath.batch_from_export(schema, acc.export(), self.capture_id)
+        batch = acc.to_batch(schema, self.capture_id)
         if waiting:
             batch = _interleave(spec, schema, batch, waiting, self.options.validate)
         self.writer.write_batch(spec, batch)
 
     def finish(self) -> None:
-        """Write what the fast path still holds (call before closing the writer)."""
+        """Write what the accumulators still hold (call before closing the writer)."""
         for table in list(self._accs):
-            self._flush_fast(table)
+            self._flush_columns(table)
 
     def _collect(
         self,
@@ -376,8 +340,8 @@ class CaptureDissection:
     ) -> None:
         name = fd.dissector.name if fd.dissector else "?"
         for rec in records:
-            if type(rec) is fastpath.FastRows:
-                self._fast_rows(fd, rec, pending)
+            if type(rec) is ColumnBatch:
+                self._column_rows(fd, rec, pending)
                 continue
             if rec.table == ANOMALIES.name:
                 v = rec.values
@@ -416,6 +380,25 @@ class CaptureDissection:
             if rec.children:
                 self._collect(fd, rec.children, row["record_id"], pending)
 
+    def _layer_rows(self, layer: type[LayerDissector], ev: Any) -> None:
+        """The rows of a layer's event (``dissectors.layers``), and its flow facts."""
+        flow = ev.flow
+        facts = self._facts.get(flow.flow_id)
+        if facts is None:
+            facts = self._facts[flow.flow_id] = LayerFacts()
+        for spec, direction, row in layer.rows(ev, facts):
+            src, dst = flow.endpoint(direction)
+            row.update({
+                "capture_id": self.capture_id,
+                "flow_id": flow.flow_id,
+                "record_id": self._record_id(flow.flow_id, None),
+                "src_ip": src.ip,
+                "src_port": src.port,
+                "dst_ip": dst.ip,
+                "dst_port": dst.port,
+            })
+            self.writer.write_rows(spec, [row])
+
     def _anomaly_row(self, kind, detail, flow, direction, ts_ns, frame, offset, nbytes, source):
         self.anomalies[kind] += 1
         self.writer.write_rows(
@@ -436,6 +419,33 @@ class CaptureDissection:
                 }
             ],
         )
+
+    def _flow_row(self, info: FlowInfo, fds: list[FlowDispatch]) -> None:
+        """The flow's summary; for a flow of inner streams, accounting summed over them."""
+        row = flow_row(info)
+        row["capture_id"] = self.capture_id
+        row["ts_first"] = row.pop("ts_first_ns")
+        row["ts_last"] = row.pop("ts_last_ns")
+        claimed = [fd for fd in fds if fd.session is not None and fd.dissector is not None]
+        facts = self._facts.get(info.flow_id) or LayerFacts()
+        # nobody read what the layers carried: the layer names the flow
+        protocol = claimed[0].dissector.name if claimed else facts.protocol
+        row["protocol"] = protocol
+        self.flows_by_protocol[protocol or "(unclaimed)"] += 1
+        for d in Direction:
+            decoded = sum(fd.session.decoded_bytes[d] for fd in claimed)
+            # a session that raised (_Abandoned) lost the count of the call that
+            # raised: what it did not decode is, by definition, undecoded
+            exact = not any(isinstance(fd.session, _Abandoned) for fd in claimed)
+            if claimed and not facts.inner_streams and exact:
+                undecoded = sum(fd.session.undecoded_bytes[d] for fd in claimed)
+            else:  # unclaimed streams: everything delivered stayed undecoded
+                undecoded = info.stream_bytes[d] - decoded
+            row[f"decoded_bytes_{d.short}"] = decoded
+            row[f"undecoded_bytes_{d.short}"] = undecoded
+        row.update(facts.values)
+        row["layers"] = list(facts.layers)
+        self.writer.write_rows(FLOWS, [row])
 
     # -- events -----------------------------------------------------------------------
 
@@ -503,13 +513,13 @@ class CaptureDissection:
             fd.held.clear()
 
     def _dispatch(self, flow: FlowInfo, stream_id: int | None = None) -> FlowDispatch:
-        """The dispatch of a TCP flow, or of one QUIC stream of a QUIC flow."""
+        """The dispatch of a flow, or of one inner stream of a flow (``stream_id``)."""
         key = (flow.flow_id, stream_id)
         fd = self._flows.get(key)
         if fd is None:
             fd = self._flows[key] = self.detector.start(flow, stream_id)
             if stream_id is not None:
-                self._quic_streams.setdefault(flow.flow_id, []).append(stream_id)
+                self._inner_streams.setdefault(flow.flow_id, []).append(stream_id)
         return fd
 
     def handle(self, ev: object) -> None:
@@ -517,24 +527,17 @@ class CaptureDissection:
             fd = self._dispatch(ev.flow, ev.stream_id)
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
             self._feed(fd, ev.direction, ev.data, span)
+            return
+        layer = self._layer_of.get(type(ev))
+        if layer is not None:
+            self._layer_rows(layer, ev)
         elif isinstance(ev, StreamGap):
             fd = self._dispatch(ev.flow, ev.stream_id)
             # lost stream bytes are an anomaly of their own, whatever a dissector makes of
             # them: a capture with missing data is never "clean" (docs/robustness.md)
-            quic = ev.stream_id is not None
-            self._anomaly_row(
-                "quic.stream_gap" if quic else "tcp.gap",
-                f"{ev.nbytes} bytes of the {ev.direction.short} stream"
-                + (f" of QUIC stream {ev.stream_id}" if quic else "")
-                + f" {gap_wording(ev.reason)} ({ev.reason})",
-                ev.flow,
-                ev.direction,
-                ev.ts_ns,
-                ev.frame,
-                ev.offset,
-                ev.nbytes,
-                "quic" if quic else "tcp",
-            )
+            kind, detail, source = stream_gap_anomaly(ev)
+            self._anomaly_row(kind, detail, ev.flow, ev.direction, ev.ts_ns, ev.frame,
+                              ev.offset, ev.nbytes, source)
             self._guarded(
                 fd,
                 lambda: self.detector.gap(fd, ev.direction, ev.offset, ev.nbytes, ev.ts_ns),
@@ -546,18 +549,11 @@ class CaptureDissection:
             self._guarded(fd, lambda: self.detector.close(fd, ev.ts_ns), ev.ts_ns, None)
             self._flow_row(ev.flow, [fd])
             self._forget(ev.flow.flow_id, [None])
-        elif isinstance(ev, QuicPacket):
-            self._quic_packet_row(ev)
-        elif isinstance(ev, QuicHandshake):
-            self._handshakes[ev.flow.flow_id] = quic_flow_values(ev)
-        elif isinstance(ev, TlsConnection | WebSocketHandshake | WebSocketControl):
-            self._layer_row(ev)
         elif isinstance(ev, Datagram):
             self._datagram(ev)
-        elif isinstance(ev, QuicStreamEnd):
-            pass  # QUIC stream sessions are closed with their connection (FlowEnd)
         elif isinstance(ev, FlowEnd):
-            sids = self._quic_streams.pop(ev.flow.flow_id, [])
+            # inner streams are closed with their flow (their own end events are not)
+            sids = self._inner_streams.pop(ev.flow.flow_id, [])
             fds = [self._flows[(ev.flow.flow_id, sid)] for sid in sorted(sids)]
             plain = self._flows.get((ev.flow.flow_id, None))  # a UDP flow's datagrams
             if plain is not None:
@@ -583,9 +579,9 @@ class CaptureDissection:
             )
 
     def _datagram(self, ev: Datagram) -> None:
-        """A UDP datagram that no layer took (QUIC takes its own) is one ``feed`` of its
-        flow's session: a datagram protocol's message is the datagram, so dissectors of
-        ``Transport.UDP`` get whole datagrams.  Offsets count the direction's datagram
+        """A UDP datagram that no layer took (a layer takes its own) is one ``feed`` of
+        its flow's session: a datagram protocol's message is the datagram, so dissectors
+        of ``Transport.UDP`` get whole datagrams.  Offsets count the direction's datagram
         bytes, the same bytes ``flows.stream_bytes`` counts for UDP."""
         fd = self._dispatch(ev.flow)
         key = (ev.flow.flow_id, ev.direction)
@@ -606,90 +602,11 @@ class CaptureDissection:
         if records:
             self._emit_records(fd, records)
 
-    def _quic_packet_row(self, ev: QuicPacket) -> None:
-        src, dst = ev.flow.endpoint(ev.direction)
-        row = {
-            "capture_id": self.capture_id,
-            "flow_id": ev.flow.flow_id,
-            "record_id": self._record_id(ev.flow.flow_id, None),
-            "direction": ev.direction.short,
-            "src_ip": src.ip,
-            "src_port": src.port,
-            "dst_ip": dst.ip,
-            "dst_port": dst.port,
-            "ts_first": ev.ts_ns,
-            "ts_last": ev.ts_ns,
-            "frame_first": ev.frame,
-            "frame_last": ev.frame,
-            **quic_packet_row(ev),
-        }
-        self._quic_flows.add(ev.flow.flow_id)
-        self.writer.write_rows(QUIC_PACKETS, [row])
-
-    def _layer_row(self, ev: TlsConnection | WebSocketHandshake | WebSocketControl) -> None:
-        """A ``tls`` / ``websocket`` row, and what the flow row needs to know."""
-        flow = ev.flow
-        layers = self._layers.setdefault(flow.flow_id, [])
-        if isinstance(ev, TlsConnection):
-            spec, row = TLS_TABLE, {**tls_envelope(ev), **tls_row(ev)}
-            self._handshakes[flow.flow_id] = tls_flow_values(ev)
-            layers.insert(0, "tls" if ev.decrypted else "tls-encrypted")
-        elif isinstance(ev, WebSocketHandshake):
-            spec, row = WEBSOCKET_TABLE, websocket_handshake_row(ev)
-            if ev.status == 101:
-                layers.append("websocket")
-        else:
-            spec, row = WEBSOCKET_TABLE, websocket_control_row(ev)
-        src, dst = flow.endpoint(Direction.S2C if row["direction"] == "s2c" else Direction.C2S)
-        row.update({
-            "capture_id": self.capture_id,
-            "flow_id": flow.flow_id,
-            "record_id": self._record_id(flow.flow_id, None),
-            "src_ip": src.ip,
-            "src_port": src.port,
-            "dst_ip": dst.ip,
-            "dst_port": dst.port,
-        })
-        self.writer.write_rows(spec, [row])
-
     def _forget(self, flow_id: int, stream_ids: list[int | None]) -> None:
         for sid in stream_ids:
             self._flows.pop((flow_id, sid), None)
         self._flow_rows.pop(flow_id, None)
-        self._handshakes.pop(flow_id, None)
-        self._layers.pop(flow_id, None)
-        self._quic_flows.discard(flow_id)
-
-    def _flow_row(self, info: FlowInfo, fds: list[FlowDispatch]) -> None:
-        """The flow's summary; for QUIC, accounting summed over its streams."""
-        row = flow_row(info)
-        row["capture_id"] = self.capture_id
-        row["ts_first"] = row.pop("ts_first_ns")
-        row["ts_last"] = row.pop("ts_last_ns")
-        claimed = [fd for fd in fds if fd.session is not None and fd.dissector is not None]
-        protocol = claimed[0].dissector.name if claimed else None
-        if protocol is None and info.flow_id in self._quic_flows:
-            protocol = "quic"
-        layers = self._layers.get(info.flow_id, [])
-        if protocol is None and layers:  # nobody read what the layers carried
-            protocol = "websocket" if layers[-1] == "websocket" else "tls"
-        row["protocol"] = protocol
-        self.flows_by_protocol[protocol or "(unclaimed)"] += 1
-        quic = info.flow_id in self._quic_flows
-        for d in Direction:
-            decoded = sum(fd.session.decoded_bytes[d] for fd in claimed)
-            # a session that raised (_Abandoned) lost the count of the call that
-            # raised: what it did not decode is, by definition, undecoded
-            exact = not any(isinstance(fd.session, _Abandoned) for fd in claimed)
-            if claimed and not quic and exact:
-                undecoded = sum(fd.session.undecoded_bytes[d] for fd in claimed)
-            else:  # unclaimed streams: everything delivered stayed undecoded
-                undecoded = info.stream_bytes[d] - decoded
-            row[f"decoded_bytes_{d.short}"] = decoded
-            row[f"undecoded_bytes_{d.short}"] = undecoded
-        row.update(self._handshakes.get(info.flow_id, {}))
-        row["layers"] = list(layers)
-        self.writer.write_rows(FLOWS, [row])
+        self._facts.pop(flow_id, None)
 
 
 def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
@@ -876,7 +793,8 @@ def input_info(path: str | os.PathLike, sha: str, info: CaptureInfo) -> InputInf
 
 
 def tables_for(registry: Registry) -> list[TableSpec]:
-    return [FLOWS, ANOMALIES, QUIC_PACKETS, TLS_TABLE, WEBSOCKET_TABLE, *registry.tables()]
+    layers = [t for layer in builtin_layers() for t in layer.tables]
+    return [FLOWS, ANOMALIES, *layers, *registry.tables()]
 
 
 def dissector_classes(registry: Registry) -> list[type[Dissector]]:

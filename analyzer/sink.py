@@ -67,7 +67,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -87,6 +87,8 @@ __all__ = [
     "META_TOOL_VERSION",
     "PART_FILE",
     "DatasetWriter",
+    "RowSink",
+    "Sink",
     "canonical_json",
     "CaptureBusyError",
     "CaptureExistsError",
@@ -460,6 +462,34 @@ class _ParquetThread:
                 self._q.task_done()
 
 
+class Sink(Protocol):
+    """What the pipeline's conveyor (``analyzer.pipeline.CaptureDissection``) writes to.
+
+    ``columnar``: the sink takes Arrow batches (``write_batch``), so sessions with a
+    columnar fast path are switched on (``dissectors.api.ColumnarSession``); a sink of
+    dict rows only says False and is never given a batch.  ``owns(flow_id)``: whether
+    this sink writes that flow's rows (a ``--workers`` process writes its share only; the
+    conveyor then skips building the others)."""
+
+    columnar: bool
+
+    def write_rows(self, spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> None: ...
+    def write_batch(self, spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None: ...
+    def owns(self, flow_id: int | None) -> bool: ...
+
+
+class RowSink:
+    """Base of a ``Sink`` of dict rows only (Spark tasks, ``msgcap flows``)."""
+
+    columnar = False
+
+    def write_batch(self, spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None:
+        raise TypeError(f"{type(self).__name__} takes dict rows only (columnar = False)")
+
+    def owns(self, flow_id: int | None) -> bool:
+        return True
+
+
 @dataclass(slots=True)
 class _Table:
     spec: TableSpec
@@ -490,7 +520,11 @@ class DatasetWriter:
     of several writers of the capture under ``analyzer.parallel``: no existing-capture
     check, and ``close`` leaves the finished files under their in-progress names
     (``pending_files``) for the coordinator to ``commit_files`` and clean up.
+
+    A ``Sink`` that takes Arrow batches and every flow's rows.
     """
+
+    columnar = True
 
     def __init__(
         self,

@@ -689,10 +689,16 @@ def print_targets(targets: list[dict[str, Any]]) -> None:
 
 class DiscardWriter:
     """Stands in for ``analyzer.sink.DatasetWriter``: counts rows per table, keeps none,
-    so the +dissect stage measures row building without Arrow/Parquet."""
+    so the +dissect stage measures row building without Arrow/Parquet.  A columnar
+    ``analyzer.sink.Sink`` that owns every flow (the fast paths fill their columns)."""
+
+    columnar = True
 
     def __init__(self) -> None:
         self.rows: Counter[str] = Counter()
+
+    def owns(self, flow_id: int | None) -> bool:
+        return True
 
     @staticmethod
     def _name(spec: Any) -> str:

@@ -26,7 +26,9 @@ Groups of names:
   (``Line``, ``Block``, ``Pdu``, ``Oversize``, ``Invalid``, ``Resynced``, ``Dropped``),
   ``NEED_MORE``, ``TrailerStatus``, ``ResyncFn``, ``resync_after_lf``;
 * payload dispatch (protocols carried in another's messages): ``PayloadDissector``,
-  ``CarriedMessage``, ``Bindings``;
+  ``CarriedMessage``, ``Bindings``; a carrier's side: ``CarrierSession``, ``CarrierScope``;
+* columnar fast paths (a session that fills column buffers instead of ``Record`` objects):
+  ``ColumnarSession``, ``ColumnBatch``, ``ColumnFormat``, ``ColumnAccumulator``;
 * testing (``dissectors.testing``): ``Data``, ``Gap``, ``Run``, ``run_session``,
   ``assert_split_invariant``, ``assert_never_raises``, ``assert_accounting``,
   ``assert_rows_valid``, ``carried_message``, ``run_payload``, ``PcapFlow``,
@@ -91,7 +93,13 @@ __all__ = [
     "Bindings",
     "Block",
     "CarriedMessage",
+    "CarrierScope",
+    "CarrierSession",
     "CliRun",
+    "ColumnAccumulator",
+    "ColumnBatch",
+    "ColumnFormat",
+    "ColumnarSession",
     "Data",
     "Direction",
     "Dissector",
@@ -427,6 +435,94 @@ class PayloadDissector(ABC):
     @abstractmethod
     def decode(cls, state: Any, bindings: Bindings, msg: CarriedMessage, hint: str) -> list[Record]:
         """Rows (``msg.record``) and anomalies (``msg.anomaly``) for one message."""
+
+
+class CarrierScope(Protocol):
+    """What a carrier session is given for one flow (``CarrierSession.carry``): the
+    payload dispatch of its server's scope (``dissectors.dispatch``).
+
+    ``offer`` returns the rows decoded from one message; they become the children of the
+    carrier's row.  The other members are for a compiled fast path that must know, without
+    building a ``CarriedMessage``, whether a message may be a payload dissector's:
+    ``first_bytes`` (256 flags, ``dissectors.dispatch.probe_first_bytes``), ``verdicts``
+    (subject -> "a binding covers it", emptied in place when a binding changes),
+    ``bound(subject)`` and ``probed(payload)``."""
+
+    @property
+    def flow_id(self) -> int: ...
+    @property
+    def first_bytes(self) -> bytes: ...
+    @property
+    def verdicts(self) -> dict[str, bool]: ...
+    def bound(self, subject: str) -> bool: ...
+    def probed(self, payload: bytes) -> bool: ...
+    def offer(self, msg: CarriedMessage) -> list[Record]: ...
+
+
+class CarrierSession(ABC):
+    """Capability of a ``Session`` whose messages carry other protocols (NATS carries
+    STAN, Liftbridge, JetStream API bodies, plugins).  ``Dissector.name`` is what a
+    ``PayloadDissector.carriers`` names.  When a flow's server has payload dissectors
+    for this carrier, ``carry`` is called once, right after the session is made and
+    before any byte is fed: the session then builds a ``CarriedMessage`` for each whole
+    message and makes the rows ``scope.offer`` returns its row's children."""
+
+    @abstractmethod
+    def carry(self, scope: CarrierScope) -> None:
+        """Offer every whole message of this flow to ``scope``."""
+
+
+# -- columnar fast paths ---------------------------------------------------------------
+
+
+class ColumnAccumulator(Protocol):
+    """Rows of one table gathered from many sessions' column buffers, in output order,
+    until the pipeline turns them into one Arrow batch.  ``move`` takes the first ``n``
+    rows out of a session's buffer and gives them the envelope: flow id, the first row's
+    record id (the next ``n - 1`` follow it), direction, stream id and endpoints."""
+
+    def __len__(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    def move(self, rows: Any, n: int, flow_id: int, record_id: int, direction: int,
+             stream_id: int | None, src_ip: str, src_port: int, dst_ip: str,
+             dst_port: int) -> None: ...
+    def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
+        """The rows moved so far as one batch in ``schema``'s column order (then empty)."""
+        ...
+
+
+class ColumnFormat(Protocol):
+    """The layout of one protocol's column buffers (one object per format)."""
+
+    def accumulator(self) -> ColumnAccumulator: ...
+
+
+class ColumnBatch(NamedTuple):
+    """A record standing for ``n`` rows of ``table`` in ``direction`` that wait, in order,
+    in the session's column buffer ``rows`` (laid out as ``fmt`` says): the pipeline
+    gives them their envelope and record ids where this record stands among the
+    session's records, and hands them to the sink as Arrow batches.  ``rows`` is None
+    when the session was asked to count rows only (another process writes this flow)."""
+
+    table: str
+    direction: Direction
+    n: int
+    rows: Any
+    fmt: ColumnFormat
+
+
+class ColumnarSession(ABC):
+    """Capability of a ``Session`` with a compiled fast path that fills column buffers
+    and returns ``ColumnBatch`` records (NATS does).  The pipeline calls ``columnar`` once,
+    right after ``CarrierSession.carry`` (if any) and before any byte is fed, when its
+    sink takes Arrow batches and the run allows fast paths; otherwise the session returns
+    plain ``Record`` objects.  The rows must be exactly those the plain path gives."""
+
+    @abstractmethod
+    def columnar(self, keep_rows: bool) -> None:
+        """Return ``ColumnBatch`` records from now on (if the fast path is available);
+        ``keep_rows`` False: parse and count rows only, ``ColumnBatch.rows`` None."""
 
 
 # -- helpers for building rows --------------------------------------------------------

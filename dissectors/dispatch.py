@@ -26,7 +26,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, Verdict
+from dissectors.api import (
+    Bindings,
+    CarriedMessage,
+    CarrierSession,
+    PayloadDissector,
+    Record,
+    Verdict,
+)
 
 MAX_EXACT_BINDINGS = 100_000
 _SUBJECT_CACHE = 4096
@@ -208,6 +215,21 @@ class ScopeDispatcher(Bindings):
         return [*failed, *records] if failed else records
 
 
+class FlowScope:
+    """One flow's view of its server's ``ScopeDispatcher``: the ``CarrierScope`` a
+    ``CarrierSession`` is given (``dissectors.api``)."""
+
+    __slots__ = ("bound", "first_bytes", "flow_id", "offer", "probed", "verdicts")
+
+    def __init__(self, scope: ScopeDispatcher, flow_id: int) -> None:
+        self.flow_id = flow_id
+        self.first_bytes = scope.first_bytes
+        self.verdicts = scope.verdicts  # emptied in place: the same dict for every flow
+        self.bound = scope.bound
+        self.probed = scope.probed
+        self.offer = scope.dispatch
+
+
 class PayloadDispatcher:
     """All scopes of one capture: one ``ScopeDispatcher`` per carrier server endpoint."""
 
@@ -232,3 +254,20 @@ class PayloadDispatcher:
         if sd is None:
             sd = self.scopes[server] = ScopeDispatcher(self.dissectors, self.options, self.strict)
         return sd
+
+    def carry(self, session: object, carrier: str, server: Any,
+              flow_id: int) -> list[tuple[str, BaseException]]:
+        """Hook a new session into payload dispatch when it is a ``CarrierSession`` and
+        some payload dissector rides in ``carrier`` (the session's dissector name):
+        ``session.carry`` gets the flow's view of ``server``'s scope.  Returns the
+        ``(dissector, exception)`` of payload dissectors whose ``new_state`` raised in
+        that scope and were not reported yet (the caller records them)."""
+        if not isinstance(session, CarrierSession):
+            return []
+        if not any(carrier in d.carriers for d in self.dissectors):
+            return []
+        scope = self.scope(server)
+        errors = list(scope.setup_errors)
+        scope.setup_errors.clear()
+        session.carry(FlowScope(scope, flow_id))
+        return errors

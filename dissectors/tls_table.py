@@ -18,11 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from dissectors.layers import LayerDissector, LayerFacts, LayerRow
 from dissectors.tables import Field, TableSpec, register_table
-from reassembly.events import TlsConnection
+from reassembly.events import Direction, TlsConnection
 from reassembly.tls.records import is_grease, suite_name, version_name
 
-__all__ = ["LAYER_FLOW_FIELDS", "TLS_TABLE", "tls_flow_values", "tls_row"]
+__all__ = ["LAYER_FLOW_FIELDS", "TLS_TABLE", "TlsLayer", "tls_flow_values", "tls_row"]
 
 _STR = pa.string()
 _I32 = pa.int32()
@@ -182,3 +183,18 @@ LAYER_FLOW_FIELDS: tuple[Field, ...] = (
         "tables hold the outer layers' facts.",
     ),
 )
+
+
+class TlsLayer(LayerDissector):
+    """The ``tls`` row of a TLS-over-TCP connection, its ``tls_*`` flow columns, and
+    the outermost entry of the flow's ``layers``."""
+
+    events = (TlsConnection,)
+    tables = (TLS_TABLE,)
+
+    @classmethod
+    def rows(cls, ev: TlsConnection, facts: LayerFacts) -> list[LayerRow]:
+        facts.values = tls_flow_values(ev)
+        facts.layers.insert(0, "tls" if ev.decrypted else "tls-encrypted")
+        facts.claim("tls", 0)
+        return [LayerRow(TLS_TABLE, Direction.C2S, {**tls_envelope(ev), **tls_row(ev)})]

@@ -13,10 +13,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from dissectors.layers import LayerDissector, LayerFacts, LayerRow
 from dissectors.tables import Field, TableSpec, register_table
-from reassembly.events import WebSocketControl, WebSocketHandshake
+from reassembly.events import Direction, WebSocketControl, WebSocketHandshake
 
-__all__ = ["WEBSOCKET_TABLE", "websocket_control_row", "websocket_handshake_row"]
+__all__ = ["WEBSOCKET_TABLE", "WebSocketLayer", "websocket_control_row", "websocket_handshake_row"]
 
 _STR = pa.string()
 _I32 = pa.int32()
@@ -101,3 +102,21 @@ def websocket_control_row(ev: WebSocketControl) -> dict[str, Any]:
         "close_code": ev.close_code,
         "close_reason": ev.close_reason,
     }
+
+
+class WebSocketLayer(LayerDissector):
+    """``websocket`` rows (the upgrade, control frames); an accepted upgrade (101) is
+    the innermost entry of the flow's ``layers``."""
+
+    events = (WebSocketHandshake, WebSocketControl)
+    tables = (WEBSOCKET_TABLE,)
+
+    @classmethod
+    def rows(cls, ev: WebSocketHandshake | WebSocketControl,
+             facts: LayerFacts) -> list[LayerRow]:
+        if type(ev) is WebSocketHandshake:
+            if ev.status == 101:
+                facts.layers.append("websocket")
+                facts.claim("websocket", 1)
+            return [LayerRow(WEBSOCKET_TABLE, Direction.C2S, websocket_handshake_row(ev))]
+        return [LayerRow(WEBSOCKET_TABLE, ev.direction, websocket_control_row(ev))]

@@ -79,6 +79,7 @@ from analyzer.pipeline import (
 )
 from analyzer.sink import (
     DatasetWriter,
+    RowSink,
     check_capture_absent,
     commit_files,
     part_file,
@@ -700,7 +701,7 @@ def _scopes_used(job: CaptureDissection, sink: RunSink) -> set[bytes]:
 # ------------------------------------------------------------------------ merge
 
 
-class _ListSink:
+class _ListSink(RowSink):
     def __init__(self) -> None:
         self.rows: dict[str, list[dict[str, Any]]] = {}
 

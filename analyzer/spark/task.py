@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analyzer.sink import RowSink
 from dissectors.core_tables import FLOWS
 from dissectors.liftbridge.envelope import MAGIC as LIFTBRIDGE_MAGIC
 from dissectors.schema import arrow_schema, rows_to_batch, validate_batch
@@ -351,13 +352,14 @@ def _sort_key(spec: TableSpec) -> str:
     return "record_id" if "record_id" in names else "flow_id"
 
 
-class RunSink:
+class RunSink(RowSink):
     """``DatasetWriter`` stand-in for ``CaptureDissection`` inside a task.
 
     Rows are converted to Arrow every ``chunk`` rows; every ``run_rows`` rows of a table
     (and at ``close``) the buffered batches are sorted by record id (``flows``: flow id)
     and written as one run file ``<staging>/<table>/run-<piece>-<n>.parquet``.  Flow
-    rows also feed ``flows_seen`` (local flow id, first frame) for the id remapping."""
+    rows also feed ``flows_seen`` (local flow id, first frame) for the id remapping.
+    A ``RowSink``: dict rows only (the compiled fast paths stay off in tasks)."""
 
     def __init__(self, staging: str | os.PathLike, piece: int, *, validate: bool,
                  run_rows: int = 262144, chunk: int = 4096) -> None:

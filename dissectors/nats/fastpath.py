@@ -5,7 +5,9 @@ the pipeline's dict rows and their conversion to Arrow about as much again.  The
 module ``_speedups`` parses runs of *ordinary* operations straight out of the framer's
 buffer into column buffers (~0.3 µs each, SHA-256 included) and the pipeline moves those
 rows into one accumulator per capture that becomes Arrow batches without a Python
-object per row.
+object per row.  The session hands them on as ``dissectors.api.ColumnBatch`` records
+(``FORMAT`` below says how to gather them), the generic columnar record any protocol's
+fast path may return: the pipeline knows nothing of this module.
 
 What stays the definition of the output: the reference.  ``scan`` takes an operation
 only when the reference would produce exactly one row for it and nothing else — no
@@ -24,6 +26,9 @@ payload) or when a binding covers its subject.  Subject verdicts are cached per
 server scope and dropped whenever a binding changes (``ScopeDispatcher.verdicts``).
 
 Set ``MSGCAP_NATS_FAST=0`` (or ``Options(fast=False)``) to run the reference alone.
+The session switches the fast path on in ``NatsSession.columnar`` (the
+``dissectors.api.ColumnarSession`` capability), which the pipeline calls when its sink
+takes Arrow batches.
 """
 
 from __future__ import annotations
@@ -31,12 +36,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from dissectors.api import Direction
+from dissectors.api import ColumnBatch
 from dissectors.nats.jetstream import ack_arrays
 from dissectors.schema import timestamp_from_ns
 from dissectors.tables import NS_SUFFIX
@@ -46,7 +51,7 @@ try:
 except ImportError:  # not built (no C compiler at install time): reference only
     _speedups = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "FastRows", "batch_from_export", "enabled", "new_columns"]
+__all__ = ["AVAILABLE", "FORMAT", "FastRows", "batch_from_export", "enabled", "new_columns"]
 
 AVAILABLE = _speedups is not None
 if AVAILABLE:
@@ -90,14 +95,38 @@ def new_columns() -> Any:
     return _speedups.Columns()
 
 
-class FastRows(NamedTuple):
-    """Marker in a session's output: ``n`` rows of ``direction`` are waiting, in order,
-    in the session's ``fast_rows`` buffer (``Columns``); the pipeline gives them their
-    envelope and record ids where the marker stands among the session's records."""
+# the records the session returns: ``ColumnBatch(table, direction, n, rows, FORMAT)``
+FastRows = ColumnBatch
 
-    table: str
-    direction: Direction
-    n: int
+
+class _Accumulator:
+    """A ``dissectors.api.ColumnAccumulator`` over the extension's ``Columns``."""
+
+    __slots__ = ("_cols", "move")
+
+    def __init__(self) -> None:
+        self._cols = _speedups.Columns()
+        self.move = self._cols.move  # hot: the bound C method itself, no Python frame
+
+    def __len__(self) -> int:
+        return len(self._cols)
+
+    @property
+    def nbytes(self) -> int:
+        return self._cols.nbytes
+
+    def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
+        return batch_from_export(schema, self._cols.export(), capture_id)
+
+
+class _Format:
+    """The ``dissectors.api.ColumnFormat`` of the scanner's buffers."""
+
+    def accumulator(self) -> _Accumulator:
+        return _Accumulator()
+
+
+FORMAT = _Format()
 
 
 _DIRECTIONS: pa.Array | None = None  # built on first use: pa.array() at import time

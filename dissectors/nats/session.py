@@ -27,8 +27,10 @@ Decisions (see also the table descriptions):
 * Ops sent the wrong way (``MSG`` from a client, ``PUB`` from a server) still get rows;
   the first of each kind per direction also raises ``nats.wrong_direction``.
 
-Carried protocols (STAN, Liftbridge): set ``session.on_message`` to a callable
-``(row, payload) -> list[Record]``.  It is called for every complete PUB/HPUB/MSG/HMSG row
+Carried protocols (STAN, Liftbridge): the pipeline calls ``carry(scope)`` (the
+``dissectors.api.CarrierSession`` capability), which sets ``session.on_message`` to a
+callable ``(row, payload) -> list[Record]`` offering a ``CarriedMessage`` to the scope.
+It is called for every complete PUB/HPUB/MSG/HMSG row
 with the *whole* payload (not the capped column copy) when the payload is at most
 ``carry_max`` bytes (option, default 64 MiB); the records it returns become the row's
 ``children``.  Rows cut by a gap, or with a larger payload, are not offered.
@@ -45,7 +47,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dissectors.api import Direction, Record, Session, Span
+from dissectors.api import (
+    CarriedMessage,
+    CarrierScope,
+    CarrierSession,
+    ColumnarSession,
+    ColumnBatch,
+    Direction,
+    Record,
+    Session,
+    Span,
+)
 from dissectors.framing import (
     NEED_MORE,
     Block,
@@ -116,7 +128,7 @@ class _Direction:
         self.problems: tuple[parser.Problem, ...] = ()
 
 
-class NatsSession(Session):
+class NatsSession(Session, CarrierSession, ColumnarSession):
     """One NATS client connection (both directions)."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
@@ -142,14 +154,45 @@ class NatsSession(Session):
         self.max_payload: int | None = None  # from the server's last INFO
         self._wrong_dir: set[tuple[int, str]] = set()
         self.ops = [0, 0]  # rows emitted per direction
-        # compiled fast path (fastpath.py), switched on by the pipeline: rows go to
-        # fast_rows (None: parsed and counted only) and FastRows markers to the output
+        self._carrier: CarrierScope | None = None  # set by carry()
+        # compiled fast path (fastpath.py), switched on by columnar(): rows go to
+        # fast_rows (None: parsed and counted only) and ColumnBatch records to the output
         self.fast_on = False
         self.fast_rows: Any = None
         self._fast_first: bytes | None = None
         self._fast_verdicts: dict[str, bool] | None = None
         self._fast_verdict: Callable[[str], bool] | None = None
         self._fast_probe: Callable[[bytes], bool] | None = None
+
+    def carry(self, scope: CarrierScope) -> None:
+        """``CarrierSession``: offer each whole PUB/HPUB/MSG/HMSG payload to ``scope`` as a
+        ``CarriedMessage`` built from this session's row (through ``on_message``)."""
+        self._carrier = scope
+        flow_id = scope.flow_id
+        offer = scope.offer
+
+        def on_message(row: Record, payload: bytes) -> list[Record]:
+            v = row.values
+            return offer(CarriedMessage(
+                _TABLE, v["op"], v.get("subject") or "", v.get("reply_to"), v.get("sid"),
+                v.get("headers"), payload, row.direction, flow_id, row.offset_start,
+                row.offset_end, row.ts_first_ns, row.ts_last_ns, row.frame_first,
+                row.frame_last,
+            ))
+
+        self.on_message = on_message
+
+    def columnar(self, keep_rows: bool) -> None:
+        """``ColumnarSession``: the compiled fast path, when it is built and not turned
+        off (``fastpath.enabled``), told what the carrier scope needs (``carry``)."""
+        if not fastpath.enabled():
+            return
+        rows = fastpath.new_columns() if keep_rows else None
+        sc = self._carrier
+        if sc is None:
+            self.enable_fast(rows)
+        else:
+            self.enable_fast(rows, sc.first_bytes, sc.verdicts, sc.bound, sc.probed)
 
     def enable_fast(self, rows: Any, first_bytes: bytes | None = None,
                     verdicts: dict[str, bool] | None = None,
@@ -291,10 +334,11 @@ class NatsSession(Session):
                 fr.consumed(new_pos - pos)
                 self.ops[direction] += n
                 last = out[-1] if out else None
-                if type(last) is fastpath.FastRows and last.direction == direction:
-                    out[-1] = fastpath.FastRows(_TABLE, direction, last.n + n)  # no row between
+                if type(last) is ColumnBatch and last.direction == direction:
+                    out[-1] = last._replace(n=last.n + n)  # no row between
                 else:
-                    out.append(fastpath.FastRows(_TABLE, direction, n))
+                    out.append(ColumnBatch(_TABLE, direction, n, self.fast_rows,
+                                           fastpath.FORMAT))
             if status == fastpath.NEED_VERDICT:
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
             elif status == fastpath.NEED_PROBE:

@@ -19,10 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from dissectors.layers import LayerDissector, LayerFacts, LayerRow
 from dissectors.tables import Field, TableSpec, register_table
 from reassembly.events import QuicHandshake, QuicPacket
 
-__all__ = ["QUIC_FLOW_FIELDS", "QUIC_PACKETS", "quic_flow_values", "quic_packet_row"]
+__all__ = ["QUIC_FLOW_FIELDS", "QUIC_PACKETS", "QuicLayer", "quic_flow_values", "quic_packet_row"]
 
 _STR = pa.string()
 _I32 = pa.int32()
@@ -242,3 +243,28 @@ def quic_flow_values(ev: QuicHandshake) -> dict[str, Any]:
         "tls_cipher_suite": None if suite is None else _SUITE_NAMES.get(suite, f"0x{suite:04x}"),
         "quic_initial_dcid": ev.initial_dcid,
     }
+
+
+class QuicLayer(LayerDissector):
+    """``quic_packets`` rows and the flow facts of a QUIC connection: its streams are
+    inner streams (each with its own session), the handshake fills the ``tls_*`` and
+    ``quic_*`` flow columns, and an unclaimed flow is a ``quic`` flow."""
+
+    events = (QuicPacket, QuicHandshake)
+    tables = (QUIC_PACKETS,)
+
+    @classmethod
+    def rows(cls, ev: QuicPacket | QuicHandshake, facts: LayerFacts) -> list[LayerRow]:
+        if type(ev) is QuicHandshake:
+            facts.values = quic_flow_values(ev)
+            return []
+        facts.inner_streams = True
+        facts.claim("quic", 2)
+        return [LayerRow(QUIC_PACKETS, ev.direction, {
+            "direction": ev.direction.short,
+            "ts_first": ev.ts_ns,
+            "ts_last": ev.ts_ns,
+            "frame_first": ev.frame,
+            "frame_last": ev.frame,
+            **quic_packet_row(ev),
+        })]
