@@ -47,7 +47,12 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Oversize", "Invalid", "Resynced", "Dropped", "TrailerStatus", "ResyncFn",
         "resync_after_lf",
     )),
-    ("Protocols carried inside NATS messages", ("PayloadDissector", "CarriedMessage", "Bindings")),
+    ("Protocols carried inside NATS messages", (
+        "PayloadDissector", "CarriedMessage", "Bindings", "CarrierSession", "CarrierScope",
+    )),
+    ("Columnar fast paths", (
+        "ColumnarSession", "ColumnBatch", "ColumnFormat", "ColumnAccumulator",
+    )),
     ("Testing", (
         "Data", "Gap", "run_session", "Run", "assert_split_invariant", "assert_never_raises",
         "assert_accounting", "assert_rows_valid", "carried_message", "run_payload",
