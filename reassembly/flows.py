@@ -19,13 +19,22 @@ and it emits no event at all (no stream data, gap, close, datagram, or anomaly n
 it, eviction included).  Anomalies tied to no flow (bad headers) are emitted by every
 table.  So the events of the owned flows are exactly those a table without
 ``owns`` emits for them.
+
+A TCP flow that has seen one packet needing no stream state (a SYN, or a bare packet
+without ACK, FIN, RST or data: what a SYN flood is made of) is held *young*: one
+``bytes`` record (``_YOUNG``) under its packed client-to-server 5-tuple, with no
+``FlowInfo``, ``_Tcp``, tracker or endpoints.  Its second packet, or anything that needs
+it as an object (eviction, sleep, close), promotes it to the full form, in place: the
+same flow id, counters and state as if it had been full from the start.  Young flows are
+in the open-flows activity order through a queue in order of their single packet;
+``tick`` (a count of TCP packets) says which of the two fronts is older.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import struct
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from reassembly.events import (
@@ -73,10 +82,14 @@ def _wscale_option(options: bytes) -> int | None:
 
 # What one flow costs in memory (its FlowInfo, client endpoint, key, direction states
 # and table entries) for the run's memory budget (``Limits.budget``): a half-open flow
-# measured 1,107 bytes of RSS in the flow table (300,000 SYNs; tests/hostile/
-# test_memory_budget.py keeps this from undercounting it), rounded up for the table's
-# growth steps and longer IPv6 keys (docs/robustness.md).
+# in that form measured 1,107 bytes of RSS in the flow table (300,000 SYNs), rounded up
+# for the table's growth steps and longer IPv6 keys (docs/robustness.md).
 FLOW_BYTES = 1280
+# What a young flow (one packet, held as a ``_YOUNG`` record: a half-open flow) costs:
+# 184-208 bytes of RSS over IPv4, 249-273 over IPv6, by where the dict is in its growth
+# (100,000-360,000 SYNs; tests/hostile/test_memory_budget.py keeps this from
+# undercounting it), rounded up for VLAN tags (docs/robustness.md).
+HALF_OPEN_FLOW_BYTES = 320
 # Endpoints remembered to be shared between flows (``FlowTable._endpoint``); the cache
 # is emptied when full, so it costs at most this many entries.
 _ENDPOINT_CACHE = 4096
@@ -110,6 +123,26 @@ def _roles_by_port(sport: int, dport: int) -> tuple[bool, RoleSource]:
 
 _NO_WSCALE: tuple[int | None, int | None] = (None, None)  # shared until a SYN has options
 
+# A young flow's record: flow id, first and last timestamps, frame, tick of its packet,
+# the sequence number its packet ends at (ISN + 1 after a SYN), flags (``_Y_*``), role
+# source (index in ``_ROLE_SOURCES``), window scale of its SYN (``_NO_SHIFT``: none);
+# then its packed client-to-server 5-tuple (``_KEY4``/``_KEY16``), then its VLAN ids.
+_YOUNG = struct.Struct("<qqqqqIBBB")
+_Y_SYN, _Y_OWNED, _Y_S2C, _Y_V6 = 1, 2, 4, 8
+_NO_SHIFT = 255
+_ROLE_SOURCES = tuple(RoleSource)
+_KEY4, _KEY16 = struct.Struct("!4s4sHH"), struct.Struct("!16s16sHH")
+_VLAN = struct.Struct("!H")
+# Promoted or closed young flows leave their record in the queue until it reaches the
+# front; past this many more of them than live ones the queue is rebuilt without them.
+_STALE_SLACK = 4096
+
+
+def _young_key(rec: bytes) -> bytes:
+    """The packed client-to-server 5-tuple inside a young flow's record."""
+    end = _YOUNG.size + (36 if rec[44] & _Y_V6 else 12)
+    return rec[_YOUNG.size:end]
+
 
 class _Tcp:
     """Per-connection TCP state: two half streams plus close bookkeeping.
@@ -121,7 +154,8 @@ class _Tcp:
     FIN, an ACK of the peer's bytes: ``FlowTable._half``).  A flow not ``owned`` (another
     process reassembles it) only ever has trackers."""
 
-    __slots__ = ("info", "key", "c2s", "s2c", "fin", "rst", "closing", "owned", "wscale")
+    __slots__ = ("info", "key", "c2s", "s2c", "fin", "rst", "closing", "owned", "wscale",
+                 "tick")
 
     def __init__(self, info: FlowInfo, key: tuple, owned: bool = True) -> None:
         self.info = info
@@ -135,6 +169,7 @@ class _Tcp:
         self.closing = False
         # window scale shift each direction announced in its SYN (None: no option)
         self.wscale = _NO_WSCALE
+        self.tick = 0  # ``FlowTable._ticks`` when it last moved in the open-flows order
 
     @property
     def halves(self) -> tuple[TcpHalfStream | TcpHalfTracker | None, ...]:
@@ -168,6 +203,11 @@ class FlowTable:
     ``owns(flow_id)``: whether this table reassembles the flow and emits its events
     (None: every flow); see the module docstring."""
 
+    # Hold a flow's first packet as a young record when it can be (module docstring).
+    # False makes every flow full from its first packet: the same events, more memory
+    # (tests compare the two).
+    young_flows = True
+
     def __init__(
         self,
         limits: Limits,
@@ -178,9 +218,18 @@ class FlowTable:
         self.emit = emit
         self.owns = owns
         # a flow's client-to-server 5-tuple -> its state: one key a flow; a packet
-        # found under its reversed 5-tuple travels server to client (``_entry``)
-        self._by_key: dict[tuple, _Tcp | _Udp] = {}
-        self._held = 0  # flows registered under their keys
+        # found under its reversed 5-tuple travels server to client (``_entry``); TCP
+        # and UDP apart (the same 4-tuple may carry both)
+        self._tcp_keys: dict[tuple, _Tcp] = {}
+        self._udp_keys: dict[tuple, _Udp] = {}
+        # young TCP flows (module docstring): packed 5-tuple -> record, the records in
+        # order of their packet (some no longer live: ``_stale`` of them), their count
+        self._young_keys: dict[bytes, bytes] = {}
+        self._young: deque[bytes] = deque()
+        self._stale = 0
+        self._young_n = 0
+        self._ticks = 0  # TCP packets seen: orders young flows among the open ones
+        self._held = 0  # flows registered under their keys, young ones included
         self._open: OrderedDict[int, _Tcp] = OrderedDict()
         self._closing: OrderedDict[int, _Tcp] = OrderedDict()
         self._udp: OrderedDict[int, _Udp] = OrderedDict()
@@ -193,7 +242,9 @@ class FlowTable:
                          "light_flows": 0}
 
     def __len__(self) -> int:
-        return len(self._open) + len(self._closing) + len(self._udp) + len(self._asleep)
+        """Flows in the activity orders (one being created is not there yet)."""
+        return (len(self._open) + len(self._closing) + len(self._udp) + len(self._asleep)
+                + len(self._young) - self._stale)
 
     # -- creation / removal -------------------------------------------------------------
 
@@ -216,25 +267,141 @@ class FlowTable:
         self._next_id += 1
         return info
 
+    def _keys(self, state: _Tcp | _Udp) -> dict:
+        return self._tcp_keys if state.__class__ is _Tcp else self._udp_keys
+
     def _register(self, state: _Tcp | _Udp) -> None:
-        self._by_key[state.key] = state
+        self._keys(state)[state.key] = state
         self._held += 1
         self._hold_budget()
 
     def _unregister(self, state: _Tcp | _Udp) -> None:
-        if self._by_key.get(state.key) is state:
-            del self._by_key[state.key]
+        keys = self._keys(state)
+        if keys.get(state.key) is state:
+            del keys[state.key]
         self._held -= 1
         self._hold_budget()
 
-    def _entry(self, key: tuple) -> tuple[_Tcp | _Udp, Direction] | None:
+    @staticmethod
+    def _entry(keys: dict, key: tuple) -> tuple | None:
         """The flow a packet with this 5-tuple belongs to, and the packet's direction."""
-        state = self._by_key.get(key)
+        state = keys.get(key)
         if state is not None:
             return state, Direction.C2S
         src, sport, dst, dport = key
-        state = self._by_key.get((dst, dport, src, sport))
+        state = keys.get((dst, dport, src, sport))
         return None if state is None else (state, Direction.S2C)
+
+    # -- young flows --------------------------------------------------------------------
+
+    def _open_young(self, src: bytes, sport: int, dst: bytes, dport: int, seq: int,
+                    flags: int, options: bytes, ts_ns: int, frame: int,
+                    vlans: tuple[int, ...]) -> None:
+        """A new TCP flow whose first packet needs no stream state: held as a record
+        (what ``_open_tcp`` and the rest of ``tcp`` would have made of it, packed)."""
+        if flags & SYN:
+            src_is_server, source = False, RoleSource.SYN
+        else:
+            src_is_server, source = _roles_by_port(sport, dport)
+        if len(self) >= self.limits.max_flows:
+            self._evict(ts_ns, frame)
+        flow_id = self._next_id
+        self._next_id += 1
+        owned = self.owns is None or self.owns(flow_id)
+        if not owned:
+            self.counters["light_flows"] += 1
+        pack = _KEY4.pack if len(src) == 4 else _KEY16.pack
+        key = pack(dst, src, dport, sport) if src_is_server else pack(src, dst, sport, dport)
+        bits = (_Y_OWNED if owned else 0) | (_Y_S2C if src_is_server else 0) | (
+            _Y_V6 if len(src) != 4 else 0)
+        shift = _NO_SHIFT
+        if flags & SYN:
+            bits |= _Y_SYN
+            seq = (seq + 1) % (1 << 32)
+            wscale = _wscale_option(options)
+            if wscale is not None:
+                shift = wscale
+        rec = _YOUNG.pack(flow_id, ts_ns, ts_ns, frame, self._ticks, seq, bits,
+                          _ROLE_SOURCES.index(source), shift) + key
+        if vlans:
+            rec += b"".join(_VLAN.pack(v) for v in vlans)
+        self._young_keys[key] = rec
+        self._held += 1
+        self._young_n += 1
+        self._hold_budget()
+        self._young.append(rec)
+        self.counters["tcp_flows"] += 1
+
+    def _young_entry(self, src: bytes, sport: int, dst: bytes, dport: int
+                     ) -> tuple[_Tcp, Direction] | None:
+        """The young flow a packet belongs to, promoted, and the packet's direction."""
+        pack = _KEY4.pack if len(src) == 4 else _KEY16.pack
+        keys = self._young_keys
+        rec = keys.get(pack(src, dst, sport, dport))
+        if rec is not None:
+            return self._promote(rec), Direction.C2S
+        rec = keys.get(pack(dst, src, dport, sport))
+        return None if rec is None else (self._promote(rec), Direction.S2C)
+
+    def _promote(self, rec: bytes) -> _Tcp:
+        """A young flow in its full form (``FlowInfo``, ``_Tcp``, the tracker of the
+        side that sent), registered and put at the recent end of the open-flows order
+        with its old tick: the caller moves it (its packet), sleeps or ends it at once.
+        The budget is told by the caller (``_hold_budget``), once that is done."""
+        flow_id, ts_first, ts_last, frame, tick, seq, bits, role, shift = _YOUNG.unpack_from(rec)
+        size = 16 if bits & _Y_V6 else 4
+        at = _YOUNG.size
+        src, dst = rec[at:at + size], rec[at + size:at + 2 * size]
+        sport, dport = struct.unpack_from("!HH", rec, at + 2 * size)
+        vlan_at = at + 2 * size + 4
+        vlans = tuple(v for (v,) in _VLAN.iter_unpack(rec[vlan_at:])) if len(rec) > vlan_at else ()
+        del self._young_keys[rec[at:vlan_at]]
+        self._young_n -= 1
+        self._stale += 1
+        if self._stale > self._young_n + _STALE_SLACK:
+            keys = self._young_keys
+            self._young = deque(r for r in self._young if keys.get(_young_key(r)) is r)
+            self._stale = 0
+        info = FlowInfo(flow_id, Transport.TCP, self._endpoint(src, sport),
+                        self._endpoint(dst, dport), _ROLE_SOURCES[role], ts_first, ts_last,
+                        frame, frame)
+        info.vlan = vlans
+        direction = Direction.S2C if bits & _Y_S2C else Direction.C2S
+        info.packets[direction] = 1
+        conn = _Tcp(info, (src, sport, dst, dport), bool(bits & _Y_OWNED))
+        conn.tick = tick
+        tracker = TcpHalfTracker()
+        if bits & _Y_SYN:
+            tracker.base = seq
+            tracker.started = tracker.syn_seen = True
+            if shift != _NO_SHIFT:
+                conn.wscale = (None, shift) if direction else (shift, None)
+        tracker.last_end = seq
+        if direction:
+            conn.s2c = tracker
+        else:
+            conn.c2s = tracker
+        self._tcp_keys[conn.key] = conn
+        self._open[flow_id] = conn
+        return conn
+
+    def _oldest_open(self) -> _Tcp | bytes | None:
+        """The least recently active open TCP flow: the front of the full ones or of
+        the young ones (a record), whichever moved last earlier."""
+        young, keys = self._young, self._young_keys
+        while young:
+            rec = young[0]
+            if keys.get(_young_key(rec)) is rec:
+                break
+            young.popleft()
+            self._stale -= 1
+        else:
+            return next(iter(self._open.values()), None)
+        if self._open:
+            full = next(iter(self._open.values()))
+            if full.tick < _YOUNG.unpack_from(rec)[4]:
+                return full
+        return rec
 
     def _half(self, conn: _Tcp, direction: Direction, full: bool
               ) -> TcpHalfStream | TcpHalfTracker:
@@ -261,10 +428,15 @@ class FlowTable:
 
     # -- memory budget ------------------------------------------------------------------
 
+    def _charge(self) -> int:
+        """What the flows held cost, for the budget: young ones less than full ones."""
+        young = self._young_n
+        return (self._held - young) * FLOW_BYTES + young * HALF_OPEN_FLOW_BYTES
+
     def _hold_budget(self) -> None:
         budget = self.limits.budget
         if budget is not None:
-            budget.hold(self, self._held * FLOW_BYTES, tier=1)
+            budget.hold(self, self._charge(), tier=1)
 
     def release_memory(self, need: int) -> None:
         """The run's memory budget is reached and no buffer is left to give back: evict
@@ -274,11 +446,11 @@ class FlowTable:
         the activity orders yet; a packet moves its flow to the most recent end)."""
         freed = 0
         while freed < need and self._held > 1:
-            before = self._held
+            before, charge = self._held, self._charge()
             self._evict(None, None, memory=True)
             if self._held >= before:
                 break
-            freed += (before - self._held) * FLOW_BYTES
+            freed += charge - self._charge()
 
     def _owned(self, state: _Tcp | _Udp) -> bool:
         if isinstance(state, _Tcp):
@@ -288,13 +460,16 @@ class FlowTable:
     def _evict(self, ts_ns: int | None, frame: int | None, memory: bool = False) -> None:
         """Table full (or, ``memory``, the run's memory budget reached): close the least
         recently active flow, closing ones first."""
-        for table in (self._asleep, self._closing, self._udp, self._open):
+        for table in (self._asleep, self._closing, self._udp):
             if table:
                 oldest = next(iter(table.values()))
-                victim = _info_of(oldest)
                 break
         else:
-            return
+            young = self._oldest_open()
+            if young is None:
+                return
+            oldest = self._promote(young) if young.__class__ is bytes else young
+        victim = _info_of(oldest)
         if self._owned(oldest):
             if memory:
                 budget = self.limits.budget
@@ -353,16 +528,28 @@ class FlowTable:
             (self._asleep, lim.tcp_sleep_max_ns),
             (self._udp, lim.udp_idle_timeout_ns),
         ):
-            while table:
-                state = next(iter(table.values()))
-                info = _info_of(state)
+            while True:
+                if table is self._open:
+                    state = self._oldest_open()
+                    if state is None:
+                        break
+                    if state.__class__ is bytes:
+                        if now_ns - _YOUNG.unpack_from(state)[2] <= timeout:  # type: ignore[arg-type]
+                            break
+                        state = self._promote(state)  # type: ignore[arg-type]
+                elif table:
+                    state = next(iter(table.values()))
+                else:
+                    break
+                info = _info_of(state)  # type: ignore[arg-type]
                 if now_ns - info.ts_last_ns <= timeout:
                     break
                 if table is self._open and now_ns - info.ts_last_ns <= lim.tcp_sleep_max_ns:
                     self._sleep(state)  # type: ignore[arg-type]
+                    self._hold_budget()  # a young flow slept in its full form
                     continue
                 reason = "closed" if table is self._closing else "idle-timeout"
-                self._end(state, reason)
+                self._end(state, reason)  # type: ignore[arg-type]
 
     def restamp_untimed(self, now_ns: int) -> None:
         """Flows seen only at time 0 (no timestamp) get ``now_ns`` as their last activity."""
@@ -371,13 +558,25 @@ class FlowTable:
                 info = _info_of(state)
                 if info.ts_last_ns == 0:
                     info.ts_last_ns = now_ns
+        keys, renewed = self._young_keys, {}
+        for key, rec in keys.items():
+            if _YOUNG.unpack_from(rec)[2] == 0:
+                new = bytearray(rec)
+                _YOUNG.pack_into(new, 0, *_YOUNG.unpack_from(rec)[:2], now_ns,
+                                 *_YOUNG.unpack_from(rec)[3:])
+                renewed[rec] = keys[key] = bytes(new)
+        if renewed:  # same places in the order
+            self._young = deque(renewed.get(r, r) for r in self._young)
 
     def close_all(self) -> None:
         """End of capture: close every flow in order of flow id (deterministic)."""
-        states = list(self._open.values()) + list(self._closing.values()) + list(self._udp.values())
-        states += self._asleep.values()
-        states.sort(key=lambda s: _info_of(s).flow_id)
+        states: list = [*self._open.values(), *self._closing.values(), *self._udp.values(),
+                        *self._asleep.values(), *self._young_keys.values()]
+        states.sort(key=lambda s: _YOUNG.unpack_from(s)[0] if s.__class__ is bytes
+                    else s.info.flow_id)
         for state in states:
+            if state.__class__ is bytes:
+                state = self._promote(state)
             if isinstance(state, _Tcp) and state.info.flow_id in self._asleep:
                 reason = "idle-timeout"  # asleep: it had been idle past the timeout
             else:
@@ -408,8 +607,13 @@ class FlowTable:
         if hlen > len(payload):  # snaplen cut inside the options: no data captured
             missing -= hlen - len(payload)
         data = payload[hlen:]
-        key = (src, sport, dst, dport)
-        entry = self._stale_checked(self._entry(key), ts_ns)
+        self._ticks += 1
+        entry = self._entry(self._tcp_keys, (src, sport, dst, dport))
+        promoted = False
+        if entry is None and self._young_n:
+            entry = self._young_entry(src, sport, dst, dport)
+            promoted = entry is not None
+        entry = self._stale_checked(entry, ts_ns)
         if entry is not None and entry[0].info.flow_id in self._asleep:
             entry = self._wake(entry, seq, ack, flags)
         syn_only = flags & (SYN | ACK) == SYN
@@ -419,6 +623,11 @@ class FlowTable:
                 self._end(conn, "port-reuse")
                 entry = None
         if entry is None:
+            if (not data and missing <= 0 and not flags & (ACK | FIN | RST)
+                    and self.young_flows and all(0 <= v <= 0xFFFF for v in vlans)):
+                self._open_young(src, sport, dst, dport, seq, flags, payload[20:hlen], ts_ns,
+                                 frame, vlans)
+                return
             conn, direction = self._open_tcp(src, sport, dst, dport, flags, ts_ns, frame, vlans)
         else:
             conn, direction = entry  # type: ignore[assignment]
@@ -428,8 +637,13 @@ class FlowTable:
         info.packets[direction] += 1
         if data:  # the counter list is made on first use (a SYN flood has none)
             info.payload_bytes[direction] += len(data)
-        table = self._closing if conn.closing else self._open
-        table.move_to_end(info.flow_id)
+        if conn.closing:
+            self._closing.move_to_end(info.flow_id)
+        else:
+            self._open.move_to_end(info.flow_id)
+            conn.tick = self._ticks
+        if promoted:
+            self._hold_budget()  # now charged as a full flow
 
         # a tracker serves this side while it sent no more than a first SYN
         mine = conn.s2c if direction else conn.c2s
@@ -612,7 +826,7 @@ class FlowTable:
         sport, dport = _UDP_HDR.unpack_from(payload)
         data = payload[8:]
         key = (src, sport, dst, dport)
-        entry = self._stale_checked(self._entry(key), ts_ns)
+        entry = self._stale_checked(self._entry(self._udp_keys, key), ts_ns)
         if entry is None:
             info, c2s, direction = self._create(
                 Transport.UDP, key, *_roles_by_port(sport, dport), ts_ns, frame, vlans

@@ -17,8 +17,8 @@ import random
 import struct
 from pathlib import Path
 
-from reassembly.flows import FLOW_BYTES
-from reassembly.limits import DEFAULT_MEMORY_LIMIT, MemoryBudget
+from reassembly.flows import FLOW_BYTES, HALF_OPEN_FLOW_BYTES
+from reassembly.limits import DEFAULT_MEMORY_LIMIT, Limits, MemoryBudget
 from tests.hostile.conftest import dissect_one
 from tests.reassembly.synth import PcapWriter, write_syn_flood
 
@@ -156,21 +156,42 @@ def _accounted(r: dict, flows: int) -> None:
 
 def test_half_open_flows_at_default_settings(tmp_path):
     """200,000 SYNs (the default flow cap, 750 MB before); 1,000,000 with
-    ``MSGCAP_HOSTILE_FULL=1`` (its peak is the same: the budget, not the input, sets it;
-    ~150 s of CPU, so not in the default run)."""
+    ``MSGCAP_HOSTILE_FULL=1`` (~100 s of CPU, so not in the default run).  Half-open
+    flows are held young (``HALF_OPEN_FLOW_BYTES`` each), so the default budget holds
+    more of them than the default flow cap: the cap, not the budget, evicts here."""
     flows = 1_000_000 if os.environ.get("MSGCAP_HOSTILE_FULL") == "1" else 200_000
+    cap = Limits().max_flows
+    assert cap < DEFAULT_MEMORY_LIMIT // HALF_OPEN_FLOW_BYTES
     path = tmp_path / "synflood.pcap"
     write_syn_flood(path, flows)
     r = dissect_one(path, tmp_path, rows_per_kind=2, max_flow_rows=0)
     assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
-    held = DEFAULT_MEMORY_LIMIT // FLOW_BYTES  # flows the budget holds at once
     # every flow has its row; each one evicted to make room has its anomaly as well
+    _accounted(r, flows)
+    assert r["anomalies"].get("limit.flow_table", 0) == flows - cap, r["anomalies"]
+    assert "limit.memory" not in r["anomalies"]
+    if flows > cap:
+        (row, _) = r["anomaly_rows"]["limit.flow_table"]
+        assert row["detail"].startswith(f"flow table full ({cap} flows); evicted flow 0 "), row
+
+
+def test_half_open_flows_evicted_by_the_budget(tmp_path):
+    """100,000 SYNs under an 8 MiB budget: it holds 8 MiB / ``HALF_OPEN_FLOW_BYTES``
+    young flows, and each flow past that evicts the least recently active one."""
+    flows, limit = 100_000, 8 * 2**20
+    held = limit // HALF_OPEN_FLOW_BYTES
+    path = tmp_path / "synflood.pcap"
+    write_syn_flood(path, flows)
+    r = dissect_one(path, tmp_path, rows_per_kind=2, max_flow_rows=0,
+                    limits={"memory_limit_bytes": limit})
     _accounted(r, flows)
     assert r["anomalies"].get("limit.memory") == flows - held, r["anomalies"]
     assert "limit.flow_table" not in r["anomalies"]
-    (row, _) = r["anomaly_rows"]["limit.memory"]
-    assert row["detail"].startswith(f"memory budget of {DEFAULT_MEMORY_LIMIT} bytes reached "
-                                    f"with {held} flows held; evicted flow 0 "), row
+    first, second = r["anomaly_rows"]["limit.memory"]
+    assert first["detail"].startswith(f"memory budget of {limit} bytes reached with {held} "
+                                      "flows held; evicted flow 0 10.0.0.0:1024->10.9.9.9:4222 "
+                                      "idle since frame 1"), first
+    assert "evicted flow 1 10.0.0.1:1025->" in second["detail"], second
 
 
 def test_240_flows_each_holding_3_8_mib_out_of_order(tmp_path):
@@ -224,8 +245,8 @@ with open_capture(sys.argv[1]) as reader:
 
 def test_a_held_flow_costs_no_more_than_the_budget_charges_for_it(tmp_path):
     """RSS per half-open flow held in the flow table (300,000 SYNs, no budget, in a child):
-    the budget's ``FLOW_BYTES`` must not undercount it.  Measured: 2,459 bytes before the
-    flow state was made lean, 1,107 after."""
+    the budget's ``HALF_OPEN_FLOW_BYTES`` must not undercount it.  Measured: 2,459 bytes
+    before the flow state was made lean, 1,107 after, 188 held young (a record)."""
     import json
     import subprocess
     import sys
@@ -239,15 +260,17 @@ def test_a_held_flow_costs_no_more_than_the_budget_charges_for_it(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout)
     assert res["flows"] == 300_000
-    assert 500 < res["per_flow"] <= FLOW_BYTES, res
+    assert 120 < res["per_flow"] <= HALF_OPEN_FLOW_BYTES < FLOW_BYTES, res
 
 
 def test_a_half_open_flow_holds_no_stream_state_until_it_needs_it():
-    """A SYN leaves a tracker (sequence base only) on its side, nothing on the other and
-    no counter lists; the first data grows the tracker into a reassembler that keeps its
-    base, and only the counters that were touched are made."""
+    """A SYN leaves one young record (no FlowInfo, no TCP state, no endpoints); made full
+    (here: put to sleep, idle past the timeout) it has a tracker (sequence base only) on
+    its side, nothing on the other and no counter lists; the first data wakes it and grows
+    the tracker into a reassembler that keeps its base, and only the counters that were
+    touched are made."""
     from reassembly.flows import FlowTable
-    from reassembly.limits import Limits
+    from reassembly.limits import SECOND_NS
     from reassembly.tcp import TcpHalfStream, TcpHalfTracker
     from tests.reassembly.synth import ACK, SYN, tcp_frame
 
@@ -256,12 +279,22 @@ def test_a_half_open_flow_holds_no_stream_state_until_it_needs_it():
     c, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
     seg = tcp_frame(c, s, 40000, 4222, 999, 0, SYN)[34:]  # the TCP segment of the frame
     table.tcp(c, s, seg, 1, 1)
-    (conn,) = table._open.values()
+    assert len(table) == 1 and not table._open and not table._tcp_keys
+    (rec,) = table._young_keys.values()
+    assert type(rec) is bytes and len(rec) == 47 + 12
+    later = 1 + 301 * SECOND_NS  # idle past the 300 s timeout: asleep, in its full form
+    table.expire(later)
+    (conn,) = table._asleep.values()
     assert type(conn.c2s) is TcpHalfTracker and conn.c2s.base == 1000 and conn.s2c is None
+    assert len(table) == 1 and not table._young_keys
     info = conn.info
+    assert (info.flow_id, info.packets, str(info.client), str(info.server)) == (
+        0, [1, 0], "10.0.0.1:40000", "10.0.0.2:4222")
     assert (info._payload_bytes, info._stream_bytes, info._gap_bytes, info._mid_stream,
             info._overlap_conflicts) == (None,) * 5
-    table.tcp(c, s, tcp_frame(c, s, 40000, 4222, 1000, 0, ACK, b"PING\r\n")[34:], 2, 2)
+    ping = tcp_frame(c, s, 40000, 4222, 1000, 0, ACK, b"PING\r\n")[34:]
+    table.tcp(c, s, ping, later, 2)  # continues the sequence: the same flow wakes
+    assert list(table._open.values()) == [conn]
     assert type(conn.c2s) is TcpHalfStream and conn.c2s.base == 1000
     # its ACK is news for the other side (what it acknowledged, its window): a stream
     assert type(conn.s2c) is TcpHalfStream and conn.s2c.base == 0
