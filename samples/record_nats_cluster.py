@@ -14,8 +14,8 @@ leaf links, which msgcap reports but does not decompress).
     /work/venv/bin/python samples/record_nats_cluster.py --out samples/nats-cluster
 
 Writes OUT.pcap (tcpdump on lo, every port of the servers) and OUT.truth.json.
-The server helpers (finding nats-server and tcpdump, free ports, waiting, stopping) are
-those of samples/record_nats.py.
+The start/stop code (free ports, tcpdump, servers) is samples/nats_servers.py; finding
+nats-server and tcpdump, waiting and stopping are those of samples/record_nats.py.
 """
 
 from __future__ import annotations
@@ -24,37 +24,23 @@ import argparse
 import asyncio
 import hashlib
 import json
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# start_server: also imported from here by record_nats_js.py
+from nats_servers import Recording, pick_ports, server_version, start_server  # noqa: E402, F401
 from record_nats import (  # noqa: E402
     HOST,
     count_pcap_packets,
     find_nats_server,
     find_tcpdump,
-    free_port,
-    stop,
     wait_for_text,
 )
 
 MESSAGES = 5
-
-
-def start_server(bin_: str, name: str, conf_text: str, tmp: Path) -> subprocess.Popen:
-    conf = tmp / f"{name}.conf"
-    conf.write_text(conf_text)
-    log = tmp / f"{name}.log"
-    proc = subprocess.Popen([bin_, "-c", str(conf), "-l", str(log)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT)
-    wait_for_text(log, r"Server is ready", proc, f"nats-server {name}")
-    return proc
 
 
 async def workload(ports: dict[str, int]) -> dict:
@@ -118,57 +104,36 @@ def main(argv: list[str] | None = None) -> int:
     prefix = args.out[:-5] if args.out.endswith(".pcap") else args.out
     pcap, truth_path = Path(prefix + ".pcap"), Path(prefix + ".truth.json")
     server_bin = find_nats_server(args.server_bin)
-    tcpdump = find_tcpdump()
-    ports: dict[str, int] = {}
-    for k in ("A", "B", "L", "routeA", "routeB", "leafA"):
-        while (p := free_port()) in ports.values():
-            pass
-        ports[k] = p
+    ports = pick_ports(("A", "B", "L", "routeA", "routeB", "leafA"))
     tmp = Path(tempfile.mkdtemp(prefix="msgcap-cluster-"))
-    procs: list[subprocess.Popen] = []
-    dump = None
+    rec: Recording | None = None
     try:
-        flt = "tcp and (" + " or ".join(f"port {p}" for p in ports.values()) + ")"
-        err = tmp / "tcpdump.stderr"
-        with open(err, "wb") as ef:
-            dump = subprocess.Popen([tcpdump, "-i", "lo", "-n", "-s", "0", "-B", "65536",
-                                     "--immediate-mode", "-U", "-Z", "root", "-w", str(pcap),
-                                     flt], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=ef)
-        wait_for_text(err, r"listening on", dump, "tcpdump")
-        time.sleep(0.2)
-        procs.append(start_server(server_bin, "A", f"""
+        rec = Recording(find_tcpdump(), pcap, ports, tmp)
+        rec.server(server_bin, "A", f"""
 server_name: A
 listen: {HOST}:{ports['A']}
 cluster {{ name: east, listen: {HOST}:{ports['routeA']} }}
 leafnodes {{ listen: {HOST}:{ports['leafA']}, compression: off }}
-""", tmp))
-        procs.append(start_server(server_bin, "B", f"""
+""")
+        b = rec.server(server_bin, "B", f"""
 server_name: B
 listen: {HOST}:{ports['B']}
 cluster {{ name: east, listen: {HOST}:{ports['routeB']},
           routes: ["nats-route://{HOST}:{ports['routeA']}"] }}
-""", tmp))
-        procs.append(start_server(server_bin, "L", f"""
+""")
+        l_ = rec.server(server_bin, "L", f"""
 server_name: L
 listen: {HOST}:{ports['L']}
 leafnodes {{ remotes: [{{ url: "nats-leaf://{HOST}:{ports['leafA']}", compression: off }}] }}
-""", tmp))
-        wait_for_text(tmp / "B.log", r"Route connection created", procs[1], "route B->A")
-        wait_for_text(tmp / "L.log", r"Leafnode connection created", procs[2], "leaf L->A")
+""")
+        wait_for_text(tmp / "B.log", r"Route connection created", b, "route B->A")
+        wait_for_text(tmp / "L.log", r"Leafnode connection created", l_, "leaf L->A")
         result = asyncio.run(workload({k: ports[k] for k in ("A", "B", "L")}))
-        time.sleep(args.tail_wait)
-        stop(dump, signal.SIGINT)
-        dump_text = err.read_text(errors="replace")
-        for p in reversed(procs):
-            stop(p, signal.SIGTERM)
-        version = subprocess.run([server_bin, "--version"], capture_output=True,
-                                 text=True).stdout.strip()
+        dump_text = rec.finish(args.tail_wait)
+        version = server_version(server_bin)
     finally:
-        if dump is not None:
-            stop(dump, signal.SIGINT, timeout=10)
-        for p in procs:
-            stop(p, signal.SIGTERM, timeout=10)
+        if rec is not None:
+            rec.abort()
     problems = []
     if "0 packets dropped by kernel" not in dump_text:
         problems.append(f"tcpdump: {dump_text.strip()[-200:]}")

@@ -18,7 +18,7 @@ request from L crosses the leaf L->A and the route A->B, its reply the other way
         --compression s2_fast
 
 Writes OUT.pcap (tcpdump on lo, every port of the servers) and OUT.truth.json.  Needs
-root for tcpdump.
+root for tcpdump.  Start/stop code: samples/nats_servers.py.
 """
 
 from __future__ import annotations
@@ -28,25 +28,20 @@ import asyncio
 import hashlib
 import json
 import random
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from nats_servers import Recording, pick_ports, server_version  # noqa: E402
 from record_nats import (  # noqa: E402
     HOST,
     count_pcap_packets,
     find_nats_server,
     find_tcpdump,
-    free_port,
-    stop,
     wait_for_text,
 )
-from record_nats_cluster import start_server  # noqa: E402
 
 MODES = ("s2_fast", "s2_better", "s2_best")
 MESSAGES = 8
@@ -133,58 +128,37 @@ def main(argv: list[str] | None = None) -> int:
     prefix = args.out[:-5] if args.out.endswith(".pcap") else args.out
     pcap, truth_path = Path(prefix + ".pcap"), Path(prefix + ".truth.json")
     server_bin = find_nats_server(args.server_bin)
-    tcpdump = find_tcpdump()
     mode = args.compression
-    ports: dict[str, int] = {}
-    for k in ("A", "B", "L", "routeA", "routeB", "leafA"):
-        while (p := free_port()) in ports.values():
-            pass
-        ports[k] = p
+    ports = pick_ports(("A", "B", "L", "routeA", "routeB", "leafA"))
     tmp = Path(tempfile.mkdtemp(prefix="msgcap-s2-"))
-    procs: list[subprocess.Popen] = []
-    dump = None
+    rec: Recording | None = None
     try:
-        flt = "tcp and (" + " or ".join(f"port {p}" for p in ports.values()) + ")"
-        err = tmp / "tcpdump.stderr"
-        with open(err, "wb") as ef:
-            dump = subprocess.Popen([tcpdump, "-i", "lo", "-n", "-s", "0", "-B", "65536",
-                                     "--immediate-mode", "-U", "-Z", "root", "-w", str(pcap),
-                                     flt], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=ef)
-        wait_for_text(err, r"listening on", dump, "tcpdump")
-        time.sleep(0.2)
-        procs.append(start_server(server_bin, "A", f"""
+        rec = Recording(find_tcpdump(), pcap, ports, tmp)
+        rec.server(server_bin, "A", f"""
 server_name: A
 listen: {HOST}:{ports['A']}
 cluster {{ name: east, listen: {HOST}:{ports['routeA']}, compression: {mode} }}
 leafnodes {{ listen: {HOST}:{ports['leafA']}, compression: {mode} }}
-""", tmp))
-        procs.append(start_server(server_bin, "B", f"""
+""")
+        b = rec.server(server_bin, "B", f"""
 server_name: B
 listen: {HOST}:{ports['B']}
 cluster {{ name: east, listen: {HOST}:{ports['routeB']}, compression: {mode},
           routes: ["nats-route://{HOST}:{ports['routeA']}"] }}
-""", tmp))
-        procs.append(start_server(server_bin, "L", f"""
+""")
+        l_ = rec.server(server_bin, "L", f"""
 server_name: L
 listen: {HOST}:{ports['L']}
 leafnodes {{ remotes: [{{ url: "nats-leaf://{HOST}:{ports['leafA']}", compression: {mode} }}] }}
-""", tmp))
-        wait_for_text(tmp / "B.log", r"Route connection created", procs[1], "route B->A")
-        wait_for_text(tmp / "L.log", r"Leafnode connection created", procs[2], "leaf L->A")
+""")
+        wait_for_text(tmp / "B.log", r"Route connection created", b, "route B->A")
+        wait_for_text(tmp / "L.log", r"Leafnode connection created", l_, "leaf L->A")
         result = asyncio.run(workload({k: ports[k] for k in ("A", "B", "L")}, args.seed))
-        time.sleep(args.tail_wait)
-        stop(dump, signal.SIGINT)
-        dump_text = err.read_text(errors="replace")
-        for p in reversed(procs):
-            stop(p, signal.SIGTERM)
-        version = subprocess.run([server_bin, "--version"], capture_output=True,
-                                 text=True).stdout.strip()
+        dump_text = rec.finish(args.tail_wait)
+        version = server_version(server_bin)
     finally:
-        if dump is not None:
-            stop(dump, signal.SIGINT, timeout=10)
-        for p in procs:
-            stop(p, signal.SIGTERM, timeout=10)
+        if rec is not None:
+            rec.abort()
     problems = []
     if "0 packets dropped by kernel" not in dump_text:
         problems.append(f"tcpdump: {dump_text.strip()[-200:]}")

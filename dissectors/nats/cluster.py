@@ -17,7 +17,16 @@ Facts (nats-io/nats-server ``server/parser.go``, ``route.go``, ``leafnode.go``,
   its origin cluster: ``LS+ <origin> <account> <subject> [<queue> <weight>]``, ``LS-
   <origin> <account> <subject> [<queue>]``, ``LMSG <origin> <account> <subject> [...]
   <hdr size> <size>`` (always with a header size).  Gateways also send ``A+ <account>`` /
-  ``A- <account>`` (account interest).
+  ``A- <account>`` (account interest, optimistic mode only).
+* Gateway commands are INFO lines with ``gateway_cmd`` (``GatewayCmd``) and
+  ``gateway_cmd_payload`` (bytes, base64 in the JSON): 1 gossips the URLs of a gateway,
+  2 / 3 bracket the RS+ of every subscription of the account named by the payload when
+  the receiving side switches that account to interest-only mode (only subscriptions
+  with interest cross from then on; ``gateway_iom`` in the first INFO: the server starts
+  every account in that mode).  Replies routed back over a gateway carry the prefix
+  ``_GR_.<cluster hash>.<server hash>.`` before the requester's reply subject.  Seen on
+  nats-server 2.15 with the system account and an application account
+  (samples/nats-gateway.pcap): every account switched at connect, so no ``A+``/``A-``.
 * Leaf-node connections (7422) are bound to one account, which is not on the wire:
   ``LS+ <subject> [<queue> <weight>]``, ``LS- <subject> [<queue>]``, ``LMSG <subject>
   [...] <size>``, ``HMSG <subject> [...] <hdr size> <size>``.  Leaf connections of
@@ -56,8 +65,11 @@ redaction gate (``dissectors.redaction``, as for the ``nats`` table).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections import deque
+from enum import IntEnum
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -96,7 +108,13 @@ from dissectors.redaction import (
     secrets_kept,
 )
 
-__all__ = ["NATS_CLUSTER_TABLE", "NatsClusterDissector", "NatsClusterSession", "is_cluster_json"]
+__all__ = [
+    "NATS_CLUSTER_TABLE",
+    "GatewayCmd",
+    "NatsClusterDissector",
+    "NatsClusterSession",
+    "is_cluster_json",
+]
 
 DEFAULT_PAYLOAD_CAP = 4096
 # Control lines of server links are bounded by nats-server's max_control_line (4 KiB by
@@ -112,10 +130,37 @@ _ROUTE_KEYS = ("route_pool_size", "lnoc", "lnocu", "ln", "route_account")
 _LEAF_KEYS = ("remote_account", "info_on_connect", "leafnode", "compress_mode")
 _GATEWAY_KEYS = ("gateway", "gateway_url", "gateway_urls", "gateway_cmd")
 
+
+class GatewayCmd(IntEnum):
+    """``gateway_cmd`` of a gateway INFO (nats-server ``gateway.go``)."""
+
+    GOSSIP = 1
+    ALL_SUBS_START = 2
+    ALL_SUBS_COMPLETE = 3
+
+
+def _gateway_cmd(obj: dict[str, Any], v: dict[str, Any]) -> None:
+    """``gateway_cmd`` and its payload (an account name; Go's ``[]byte`` is base64 in
+    JSON) into the row."""
+    cmd = obj.get("gateway_cmd")
+    if type(cmd) is not int or cmd == 0:
+        return
+    try:
+        v["gateway_cmd"] = GatewayCmd(cmd).name.lower()
+    except ValueError:
+        v["gateway_cmd"] = f"unknown {cmd}"
+    raw = obj.get("gateway_cmd_payload")
+    if isinstance(raw, str) and raw and cmd != GatewayCmd.GOSSIP:
+        try:
+            v["account"] = nats_parser.text(base64.b64decode(raw, validate=True))
+        except (binascii.Error, ValueError):
+            v["account"] = raw
+
 NATS_CLUSTER_TABLE = register_table(
     TableSpec(
         _TABLE,
-        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: compression, crc_status
+        4,  # 2: timestamps in microseconds + exact `_ns` columns; 3: compression, crc_status;
+        # 4: gateway_cmd
         "One row per operation on a NATS server-to-server connection: routes within a "
         "cluster, gateways between clusters, leaf-node connections (INFO, CONNECT, RS+, "
         "RS-, LS+, LS-, RMSG, LMSG, HMSG, A+, A-, PING, PONG, +OK, -ERR). A message "
@@ -151,6 +196,11 @@ NATS_CLUSTER_TABLE = register_table(
             Field("server_name", _STR, "INFO: `server_name`; CONNECT of a leaf: `name`."),
             Field("cluster", _STR, "INFO/CONNECT: `cluster` name of the sending server."),
             Field("gateway", _STR, "INFO/CONNECT of a gateway: its `gateway` name."),
+            Field("gateway_cmd", _STR, "INFO of a gateway carrying a command: `gossip` "
+                  "(URLs of a gateway), `all_subs_start` / `all_subs_complete` (they bracket "
+                  "the RS+ of every subscription of `account` when the receiver switches it "
+                  "to interest-only mode), or `unknown` + the number; `account` is the "
+                  "command's payload."),
             Field("error", _STR, "-ERR: the error text without quotes."),
             Field("json_raw", _STR, "INFO/CONNECT: the JSON argument as sent, except that "
                   "CONNECT credentials (pass, auth_token, jwt, sig, nkey) are replaced by "
@@ -588,6 +638,8 @@ class NatsClusterSession(Session):
                 acc = obj.get("remote_account")
                 if isinstance(acc, str) and acc:
                     self.bound_account = acc
+                if op == "INFO":
+                    _gateway_cmd(obj, v)
             return -1, -1
         if op in ("A+", "A-"):
             self._learn("gateway")
