@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,12 +83,56 @@ def test_executors_without_msgcap_are_refused_with_a_fix(cluster: Cluster, tmp_p
     assert not (tmp_path / "out" / "nats").exists()
 
 
-def test_s3_captures_in_s3_dataset_out(cluster: Cluster, s3: S3, tmp_path: Path) -> None:
-    """Captures read from a bucket (one split into byte ranges read through S3, one whole
-    copied by its task), the dataset written to the bucket by the executors and committed
-    by copy + delete; read back over the same endpoint equal to the local run."""
+def _deps_only_venv(at: Path) -> Path:
+    """A plain venv (``python -m venv``) whose site-packages hold msgcap's dependencies
+    -- symlinks to this environment's, so nothing is downloaded -- but not msgcap (no
+    package, no dist-info, no editable finder) and not PySpark (executors use the
+    ``pyspark.zip`` Spark puts on their path).  Its Python."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(at)], check=True)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = next((at / "lib").glob("python3*/site-packages"))
+    skip = ("msgcap", "__editable__", "pyspark", "py4j", "_virtualenv", "distutils-precedence")
+    for entry in ours.iterdir():
+        if not entry.name.startswith(skip) and not entry.name.endswith(".pth"):
+            (theirs / entry.name).symlink_to(entry)
+    python = at / "bin" / "python"
+    probe = subprocess.run([str(python), "-c", "import pyarrow, numpy; import analyzer"],
+                           cwd="/", capture_output=True, text=True, env={"PATH": "/usr/bin"})
+    assert "No module named 'analyzer'" in probe.stderr, probe.stderr
+    return python
+
+
+def test_spark_submit_msgcap_shipped_as_an_archive_s3_in_and_out(
+        cluster: Cluster, s3: S3, tmp_path: Path) -> None:
+    """docs/spark.md's recipe, step by step, as one job (one application start: the
+    cluster tests are the slow part of the suite):
+
+    * executors run a Python *without* msgcap; msgcap (with its compiled NATS fast path
+      and its entry points) is installed into a directory, zipped, shipped with
+      ``--archives`` and put on the executors' path with ``spark.executorEnv.PYTHONPATH``;
+    * the job is started with ``spark-submit`` and ``analyzer/spark/submit.py``;
+    * captures are read from an S3 bucket (moto's server): one split into byte ranges
+      read through S3, one whole, copied by its task; the dataset is written to the bucket
+      by the executors and committed by copy + delete; AWS_* reach the executors as
+      ``spark.executorEnv``.
+
+    Read back over the same endpoint (pyarrow), every table and the manifest equal the
+    local ``msgcap dissect``."""
     import pyarrow.dataset as pads
     import pyarrow.fs as pafs
+    import pyspark
+
+    import analyzer.spark.submit as submit
+
+    python = _deps_only_venv(tmp_path / "exec-venv")
+    lib = tmp_path / "msgcap-lib"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--target", str(lib), str(ROOT)], check=True,
+                   capture_output=True)
+    assert list(lib.glob("dissectors/nats/_speedups*.so"))  # a zip import could not load it
+    archive = shutil.make_archive(str(tmp_path / "msgcap-lib"), "zip", lib)
 
     nats, js = SAMPLES / "nats-basic.pcap", SAMPLES / "nats-js.pcap"  # split / one task
     for p in (nats, js):
@@ -95,14 +140,26 @@ def test_s3_captures_in_s3_dataset_out(cluster: Cluster, s3: S3, tmp_path: Path)
     fs = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing",
                            secret_key="testing", region="us-east-1")
     for p in (nats, js):
-        pafs.copy_files(str(p), f"{s3.bucket}/caps/{p.name}",
-                        destination_filesystem=fs)
+        pafs.copy_files(str(p), f"{s3.bucket}/caps/{p.name}", destination_filesystem=fs)
     uris = [f"s3://{s3.bucket}/caps/{p.name}" for p in (nats, js)]
-    out = f"s3://{s3.bucket}/ds"
-    run = _ingest(cluster, tmp_path, *uris, "-o", out,
-                  "--split-bytes", str(nats.stat().st_size // 2 + 1), env=s3.env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert f"{uris[0]}: split:2" in run.stderr and f"{uris[1]}: file" in run.stderr
+
+    env = {**os.environ, "NO_COLOR": "1", **s3.env}
+    for key in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        env.pop(key, None)
+    conf = [f"spark.executorEnv.{k}={v}" for k, v in s3.env.items()] + [
+        "spark.executorEnv.PYTHONPATH=msgcap", f"spark.pyspark.python={python}",
+        f"spark.pyspark.driver.python={sys.executable}", "spark.driver.host=127.0.0.1",
+        "spark.driver.bindAddress=127.0.0.1", "spark.executor.memory=512m"]
+    run = subprocess.run(
+        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", cluster.url,
+         "--archives", f"{archive}#msgcap", *[a for c in conf for a in ("--conf", c)],
+         submit.__file__, "spark", "ingest", *uris, "-o", f"s3://{s3.bucket}/ds",
+         "--split-bytes", str(nats.stat().st_size // 2 + 1)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    # spark-submit passes the Python driver's stderr on to its own stdout
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said[-4000:]
+    assert f"{uris[0]}: split:2" in said and f"{uris[1]}: file" in said
 
     names = [i.path for i in fs.get_file_info(pafs.FileSelector(f"{s3.bucket}/ds",
                                                                 recursive=True))
@@ -123,3 +180,6 @@ def test_s3_captures_in_s3_dataset_out(cluster: Cluster, s3: S3, tmp_path: Path)
         entry["input"]["path"] = str(SAMPLES / entry["input"]["path"].rsplit("/", 1)[1])
     (got / "manifest.json").write_text(json.dumps(manifest))
     assert_same_dataset(tmp_path / "local", got)
+    # the executors ran the shipped copy: no import failure in any executor's log
+    logs = "".join(p.read_text(errors="replace") for p in cluster.work.rglob("stderr"))
+    assert "No module named" not in logs
