@@ -85,13 +85,16 @@ class Reassembler:
             self.flows.expire(self._now_ns)
             self.network.flush(self._now_ns)
 
-    def finish(self) -> list[Event]:
-        """Expire everything still open (end of capture)."""
+    def finish(self) -> Iterator[Event]:
+        """Expire everything still open (end of capture); the flows' close events come
+        a batch of flows at a time (``FlowTable.close_all_steps``), not all held at once."""
         self.network.flush(None)
-        self.flows.close_all()
-        events = list(self._out)
-        self._out.clear()
-        return events
+        out = self._out
+        for _ in self.flows.close_all_steps():
+            yield from out
+            out.clear()
+        yield from out
+        out.clear()
 
 
 def capture_damage_events(reader: CaptureReader) -> list[Event]:
