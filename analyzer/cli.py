@@ -186,51 +186,164 @@ def cmd_follow(args: argparse.Namespace) -> int:
             "give the capture file, or add --decoded to follow a dataset's flow",
         )
     check_capture(args.capture)
+    if args.keylog:
+        if args.transport_only:
+            raise UserError("--transport-only writes the TCP bytes as captured, so --keylog "
+                            "decrypts nothing there",
+                            "drop --transport-only to follow the decrypted bytes")
+        check_keylog(args.keylog)
     from analyzer.progress import capture_progress
-    from reassembly.capture import open_capture
-    from reassembly.engine import Reassembler, capture_damage_events
-    from reassembly.events import Direction, StreamClose, StreamData, StreamGap
-
-    wanted = {"c2s": {Direction.C2S}, "s2c": {Direction.S2C}, "both": set(Direction)}[
-        args.direction
-    ]
     from dissectors.redaction import GatedWriter
+    from reassembly.capture import open_capture
 
     out = sys.stdout.buffer if args.keep_secrets else GatedWriter(sys.stdout.buffer)
-    err = _stderr_console()
-    found = False
-    gaps = 0
-    seen: set[int] = set()  # TCP flow ids met, for the hint when the flow is not there
+    follow = _FollowedBytes(args, out, _stderr_console())
     with open_capture(args.capture) as reader, capture_progress(reader, "follow") as wrap:
-        for ev in wrap(Reassembler().process(reader)):
-            if isinstance(ev, StreamData | StreamGap) and ev.flow.flow_id == args.flow:
-                found = True
-                if ev.direction not in wanted:
-                    continue
-                if isinstance(ev, StreamData):
-                    out.write(ev.data)
-                    continue
-                gaps += 1
-                if args.raw:
-                    err.print(
-                        f"gap {ev.direction.short} offset {ev.offset} "
-                        f"{ev.nbytes} bytes ({ev.reason})"
-                    )
-                else:
-                    out.write(b"[%d bytes missing]" % ev.nbytes)
-            elif isinstance(ev, StreamClose):
-                if ev.flow.flow_id == args.flow:
-                    found = True
-                    break
-                seen.add(ev.flow.flow_id)
-        damage = capture_damage_events(reader)
+        follow.run(wrap, reader)
     out.flush()
-    if not found:
+    if not follow.found and follow.streamless:
         raise UserError(
-            f"no TCP flow {args.flow} in {args.capture} (TCP flow ids: {flow_ids_text(seen)})",
+            f"flow {args.flow} of {args.capture} carries no stream bytes (a UDP flow: only "
+            "the streams of a QUIC connection whose secrets are known can be followed)",
+            "give --keylog FILE with its secrets, or follow its datagrams' messages with "
+            "`msgcap follow --decoded`",
+        )
+    if not follow.found:
+        what = "TCP or QUIC" if follow.quic_seen else "TCP"
+        raise UserError(
+            f"no {what} flow {args.flow} in {args.capture} ({what} flow ids: "
+            f"{flow_ids_text(follow.seen)})",
             f"list the flows with `msgcap flows {args.capture}`",
         )
-    return EXIT_DEGRADED if gaps or damage else EXIT_CLEAN
+    return EXIT_DEGRADED if follow.degraded else EXIT_CLEAN
+
+
+class _FollowedBytes:
+    """`msgcap follow` without --decoded: the bytes of one flow as its protocol sees them.
+
+    Why layered: a TLS flow whose secrets are known (``--keylog``, or a pcapng Decryption
+    Secrets Block) is followed decrypted and a WebSocket flow as its message payloads
+    (unmasked, inflated), the same bytes the dissectors read -- as QUIC streams are.  A
+    TLS flow without its secrets is never written as if its records were the protocol:
+    the ciphertext becomes ``[N bytes of TLS, c2s, encrypted]`` inline (listed on stderr
+    with ``--raw``), and the exit status (1) says the output is incomplete.  ``--transport-only``
+    keeps the TCP bytes as captured (what ``tshark -z follow,tcp,raw`` prints).
+    """
+
+    def __init__(self, args: argparse.Namespace, out, err) -> None:
+        from reassembly.events import Direction
+
+        self.args, self.out, self.err = args, out, err
+        self.flow: int = args.flow
+        self.raw: bool = args.raw
+        self.wanted = {"c2s": {Direction.C2S}, "s2c": {Direction.S2C},
+                       "both": set(Direction)}[args.direction]
+        self.found = False
+        self.degraded = False
+        self.seen: set[int] = set()  # TCP/QUIC flow ids met, for the hint
+        self.streamless = False  # the flow was met, but not as a byte stream (UDP)
+        self.quic_seen = False  # QUIC streams were met (their flow ids are in ``seen``)
+        self.encrypted = False  # the TLS layer passes this flow's records undecrypted
+        self.pending = [0, 0]  # ciphertext bytes not yet reported, per direction
+        self.stream: tuple[int, int] | None = None  # (QUIC stream, direction) last written
+
+    def run(self, wrap, reader) -> None:
+        from reassembly.engine import Reassembler, capture_damage_events, capture_events
+        from reassembly.events import StreamClose, StreamData, StreamGap
+
+        if self.args.transport_only:
+            events = Reassembler().process(reader)
+        else:
+            keylog = None
+            if self.args.keylog:
+                from reassembly.quic.keylog import KeyLog
+
+                keylog = KeyLog.from_file(self.args.keylog)
+            events = capture_events(reader, keylog=keylog)
+        for ev in wrap(events):
+            t = type(ev)
+            flow = getattr(ev, "flow", None)
+            if flow is None or flow.flow_id != self.flow:
+                if t is StreamClose:
+                    self.seen.add(flow.flow_id)
+                elif t is StreamData and ev.stream_id is not None:
+                    self.seen.add(flow.flow_id)
+                    self.quic_seen = True
+                continue
+            if t is StreamData or t is StreamGap:
+                self.found = True
+                if ev.direction in self.wanted:
+                    self._stream_event(ev)
+            elif t is StreamClose:
+                self.found = True
+                break
+            else:
+                self.streamless = True
+                self._layer_event(ev)
+        self._flush_encrypted()
+        self.degraded |= bool(capture_damage_events(reader))
+
+    def _stream_event(self, ev) -> None:
+        from reassembly.events import StreamData, gap_wording
+
+        d = ev.direction
+        if ev.stream_id is not None and not self.raw and self.stream != (ev.stream_id, d):
+            self._flush_encrypted()
+            self.out.write(b"[QUIC stream %d %s]" % (ev.stream_id, d.short.encode()))
+        self.stream = (ev.stream_id, d) if ev.stream_id is not None else None
+        if type(ev) is StreamData:
+            if self.encrypted:
+                if self.pending[1 - d]:
+                    self._flush_encrypted()
+                self.pending[d] += len(ev.data)
+                return
+            self._flush_encrypted()
+            self.out.write(ev.data)
+            return
+        self._flush_encrypted()
+        self.degraded = True
+        if self.raw:
+            self.err.print(f"gap {d.short} offset {ev.offset} {ev.nbytes} bytes ({ev.reason})")
+        elif gap_wording(ev.reason).startswith("were not"):
+            self.out.write(b"[%d bytes missing]" % ev.nbytes)
+        else:
+            self.out.write(b"[%d bytes captured but unusable (%s)]"
+                           % (ev.nbytes, ev.reason.encode()))
+
+    def _layer_event(self, ev) -> None:
+        from reassembly.events import Anomaly, TlsConnection, WebSocketHandshake
+
+        t = type(ev)
+        quiet = getattr(self.args, "quiet", False)
+        if t is Anomaly and ev.kind == "tls.undecryptable":
+            self.encrypted = True
+            if not quiet:
+                hint = ("" if self.args.keylog else
+                        "; give --keylog FILE (the SSLKEYLOGFILE the client wrote)")
+                self.err.print(f"flow {self.flow}: {ev.detail}{hint}", markup=False)
+        elif t is TlsConnection and ev.decrypted and not quiet:
+            self.err.print(f"flow {self.flow}: TLS decrypted; these are the plaintext bytes "
+                           "(--transport-only for the TCP bytes as captured)", markup=False)
+        elif t is WebSocketHandshake and not self.raw and ev.status == 101:
+            self._flush_encrypted()
+            deflate = ", permessage-deflate inflated" if ev.deflate else ""
+            self.out.write(f"[WebSocket {ev.method} {ev.path} -> 101: message payloads "
+                           f"follow, unmasked{deflate}]".encode())
+
+    def _flush_encrypted(self) -> None:
+        from reassembly.events import Direction
+
+        for d in Direction:
+            n = self.pending[d]
+            if not n:
+                continue
+            self.pending[d] = 0
+            self.degraded = True
+            if self.raw:
+                self.err.print(f"encrypted {d.short} {n} bytes (TLS, not decrypted)",
+                               markup=False)
+            else:
+                self.out.write(b"[%d bytes of TLS, %s, encrypted]" % (n, d.short.encode()))
 
 
 def _non_negative(text: str) -> int:
@@ -658,7 +771,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_time_option(p)
     p.set_defaults(func=cmd_flows)
 
-    p = sub.add_parser("follow", help="write the reassembled bytes of one TCP flow to stdout")
+    p = sub.add_parser("follow", help="write the bytes of one TCP flow (TLS decrypted with "
+                       "--keylog, WebSocket payloads unmasked) or QUIC connection to stdout")
     p.add_argument("capture", metavar="CAPTURE",
                    help=CAPTURE_HELP + "; with --decoded also a dataset directory")
     p.add_argument("--flow", type=_non_negative, required=True, metavar="FLOW_ID",
@@ -668,13 +782,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--raw",
         action="store_true",
-        help="write only captured bytes; list gaps on stderr instead of inline",
+        help="write only stream bytes; list gaps and encrypted bytes on stderr instead of "
+        "inline",
     )
     p.add_argument("--json", action="store_true",
                    help="with --decoded: one JSON object per message (NDJSON)")
     p.add_argument("--keep-secrets", action="store_true",
                    help="print credentials in the bytes as they are (default: withheld, "
                    "length and SHA-256 kept; see docs/robustness.md)")
+    p.add_argument("--transport-only", action="store_true",
+                   help="the TCP bytes as captured: no TLS decryption, no WebSocket unwrapping "
+                   "(default: the bytes the protocol sees, TLS decrypted with --keylog, "
+                   "encrypted bytes summarised)")
     _add_time_option(p)
     _add_view_options(p, decoded=True)
     p.set_defaults(func=cmd_follow)
