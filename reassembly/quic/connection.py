@@ -91,6 +91,27 @@ _WANTED = {
     (SPACE_HANDSHAKE, SERVER): HandshakeType.ENCRYPTED_EXTENSIONS,
 }
 _DONE = object()  # a CRYPTO stream whose wanted message was read
+# What a CRYPTO stream being read costs besides the bytes of the handshake message it
+# holds (its reader, its reassembler, the entry): charged to the run's memory budget.
+CRYPTO_HOLD_OVERHEAD_BYTES = 512
+
+
+class _CryptoHold:
+    """The in-order CRYPTO bytes of one encryption level and sender, held until the
+    handshake message they begin is whole (up to ``quic_max_crypto_bytes``): a holder of
+    the run's memory budget (``reassembly.limits.MemoryHolder``).  Given back, that
+    stream's handshake message is given up (``QuicConnection._give_up_crypto``)."""
+
+    __slots__ = ("conn", "key", "reader")
+
+    def __init__(self, conn: QuicConnection, key: tuple[int, int],
+                 reader: HandshakeReader) -> None:
+        self.conn = conn
+        self.key = key
+        self.reader = reader
+
+    def release_memory(self, need: int) -> None:
+        self.conn._give_up_crypto(self)
 
 
 class Opened:
@@ -203,6 +224,8 @@ class QuicConnection:
         self.alpn_selected: str | None = None
         self.hello_retry = False
         self._crypto: dict[tuple[int, int], object] = {}
+        # in-order CRYPTO bytes held per stream, drawn from the run's budget
+        self._crypto_held: dict[tuple[int, int], _CryptoHold] = {}
         self._crypto_limits = replace(
             limits,
             max_buffered_bytes=limits.quic_max_crypto_bytes,
@@ -535,14 +558,14 @@ class QuicConnection:
             elif old is not None:
                 # after a Retry the client may send a new ClientHello (aioquic does,
                 # with a new random): read the client's Initial CRYPTO stream afresh
-                self._crypto.pop((SPACE_INITIAL, CLIENT), None)
+                self._end_crypto((SPACE_INITIAL, CLIENT), None)
             self.initial_dcid = hdr.dcid
             self.add_cid(hdr.dcid, SERVER)
         return self._opened(CLIENT, SPACE_INITIAL, pn, None, plain)
 
     def _reset_initial_crypto(self) -> None:
         for role in (CLIENT, SERVER):
-            self._crypto.pop((SPACE_INITIAL, role), None)
+            self._end_crypto((SPACE_INITIAL, role), None)
         self.client_hello = None
         self.largest_pn[CLIENT][SPACE_INITIAL] = None
         self.largest_pn[SERVER][SPACE_INITIAL] = None
@@ -674,7 +697,7 @@ class QuicConnection:
                 elif isinstance(ev, StreamGap):
                     self.flow.gap_bytes[ev.direction] -= ev.nbytes
                     if self._crypto.get(key) is not _DONE:
-                        self._crypto[key] = _DONE
+                        self._end_crypto(key)
                         self.anomaly(
                             "quic.crypto_gap",
                             f"{ROLE_NAMES[key[1]]} CRYPTO stream ({_level_name(key[0])}) lost "
@@ -689,6 +712,9 @@ class QuicConnection:
             )
             state = self._crypto[key] = half
         state.place(off, data, self._pkt_ts, self._pkt_frame)  # type: ignore[attr-defined]
+        if self._crypto.get(key) is not state and self.limits.budget is not None:
+            # read (or given up) while placing: what it still buffers is dropped
+            self.limits.budget.hold(state, 0)
 
     def _tls_bytes(self, key: tuple[int, int], reader: HandshakeReader, data: bytes) -> None:
         if self._crypto.get(key) is _DONE:
@@ -699,11 +725,61 @@ class QuicConnection:
                 continue
             done = self._tls_message(key, mtype, body)
             if done:
-                self._crypto[key] = _DONE
+                self._end_crypto(key)
                 return
         if reader.error:
-            self._crypto[key] = _DONE
+            self._end_crypto(key)
             self.anomaly("limit.quic_crypto", f"{self._describe()}: {reader.error}")
+            return
+        budget = self.limits.budget
+        if budget is not None:  # the part of a message held until it is whole
+            hold = self._crypto_held.get(key)
+            if reader.buf:
+                if hold is None:
+                    hold = self._crypto_held[key] = _CryptoHold(self, key, reader)
+                budget.hold(hold, len(reader.buf) + CRYPTO_HOLD_OVERHEAD_BYTES)
+            elif hold is not None:
+                del self._crypto_held[key]
+                budget.hold(hold, 0)
+
+    def _end_crypto(self, key: tuple[int, int], state: object = _DONE) -> None:
+        """Stop reading a CRYPTO stream (its message read, lost, given up: ``_DONE``; or
+        to be read afresh: None).  What it held goes back to the run's budget."""
+        old = self._crypto.pop(key, None)
+        if state is not None:
+            self._crypto[key] = state
+        hold = self._crypto_held.pop(key, None)
+        budget = self.limits.budget
+        if budget is not None:
+            if hold is not None:
+                budget.hold(hold, 0)
+            if isinstance(old, TcpHalfStream):
+                budget.hold(old, 0)
+
+    def _give_up_crypto(self, hold: _CryptoHold) -> None:
+        """The run's memory budget is reached and this CRYPTO stream's partial handshake
+        message is the least recently fed holder: the message is given up (its bytes
+        were never stream data, so no byte accounting changes), a ``limit.memory``
+        anomaly says so, and the stream is read no further."""
+        key = hold.key
+        buf = hold.reader.buf
+        budget = self.limits.budget
+        if self._crypto_held.get(key) is not hold:  # (already ended)
+            if budget is not None:
+                budget.hold(hold, 0)
+            return
+        held = len(buf)
+        what = (f"of a {int.from_bytes(buf[1:4], 'big') + 4}-byte TLS handshake message "
+                f"(type {buf[0]})" if held >= 4 else "of a TLS handshake message header")
+        hold.reader.buf = bytearray()
+        self._end_crypto(key)
+        self.anomaly(
+            "limit.memory",
+            f"memory budget of {budget.limit_bytes if budget else 0} bytes reached: gave up "
+            f"the {ROLE_NAMES[key[1]]} CRYPTO stream ({_level_name(key[0])}) of "
+            f"{self._describe()}, the least recently fed: dropped the {held} bytes held "
+            f"{what}; its TLS handshake messages are not read",
+        )
 
     def _tls_message(self, key: tuple[int, int], mtype: int, body: bytes) -> bool:
         """Handle a wanted handshake message; True when the stream needs no more reading."""
@@ -878,7 +954,8 @@ class QuicConnection:
             half.finish(ts_ns, frame)
             self._end_stream(sid, direction, half, reason, None)
         self.streams.clear()
-        self._crypto.clear()
+        for key in list(self._crypto):
+            self._end_crypto(key, None)
 
 
 def _level_name(space: int) -> str:
