@@ -26,13 +26,15 @@ definition each, run on the embedded DuckDB by ``analysis_results``), the same t
   ``DELIVERY_WINDOW_NS`` before it; latency = delivery ``ts_last`` - publish
   ``ts_first``.  Pulsar: a MESSAGE entry belongs to the SEND entry with the same topic,
   producer name and sequence id.
-* *acks*: JetStream deliveries (reply subject ``$JS.ACK.…``) acked by a PUB to that
-  subject on the same connection; JetStream publishes answered by a PubAck; Pulsar
-  SEND -> SEND_RECEIPT / SEND_ERROR by (connection, producer id, sequence id) and
-  MESSAGE -> ACK by (connection, consumer id, message id), cumulative acks covering
-  every earlier id; STAN PubMsg -> PubAck by guid and MsgProto -> Ack by (channel,
-  sequence); Liftbridge publish -> Ack by correlation id; Felix publishes that asked for
-  an ack -> ``publish_ok`` / ``publish_error`` / binary acks by (connection, request id).
+* *acks* (the ``publish_ack_latency`` and ``slow_consumers`` analyses, counted):
+  JetStream deliveries (reply subject ``$JS.ACK.…``) acked by a PUB to that subject on
+  the same connection; JetStream publishes answered by a PubAck; Pulsar SEND ->
+  SEND_RECEIPT / SEND_ERROR by (connection, producer id, sequence id) and MESSAGE -> ACK
+  by (connection, consumer id, message id), cumulative acks covering every earlier id;
+  STAN PubMsg -> PubAck by guid and MsgProto -> Ack by (channel, sequence) on the
+  subscriber's connection; Liftbridge publish -> Ack by correlation id; Felix publishes
+  that asked for an ack -> the first frame back with an ack status by (connection,
+  request id).
 """
 
 from __future__ import annotations
@@ -435,177 +437,46 @@ def request_reply_summary(pairs: list[RequestPair]) -> dict[str, Any]:
     }
 
 
-def _jetstream(ds: Dataset, pairs: list[RequestPair]) -> dict[str, Any] | None:
-    nats = ds.read("nats", ["capture_id", "flow_id", "direction", "op", "subject", "reply_to"])
-    if nats is None or nats.num_rows == 0:
-        return None
+ACK_PROTOCOLS = ("jetstream", "pulsar", "stan", "liftbridge", "felix")
+"""The order ack health lists protocols in."""
+
+
+def ack_health(ds: Dataset) -> dict[str, Any]:
+    """Per protocol: publishes answered by an ack (the ``publish_ack_latency`` analysis;
+    Pulsar's are ``sends`` answered by ``receipts``) and deliveries acked by their
+    consumer (``slow_consumers``).  Nothing is paired here: these are the analyses' own
+    rows counted, so summary, report, ``msgcap analyze`` and Spark give the same numbers
+    (tests/analyses/test_consistency.py)."""
+    res = analysis_results(ds)
+    pubs: dict[str, list[dict]] = defaultdict(list)
+    for r in res["publish_ack_latency"].to_pylist():
+        pubs[r["protocol"]].append(r)
+    dels: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in res["slow_consumers"].to_pylist():
+        dels[r["protocol"]][0] += r["delivered"]
+        dels[r["protocol"]][1] += r["acked"]
     out: dict[str, Any] = {}
-    # publishes answered by a PubAck or an API error (the publish_ack_latency analysis)
-    acks = [r for r in analysis_results(ds)["publish_ack_latency"].to_pylist()
-            if r["protocol"] == "jetstream"]
-    acked = sum(1 for r in acks if r["acked"])
-    errors = len(acks) - acked
-    if acks:
-        out["publishes"] = {"published": len(acks), "acked": acked, "errors": errors,
-                            "unacked": 0}
-    is_js = pc.starts_with(pc.fill_null(nats["reply_to"], ""), "$JS.ACK.")
-    dl = nats.filter(pc.and_(pc.and_(pc.is_in(nats["op"], pa.array(MSGS)),
-                                     pc.equal(nats["direction"], "s2c")), is_js))
-    if dl.num_rows:
-        acks = nats.filter(pc.and_(pc.and_(pc.is_in(nats["op"], pa.array(PUBS)),
-                                           pc.equal(nats["direction"], "c2s")),
-                                   pc.starts_with(pc.fill_null(nats["subject"], ""), "$JS.ACK.")))
-        done = {(c, f, s) for c, f, s in _rows(acks, ["capture_id", "flow_id", "subject"])}
-        delivered = {(c, f, r) for c, f, r in _rows(dl, ["capture_id", "flow_id", "reply_to"])}
-        n_acked = len(delivered & done)
-        out["deliveries"] = {"delivered": len(delivered), "acked": n_acked,
-                             "unacked": len(delivered) - n_acked}
-    return out or None
-
-
-def _pulsar(ds: Dataset) -> dict[str, Any] | None:
-    pc_t = ds.read(
-        "pulsar_commands",
-        ["capture_id", "flow_id", "command", "producer_id", "consumer_id", "sequence_id",
-         "ledger_id", "entry_id", "message_ids", "ack_type", "ts_first", "ts_last"],
-    )
-    if pc_t is None or pc_t.num_rows == 0:
-        return None
-    rows = _rows(pc_t, ["capture_id", "flow_id", "command", "producer_id", "consumer_id",
-                        "sequence_id", "ledger_id", "entry_id", "message_ids", "ack_type",
-                        "ts_first", "ts_last"])
-    sends: dict[tuple, int] = {}
-    outcome: dict[tuple, str] = {}
-    lat: list[int] = []
-    delivered: set[tuple] = set()
-    acked_ids: set[tuple] = set()
-    cumulative: dict[tuple, tuple[int, int]] = {}
-    for cap, flow, cmd, prod, cons, seq, led, ent, mids, ack_type, t0, t1 in rows:
-        if cmd == "SEND":
-            sends.setdefault((cap, flow, prod, seq), t0 or 0)
-        elif cmd in ("SEND_RECEIPT", "SEND_ERROR"):
-            key = (cap, flow, prod, seq)
-            if key in sends and key not in outcome:
-                outcome[key] = "ok" if cmd == "SEND_RECEIPT" else "error"
-                lat.append((t1 or t0 or 0) - sends[key])
-        elif cmd == "MESSAGE":
-            delivered.add((cap, flow, cons, led, ent))
-        elif cmd == "ACK":
-            for m in mids or [{"ledger_id": led, "entry_id": ent}]:
-                key = (cap, flow, cons, m.get("ledger_id"), m.get("entry_id"))
-                if ack_type == "Cumulative":
-                    pos = (m.get("ledger_id") or 0, m.get("entry_id") or 0)
-                    ck = (cap, flow, cons)
-                    cumulative[ck] = max(cumulative.get(ck, (-1, -1)), pos)
-                else:
-                    acked_ids.add(key)
-    n_acked = 0
-    for key in delivered:
-        cap, flow, cons, led, ent = key
-        cum = cumulative.get((cap, flow, cons))
-        if key in acked_ids or (cum is not None and (led or 0, ent or 0) <= cum):
-            n_acked += 1
-    out: dict[str, Any] = {}
-    if sends:
-        ok = sum(1 for v in outcome.values() if v == "ok")
-        err = sum(1 for v in outcome.values() if v == "error")
-        out["sends"] = {"sent": len(sends), "receipts": ok, "errors": err,
-                        "unacked": len(sends) - ok - err, "latency": latency_stats(lat)}
-    if delivered:
-        out["deliveries"] = {"delivered": len(delivered), "acked": n_acked,
-                             "unacked": len(delivered) - n_acked}
-    return out or None
-
-
-def _stan(ds: Dataset) -> dict[str, Any] | None:
-    t = ds.read("stan", ["capture_id", "msg_type", "guid", "error", "channel", "subject",
-                         "sequence"])
-    if t is None or t.num_rows == 0:
-        return None
-    pubs: set[tuple] = set()
-    ok: set[tuple] = set()
-    err: set[tuple] = set()
-    msgs: set[tuple] = set()
-    acks: set[tuple] = set()
-    for cap, mt, guid, error, channel, subject, seq in _rows(
-        t, ["capture_id", "msg_type", "guid", "error", "channel", "subject", "sequence"]
-    ):
-        if mt == "PubMsg" and guid:
-            pubs.add((cap, guid))
-        elif mt == "PubAck" and guid:
-            (err if error else ok).add((cap, guid))
-        elif mt == "MsgProto":
-            msgs.add((cap, subject or channel, seq))
-        elif mt == "Ack":
-            acks.add((cap, subject or channel, seq))
-    out: dict[str, Any] = {}
-    if pubs:
-        n_ok, n_err = len(pubs & ok), len(pubs & (err - ok))
-        out["publishes"] = {"published": len(pubs), "acked": n_ok, "errors": n_err,
-                            "unacked": len(pubs) - n_ok - n_err}
-    if msgs:
-        n = len(msgs & acks)
-        out["deliveries"] = {"delivered": len(msgs), "acked": n, "unacked": len(msgs) - n}
-    return out or None
-
-
-def _liftbridge(ds: Dataset) -> dict[str, Any] | None:
-    t = ds.read("liftbridge", ["capture_id", "msg_type", "correlation_id", "ack_error"])
-    if t is None or t.num_rows == 0 or "correlation_id" not in t.column_names:
-        return None
-    pubs: set[tuple] = set()
-    acks: set[tuple] = set()
-    for cap, mt, cid, _err in _rows(t, ["capture_id", "msg_type", "correlation_id",
-                                         "ack_error"]):
-        if not cid:
-            continue
-        if mt == "Publish":
-            pubs.add((cap, cid))
-        elif mt == "Ack":
-            acks.add((cap, cid))
-    if not pubs:
-        return None
-    n = len(pubs & acks)
-    return {"publishes": {"published": len(pubs), "acked": n, "unacked": len(pubs) - n}}
-
-
-def _felix(ds: Dataset) -> dict[str, Any] | None:
-    t = ds.read("felix", ["capture_id", "flow_id", "stream_id", "direction", "request_id",
-                          "ack_mode", "ack_status"])
-    if t is None or t.num_rows == 0 or "ack_status" not in t.column_names:
-        return None
-    asked: set[tuple] = set()
-    answer: dict[tuple, str] = {}
-    for cap, flow, _sid, d, rid, mode, status in _rows(
-        t, ["capture_id", "flow_id", "stream_id", "direction", "request_id", "ack_mode",
-            "ack_status"]
-    ):
-        if rid is None:
-            continue
-        if d == "c2s" and mode and mode != "none":
-            asked.add((cap, flow, rid))
-        elif d == "s2c" and status:
-            answer.setdefault((cap, flow, rid), status)
-    if not asked:
-        return None
-    ok = sum(1 for k in asked if answer.get(k) == "ok")
-    err = sum(1 for k in asked if k in answer and answer[k] != "ok")
-    return {"publishes": {"published": len(asked), "acked": ok, "errors": err,
-                          "unacked": len(asked) - ok - err}}
-
-
-def ack_health(ds: Dataset, pairs: list[RequestPair]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, fn in (
-        ("jetstream", lambda: _jetstream(ds, pairs)),
-        ("pulsar", lambda: _pulsar(ds)),
-        ("stan", lambda: _stan(ds)),
-        ("liftbridge", lambda: _liftbridge(ds)),
-        ("felix", lambda: _felix(ds)),
-    ):
-        value = fn()
-        if value:
-            out[name] = value
+    for proto in sorted(set(pubs) | set(dels),
+                        key=lambda p: (ACK_PROTOCOLS + (p,)).index(p)):
+        part: dict[str, Any] = {}
+        rows = pubs.get(proto)
+        if rows:
+            acked = sum(1 for r in rows if r["acked"])
+            errors = sum(1 for r in rows if not r["acked"] and r["ack_record_id"] is not None)
+            unacked = len(rows) - acked - errors
+            if proto == "pulsar":
+                lat = [r["latency_ns"] for r in rows
+                       if r["ack_record_id"] is not None and r["latency_ns"] is not None]
+                part["sends"] = {"sent": len(rows), "receipts": acked, "errors": errors,
+                                 "unacked": unacked, "latency": latency_stats(lat)}
+            else:
+                part["publishes"] = {"published": len(rows), "acked": acked,
+                                     "errors": errors, "unacked": unacked}
+        if proto in dels:
+            delivered, acked = dels[proto]
+            part["deliveries"] = {"delivered": delivered, "acked": acked,
+                                  "unacked": delivered - acked}
+        out[proto] = part
     return out
 
 
@@ -947,7 +818,7 @@ def build_summary(ds: Dataset, top: int = TOP_DEFAULT) -> dict[str, Any]:
         "protocols": _protocols(ds, top),
         "request_reply": {"nats": request_reply_summary(pairs)} if pairs else {},
         "fanout": {"nats": fanout_summary(ds)} if ds.has("nats") else {},
-        "acks": ack_health(ds, pairs),
+        "acks": ack_health(ds),
         "anomalies": anomalies,
         "undecoded": undecoded,
     }

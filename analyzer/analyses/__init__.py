@@ -20,6 +20,7 @@ both give the same rows for every analysis on every sample.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from importlib import resources
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "RATE_WINDOW_NS",
     "definition",
     "render",
+    "run_order",
 ]
 
 DELIVERY_WINDOW_NS = 10_000_000_000
@@ -92,3 +94,25 @@ def render(name: str, params: dict[str, int] | None = None) -> str:
 def parameters(name: str) -> list[str]:
     """Names of the parameters analysis ``name`` uses (for the docs)."""
     return sorted(set(_PARAM_RE.findall(definition(name))))
+
+
+_COMMENT_RE = re.compile(r"--[^\n]*")
+
+
+def run_order(names: Iterable[str] | None = None) -> list[str]:
+    """The analyses to run for ``names`` (all when ``None``): those, and every earlier
+    result their SQL reads (an analysis name appearing as a word outside comments; a name
+    that is also a column only runs one more), in ``ANALYSES`` order.  Lets a caller
+    asking for one result skip the unrelated ones, which costs Spark seconds each."""
+    if names is None:
+        return list(ANALYSES)
+    wanted = set(names)
+    unknown = wanted - set(ANALYSES)
+    if unknown:
+        raise KeyError(f"no analysis {', '.join(sorted(unknown))}")
+    for name in reversed(ANALYSES):  # a definition reads only names before it
+        if name in wanted:
+            sql = _COMMENT_RE.sub("", definition(name))
+            wanted.update(n for n in ANALYSES[: ANALYSES.index(name)]
+                          if re.search(rf"\b{n}\b", sql))
+    return [n for n in ANALYSES if n in wanted]

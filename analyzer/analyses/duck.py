@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer.analyses import ANALYSES, render
+from analyzer.analyses import ANALYSES, render, run_order
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -29,6 +29,8 @@ SPARK_SHIMS: tuple[str, ...] = (
     "CASE WHEN json_valid(s) THEN json_extract_string(s, p) END",
     # Spark: map value by key / array element by 1-based index, null when absent
     "CREATE OR REPLACE MACRO try_element_at(x, k) AS x[k]",
+    # Spark: one row per list element (in a SELECT list; none for an empty or null list)
+    "CREATE OR REPLACE MACRO explode(x) AS unnest(x)",
     # msgcap's own (both engines, see ``analyzer.spark.analyses.SHIMS``): binary as UTF-8
     # text (a DuckDB cast would escape quotes as \\x22); null if not UTF-8
     "CREATE OR REPLACE MACRO payload_text(b) AS try(decode(b))",
@@ -89,16 +91,13 @@ def run(
     params: dict[str, int] | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> dict[str, pa.Table]:
-    """Run the analyses (all, or ``names`` and what they read) and return each result
-    as an Arrow table.  Every result is also left in ``con`` as a table of that name."""
+    """Run the analyses (all, or ``names`` and the earlier results they read) and return
+    each of ``names`` as an Arrow table.  Every result run is also left in ``con`` as a
+    table of that name."""
     con = con if con is not None else connect(dataset)
     wanted = set(names) if names is not None else set(ANALYSES)
-    unknown = wanted - set(ANALYSES)
-    if unknown:
-        raise KeyError(f"no analysis {', '.join(sorted(unknown))}")
-    last = max(ANALYSES.index(n) for n in wanted) if wanted else -1
     out: dict[str, pa.Table] = {}
-    for name in ANALYSES[: last + 1]:  # earlier ones: inputs of the later ones
+    for name in run_order(wanted):  # with the earlier results they read
         con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {render(name, params)}')
         if name in wanted:
             out[name] = con.sql(f'SELECT * FROM "{name}"').to_arrow_table()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analyzer.analyses import ANALYSES as _ORDER
-from analyzer.analyses import render
+from analyzer.analyses import render, run_order
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -91,17 +91,18 @@ def _register(t: Tables) -> None:
 
 def run(t: Tables, names: list[str] | None = None,
         params: dict[str, int] | None = None) -> dict[str, DataFrame]:
-    """The analyses (all, or ``names`` and what they read) as DataFrames; each result is
-    also a temporary view of its name.  Results that later ones read are cached."""
+    """The analyses (all, or ``names`` and the earlier results they read) as DataFrames;
+    each result run is also a temporary view of its name.  All but the last are cached
+    (a later one may read them)."""
     _register(t)
     for stmt in SHIMS:
         t.spark.sql(stmt)
     wanted = set(names) if names else set(ANALYSES)
-    last = max(ANALYSES.index(n) for n in wanted)
+    order = run_order(wanted)  # with the earlier results they read
     out: dict[str, DataFrame] = {}
-    for name in ANALYSES[: last + 1]:
+    for name in order:
         df = t.spark.sql(render(name, params))
-        if name != ANALYSES[last]:
+        if name != order[-1]:
             df = df.cache()
         df.createOrReplaceTempView(name)
         if name in wanted:

@@ -27,10 +27,21 @@ def dissect_into(out: Path, names) -> Path:
     return out
 
 
+def dissect_two_vantage(out: Path) -> Path:
+    from analyzer.pipeline import Options, dissect_capture
+
+    for side in ("client", "broker"):
+        dissect_capture(TWO_VANTAGE / f"nats-{side}.pcap", out, Options())
+    return out
+
+
 @pytest.fixture(scope="session")
 def all_samples(tmp_path_factory) -> Path:
-    """One dataset holding every sample capture (the encrypted ones with their keys)."""
-    return dissect_into(tmp_path_factory.mktemp("all") / "ds", SAMPLE_NAMES)
+    """One dataset holding every sample capture (the encrypted ones with their keys) and
+    the two captures of samples/two-vantage/, so one run of every analysis on each engine
+    covers them all (a Spark run costs seconds per analysis, whatever the rows)."""
+    out = dissect_into(tmp_path_factory.mktemp("all") / "ds", SAMPLE_NAMES)
+    return dissect_two_vantage(out)
 
 
 @pytest.fixture(scope="session")
@@ -43,9 +54,4 @@ def five_samples(tmp_path_factory) -> Path:
 def two_vantage(tmp_path_factory) -> Path:
     """samples/two-vantage/: the same NATS traffic captured at the client host and at the
     broker (its clock shifted +250 ms), as one dataset."""
-    from analyzer.pipeline import Options, dissect_capture
-
-    out = tmp_path_factory.mktemp("two-vantage") / "ds"
-    for side in ("client", "broker"):
-        dissect_capture(TWO_VANTAGE / f"nats-{side}.pcap", out, Options())
-    return out
+    return dissect_two_vantage(tmp_path_factory.mktemp("two-vantage") / "ds")

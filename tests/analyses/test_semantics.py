@@ -92,18 +92,51 @@ def test_cluster_trace_nats_cluster_sample(tmp_path) -> None:
 
 
 def test_slow_consumers_and_lag(tmp_path) -> None:
-    ds = dissect_into(tmp_path / "ds", ["nats-basic", "stan-basic"])
+    ds = dissect_into(tmp_path / "ds", ["nats-basic", "stan-basic", "pulsar-client"])
     res = duck.run(ds, ["consumer_lag", "slow_consumers"])
     lag = res["consumer_lag"].to_pylist()
-    assert sorted((r["stream_seq"], r["consumer_seq"], r["pending"]) for r in lag) == [
-        (1, 1, 2), (2, 2, 1), (3, 3, 0)]
+    assert sorted((r["stream_seq"], r["consumer_seq"], r["pending"]) for r in lag
+                  if r["protocol"] == "jetstream") == [(1, 1, 2), (2, 2, 1), (3, 3, 0)]
+    # STAN, per subscription in capture order: (sequence, pending, delivered count).  The
+    # subscriber replaying `orders` from the start lags the live one by 5..0 messages; its
+    # redelivered sequence 2 comes when the channel is at 7.
+    stan: dict[tuple, list] = {}
+    for r in sorted((r for r in lag if r["protocol"] == "stan"),
+                    key=lambda r: (r["ts_ns"], r["delivery_record_id"])):
+        stan.setdefault((r["stream"], r["consumer"]), []).append(
+            (r["stream_seq"], r["pending"], r["delivered_count"]))
+    assert sorted(stan.values()) == [
+        [(1, 0, 1), (2, 0, 1), (3, 0, 1), (4, 0, 1), (5, 0, 1), (6, 0, 1), (7, 0, 1)],
+        [(1, 5, 1), (2, 4, 1), (3, 3, 1), (4, 2, 1), (5, 1, 1), (6, 0, 1), (7, 0, 1),
+         (2, 5, 2)],
+        [(2, 3, 1), (3, 2, 1)],
+        [(4, 0, 1), (5, 0, 1)],
+    ]
+    # Pulsar: the emulator delivers each entry right after its receipt, so no backlog
+    pulsar = [r for r in lag if r["protocol"] == "pulsar"]
+    assert len(pulsar) == 34
+    assert {(r["pending"], r["delivered_count"]) for r in pulsar} == {(0, 1)}
     slow = {(r["protocol"], r["client_name"], r["consumer"]):
             (r["delivered"], r["acked"], r["unacked"], r["max_unacked"])
-            for r in res["slow_consumers"].to_pylist()}
+            for r in res["slow_consumers"].to_pylist() if r["protocol"] != "pulsar"}
     assert slow == {
         ("jetstream", "jetstream", "ORDERS/proc"): (3, 3, 0, 3),
         ("stan", "client-1", "orders"): (8, 8, 0, 6),
         ("stan", "client-1", "events"): (2, 2, 0, 1),
         ("stan", "client-2", "events"): (2, 2, 0, 2),
         ("stan", "client-3", "orders"): (7, 7, 0, 1),
+    }
+    # Pulsar: every entry acked (truth: acknowledge for every message), the cumulative
+    # ack of entry 7 covering entry 6 too; individual acks batched, so several wait
+    pul = {r["consumer"].removeprefix("persistent://public/default/"):
+           (r["delivered"], r["acked"], r["max_unacked"])
+           for r in res["slow_consumers"].to_pylist() if r["protocol"] == "pulsar"}
+    assert pul == {
+        "chunked s-exclusive": (4, 4, 4), "lz4-batch s-shared": (2, 2, 2),
+        "parted-partition-0 s-exclusive": (3, 3, 3),
+        "parted-partition-1 s-exclusive": (3, 3, 3),
+        "parted-partition-2 s-exclusive": (3, 3, 3), "plain s-exclusive": (6, 6, 6),
+        "plain-batch s-cumulative": (2, 2, 2), "snappy s-shared": (3, 3, 3),
+        "snappy-batch s-exclusive": (2, 2, 2), "zlib s-failover": (4, 4, 4),
+        "zstd-batch s-key-shared": (2, 2, 2),
     }

@@ -1,8 +1,13 @@
 -- One row per publish that expects an ack, with the first ack after it.
 -- JetStream: a request (not to $JS.API.) whose first reply is a PubAck JSON
 -- {"stream":..,"seq":..} or an API error.  STAN: PubMsg (c2s) -> PubAck (s2c) by guid.
--- Liftbridge: Publish -> Ack by correlation_id.  Pulsar: SEND -> SEND_RECEIPT /
--- SEND_ERROR by (connection, producer id, sequence id).
+-- Liftbridge: Publish sent by a client (c2s: not the copy the server receives) with a
+-- correlation_id -> Ack by correlation_id.  Pulsar: SEND -> SEND_RECEIPT / SEND_ERROR by
+-- (connection, producer id, sequence id); a chunked message is one SEND per chunk.
+-- Felix: a frame sent (c2s) with an ack_mode other than none -> the first frame back
+-- with an ack_status (acked when `ok`, else the status is the error) by (connection,
+-- request id).  `summary`'s ack health shows these counts (published, acked, errors,
+-- unacked).
 WITH js AS (
   SELECT r.capture_id, 'jetstream' AS protocol, r.flow_id,
          r.request_record_id AS publish_record_id, r.request_subject AS subject,
@@ -24,11 +29,18 @@ pub AS (
   SELECT capture_id, 'liftbridge', flow_id, record_id, stream, ts_first_ns,
          correlation_id, NULL, NULL
   FROM liftbridge
-  WHERE msg_type IN ('PublishRequest', 'Publish') AND correlation_id IS NOT NULL
+  WHERE msg_type IN ('PublishRequest', 'Publish') AND direction = 'c2s'
+    AND correlation_id IS NOT NULL AND correlation_id <> ''
   UNION ALL
   SELECT capture_id, 'pulsar', flow_id, record_id, topic, ts_first_ns,
          cast(flow_id AS STRING), producer_id, sequence_id
   FROM pulsar_commands WHERE command = 'SEND'
+  UNION ALL
+  SELECT capture_id, 'felix', flow_id, record_id, stream, ts_first_ns,
+         cast(flow_id AS STRING), request_id, NULL
+  FROM felix
+  WHERE direction = 'c2s' AND ack_mode IS NOT NULL AND ack_mode <> 'none'
+    AND request_id IS NOT NULL
 ),
 ack AS (
   SELECT capture_id, 'stan' AS protocol, record_id, ts_last_ns,
@@ -46,6 +58,12 @@ ack AS (
          CASE WHEN command = 'SEND_ERROR' THEN coalesce(error_code, 'SEND_ERROR') END,
          cast(flow_id AS STRING), producer_id, sequence_id
   FROM pulsar_commands WHERE command IN ('SEND_RECEIPT', 'SEND_ERROR')
+  UNION ALL
+  SELECT capture_id, 'felix', record_id, ts_last_ns,
+         CASE WHEN ack_status <> 'ok' THEN ack_status END,
+         cast(flow_id AS STRING), request_id, NULL
+  FROM felix
+  WHERE direction = 's2c' AND ack_status IS NOT NULL AND request_id IS NOT NULL
 ),
 paired AS (
   SELECT p.*, a.record_id AS ack_record_id, a.ts_last_ns AS a_t, a.a_error,
