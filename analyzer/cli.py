@@ -687,6 +687,9 @@ def _add_spark_parser(sub) -> None:
     p.add_argument("--keylog", metavar="FILE", help=KEYLOG_HELP)
     p.add_argument("--overwrite", action="store_true",
                    help="replace a capture already present in OUT")
+    p.add_argument("--progress", action="store_true",
+                   help="a progress bar of tasks and bytes on stderr even when it is not a "
+                   "terminal (default: a bar on a terminal, plain lines otherwise)")
     p.set_defaults(func=cmd_spark_ingest)
     p = ssub.add_parser(
         "analyze", parents=[common], help="cross-flow analyses of a dataset -> Parquet"

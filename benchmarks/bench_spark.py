@@ -10,6 +10,7 @@ Usage:
     python benchmarks/bench_spark.py                       # both, synthetic captures
     python benchmarks/bench_spark.py --only a --a-mb 150 --clients 64
     python benchmarks/bench_spark.py --a-capture big.pcap --b-captures c1 c2 c3 c4
+    python benchmarks/bench_spark.py --profile-split --a-mb 30   # where pass 3 spends time
 
 Captures are written by ``tests/spark/synth.py`` (one NATS server 10.1.0.1:4222, client
 hosts 10.0.x.y, pub/sub fan-out and request/reply) unless given.  Local runs are
@@ -66,6 +67,84 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _profile_split(path: Path, work: Path) -> dict:
+    """The split path's per-task work over the whole capture in this one process, without
+    Spark (no JVM, no shuffle, no Arrow transfer to and from Python workers), step by step,
+    next to the local path's dissection of the same file: CPU seconds of this process
+    (``time.process_time``), so other load on the machine counts little."""
+    import numpy as np
+
+    from analyzer.pipeline import CaptureDissection, Options, run_dissection
+    from analyzer.spark import ingest as I
+    from analyzer.spark.split import (
+        iter_range_frames,
+        plan_ranges,
+        probe_layout,
+        scan_range,
+        verify_chain,
+    )
+    from analyzer.spark.task import conn_key, range_stats, sweep_schedule
+    from dissectors.registry import discover
+    from dissectors.schema import register_table
+
+    opts = Options()
+    registry = discover()
+    for spec in registry.tables():
+        register_table(spec)
+    out: dict[str, float] = {}
+
+    def timed(name: str, fn):
+        t = time.process_time()
+        got = fn()
+        out[name] = round(time.process_time() - t, 2)
+        return got
+
+    def local() -> None:
+        from analyzer.pipeline import file_sha256
+        from analyzer.sink import DatasetWriter
+
+        sha = file_sha256(path)
+        w = DatasetWriter(str(work / "p-local"), sha[:16], sha, "bench", opts.as_json())
+        job = CaptureDissection(sha[:16], w, registry, opts)
+        run_dissection(job, str(path), w)
+        w.close(ensure_tables=list(job.tables.values()))
+
+    timed("local dissect (whole path, for reference)", local)
+    layout = probe_layout(str(path), path.stat().st_size)
+    ranges = plan_ranges(layout, path.stat().st_size + 1)  # one range: the whole file
+    scans = timed("pass 1: scan", lambda: [scan_range(layout, 0, *ranges[0])])
+    plans, _why = verify_chain(layout, scans, None)
+    stats = timed("pass 2: range_stats", lambda: [range_stats(
+        iter_range_frames(layout, plans[0]), opts.limits, True)])
+    schedule = sweep_schedule(stats)
+    import pyarrow as pa
+
+    def keyed() -> list:
+        cols: list[list] = [[] for _ in range(7)]
+        for fr in iter_range_frames(layout, plans[0]):
+            cols[0].append(conn_key(fr.linktype, fr.data).key)
+            for k, v in enumerate(fr, 1):
+                cols[k].append(v)
+        names = ["key", "frame", "ts", "linktype", "data", "orig_len", "iface"]
+        return [pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=names)]
+
+    batches = timed("pass 3a: frames read + conn_key + Arrow batches", keyed)
+    frames = timed("pass 3b: Arrow batches back to Frame tuples",
+                   lambda: list(I._frames_of(batches)))
+    summary = timed("pass 3c: reassembly + dissection + sorted runs (RunSink)",
+                    lambda: I._dissect_partition(
+                        iter(frames), "0" * 16, opts, schedule, None, {}, None,
+                        str(work / "p-runs"), 0))
+    luts = I._flow_luts([summary])
+    dissection = CaptureDissection("0" * 16, I._ListSink(), registry, opts)
+    tables = list(dissection.tables.values())
+    timed("pass 3d: runs read, ids remapped, merged, part files written",
+          lambda: I._write_piece(str(work / "p-split"), "0" * 16, "0" * 64, opts, "bench",
+                                 tables, summary, luts.get(0, np.zeros(1, dtype=np.int64)),
+                                 {}, True))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["a", "b"])
@@ -77,9 +156,20 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--split-bytes", type=int, default=32 << 20)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--profile-split", action="store_true",
+                    help="time the split path's steps in one process, without Spark")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    if args.profile_split:
+        cap = Path(args.a_capture) if args.a_capture else _generate(
+            work / "p.pcap", args.a_mb, args.clients, 7)
+        res = _profile_split(cap, work)
+        for k, v in res.items():
+            print(f"{v:8.2f} s CPU  {k}")
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     todo = [args.only] if args.only else ["a", "b"]
     caps: dict[str, list[Path]] = {}
     if "a" in todo:

@@ -2,7 +2,8 @@
 
 * ``analyzer.spark.ingest.ingest(spark, captures, out, ...)``: the dataset ``msgcap
   dissect`` writes, one task per file or, for a huge capture, byte ranges whose frames are
-  re-keyed by IP address pair and dissected in ``mapInArrow`` tasks.
+  re-keyed by connection and dissected in ``mapInArrow`` tasks; paths or URIs
+  (``analyzer.spark.storage``), progress on stderr (``analyzer.spark.progress``).
 * ``analyzer.spark.analyses``: ``load`` a dataset, ``run`` the analyses defined once as
   SQL in ``analyzer.analyses`` (DataFrames by name); ``run_all`` writes them as Parquet.
 * ``analyzer.spark.session.get_spark``: the session msgcap uses.

@@ -81,7 +81,10 @@ def run_ingest(args: argparse.Namespace) -> int:
     conf = _conf(args.conf)
     from analyzer.pipeline import Options
     from analyzer.spark.ingest import ingest
+    from analyzer.spark.progress import Progress
     from analyzer.spark.session import get_spark
+    from analyzer.spark.storage import file_size
+    from analyzer.spark.storage import normalize as storage_location
     from dissectors.registry import discover
 
     err = Console(stderr=True)
@@ -92,9 +95,15 @@ def run_ingest(args: argparse.Namespace) -> int:
         options.keylog = args.keylog
     spark = get_spark(args.master, conf, "msgcap spark ingest")
     started = time.perf_counter()
-    report = ingest(spark, args.captures, args.output, options=options,
-                    split_bytes=args.split_bytes, partitions=args.partitions,
-                    merge_scopes=args.merge_scopes)
+    progress = Progress(spark.sparkContext.statusTracker(),
+                        sum(file_size(storage_location(c)) for c in args.captures),
+                        sys.stderr, bar=args.progress or sys.stderr.isatty()).start()
+    try:
+        report = ingest(spark, args.captures, args.output, options=options,
+                        split_bytes=args.split_bytes, partitions=args.partitions,
+                        merge_scopes=args.merge_scopes, progress=progress)
+    finally:
+        progress.stop()
     elapsed = time.perf_counter() - started
     for path, how in report.how.items():
         err.print(f"{path}: {how}")

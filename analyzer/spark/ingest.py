@@ -1,48 +1,28 @@
-"""``msgcap spark ingest``: captures → the same Parquet dataset as ``msgcap dissect``.
+"""``msgcap spark ingest``: captures → the same Parquet dataset as ``msgcap dissect``
+(user guide and the full account of each pass: docs/spark.md).
 
-Two shapes of work (DESIGN §6):
+* **Many captures**: one Spark task per file, each running the local path's dissection
+  (``analyzer.pipeline.run_dissection``), so its rows are those of ``msgcap dissect`` by
+  construction.  Compressed captures, captures of at most ``split_bytes`` and captures
+  the split path refuses (damaged ones) go this way.
+* **One huge capture**: byte ranges (``analyzer.spark.split``): pass 1 finds record
+  boundaries and frame counts, pass 2 learns the facts the local run derives from the
+  whole capture (``analyzer.spark.task.range_stats``), pass 3 re-keys frames **by
+  connection** (``conn_key``; a hinted server's connections under one key), gives each
+  dissection task whole connections in capture order and runs the very same reassembly
+  and ``CaptureDissection``; flow ids are made capture-wide from the flows' first frames
+  (metadata only) and one write task per dissection task writes the part files.
 
-* **Many captures**: one Spark task per file, each running the local path itself
-  (``analyzer.pipeline.dissect_capture``), so the rows, files and manifest entry are
-  those of ``msgcap dissect`` by construction.  Compressed captures, captures smaller
-  than ``split_bytes`` and captures the split path refuses (damaged ones: see below)
-  go this way.
-* **One huge capture**: split into byte ranges (``analyzer.spark.split``):
+**Executors write, the driver commits**: every task attempt writes under hidden,
+attempt-specific names (``_AttemptWriter``); the driver renames the successful attempts'
+files (``_commit``) and deletes whatever any other attempt of the job left
+(``_remove_attempts``), then records the manifest entry.  No row passes through the
+driver.  CAPTURES and OUT may be URIs of any pyarrow filesystem (``analyzer.spark.storage``:
+on S3 the commit is copy + delete).
 
-  1. pass 1, one task per range: re-synchronise on record headers, walk the headers,
-     count frames; the driver verifies that the ranges chain (re-scanning any range
-     whose re-synchronisation was fooled), and prefix-sums the frame counts so every
-     frame keeps its global number;
-  2. pass 2, one task per range: the facts the local run derives from the whole
-     capture (``analyzer.spark.task.range_stats``): the idle-sweep clock, the last
-     fragment time, the first snaplen cut, the first frame of each unknown link type,
-     and the transport endpoints of each IP pair;
-  3. pass 3: each range task emits its frames as Arrow batches keyed by the unordered
-     IP address pair (``flow_key``); ``repartition(key)`` + ``sortWithinPartitions
-     (frame)`` give each task whole IP pairs in capture order; ``mapInArrow`` runs the
-     very same ``Reassembler`` (clocked by the global schedule) and
-     ``CaptureDissection`` on them and writes each table's rows as sorted Arrow runs to
-     a staging directory under OUT;
-  4. the driver ranks every flow by its first frame (the local path numbers flows in
-     that order), remaps ``flow_id`` and the flow part of every record id (``flow_id <<
-     32 | n``; rows tied to no flow are numbered by frame and need nothing), merges the
-     sorted runs of each table and writes them through the same ``DatasetWriter``
-     (``OUT/<table>/capture=<id>/part-0.parquet``), then records the manifest entry.
-
-  Rows are those of the local path, ordered by record id (``flows``: by flow id).
-
-Payload dissectors (STAN, Liftbridge) learn bindings on one connection and use them on
-another of the same server (``dissectors.dispatch``).  When any is registered, IP
-pairs that share a transport endpoint are put under one key (connected components), so
-a server's connections stay in one task; without payload dissectors every IP pair is
-its own key.
-
-What is global by nature and may differ from the local path: the flow-table cap
-(``max_flows`` eviction picks the stalest flow of the whole table; a task only sees
-its own) and the fragment-table cap (``max_fragment_datagrams``), and, in a capture
-whose timestamps go backwards, which flows an idle sweep finds first.  A capture the
-split path cannot read exactly as the local reader (damage, unknown layout, simple
-packet blocks across ranges) is dissected whole.
+What is global by nature and may differ from the local path: the flow-table cap, the
+fragment-table cap, the memory budget, the QUIC connection cap and, in a capture whose
+timestamps go backwards, which flows an idle sweep finds first.
 """
 
 from __future__ import annotations
@@ -323,14 +303,18 @@ def ingest(
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     partitions: int | None = None,
     merge_scopes: bool | None = None,
+    progress: Any = None,
 ) -> IngestReport:
     """Dissect ``captures`` into the dataset at ``out`` with Spark (see the module doc).
 
     ``split_bytes``: captures larger than this are split into ranges of this size.
     ``partitions``: tasks of the dissection stage of a split capture (default: twice
     the default parallelism).  ``merge_scopes``: key IP pairs that share an endpoint
-    together (default: only when payload dissectors are registered)."""
+    together (default: only when payload dissectors are registered).  ``progress``: an
+    ``analyzer.spark.progress.Progress`` told the phases and the bytes of finished
+    captures."""
     options = options or Options()
+    progress = progress or _NoProgress()
     registry = discover()
     check_executors(spark)
     out_path = _resolve_out(out)
@@ -343,8 +327,9 @@ def ingest(
     report = IngestReport()
     whole: list[str] = []
     split: list[tuple[str, Layout]] = []
+    sizes: dict[str, int] = {}
     for path in captures:
-        size = storage.file_size(path)
+        size = sizes[path] = storage.file_size(path)
         layout = probe_layout(path, size) if size > split_bytes else None
         if layout is None:
             whole.append(path)
@@ -356,14 +341,16 @@ def ingest(
         for path, layout in split:
             timing: dict[str, float] = {}
             res, how = _ingest_split(spark, layout, out_path, options, registry, split_bytes,
-                                     partitions, merge_scopes, timing, job)
+                                     partitions, merge_scopes, timing, job, progress)
             report.timings[path] = timing
             report.how[path] = how
             if res is None:
                 whole.append(path)
             else:
                 results[path] = res
+                progress.add_bytes(sizes[path])
         if whole:
+            progress.phase(f"{len(whole)} capture(s), one task each")
             out_s = out_path if isinstance(out_path, Store) else str(out_path)
             outs = _blobs(spark, len(whole),
                           lambda i: _whole_file_task(whole[i], out_s, options, job))
@@ -378,6 +365,7 @@ def ingest(
                     run.capture_id, path, run.rows, got["anomalies"], got["protocols"],
                     got["packets"], got["size"], manifest,
                 )
+                progress.add_bytes(sizes[path])
     finally:
         _remove_attempts(out_path, job)
     report.results = [results[p] for p in captures if p in results]
@@ -418,15 +406,22 @@ def _ingest_split(
     merge_scopes: bool | None,
     timing: dict[str, float],
     job: str,
+    progress: Any,
 ) -> tuple[CaptureResult | None, str]:
     path = layout.path
     clock = time.perf_counter()
+    name = path.rsplit("/", 1)[-1]
+    progress.phase(f"{name}: hashing")
+    steps = {"sha256": "scanning ranges", "scan": "reading facts of the whole capture",
+             "stats": "dissecting by connection"}
 
-    def lap(name: str) -> None:
+    def lap(step: str) -> None:
         nonlocal clock
         now = time.perf_counter()
-        timing[name] = round(now - clock, 3)
+        timing[step] = round(now - clock, 3)
         clock = now
+        if step in steps:
+            progress.phase(f"{name}: {steps[step]}")
 
     sha = storage.sha256(path) if storage.is_uri(path) else file_sha256(path)
     lap("sha256")
@@ -612,6 +607,14 @@ def _dissect_split(spark, layout, plans, scans, out: OutDir, capture_id: str, sh
         else:
             shutil.rmtree(staging, ignore_errors=True)
     return result, used
+
+
+class _NoProgress:
+    def phase(self, name: str) -> None:
+        pass
+
+    def add_bytes(self, n: int) -> None:
+        pass
 
 
 def _frames_of(batches) -> Iterator[Frame]:
