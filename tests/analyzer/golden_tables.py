@@ -46,7 +46,13 @@ MODES: dict[str, tuple[int, dict[str, Any]]] = {
 
 
 def sample_captures() -> list[Path]:
-    return sorted(p for p in SAMPLES.glob("*.pcap*") if p.is_file())
+    """``samples/*.pcap*`` and those one folder down (``samples/two-vantage``)."""
+    return sorted(p for pattern in ("*.pcap*", "*/*.pcap*") for p in SAMPLES.glob(pattern)
+                  if p.is_file())
+
+
+def capture_key(pcap: Path, mode: str) -> str:
+    return f"{pcap.relative_to(SAMPLES).as_posix()}:{mode}"
 
 
 def _plain(value: Any) -> Any:
@@ -99,13 +105,13 @@ def digest_capture(pcap: Path, mode: str, scratch: Path) -> dict[str, Any]:
     keys = pcap.with_suffix(".keys")
     options = Options(keylog=str(keys) if keys.exists() else None, strict=True,
                       validate=True, **extra)
-    out = scratch / f"{pcap.stem}-{mode}"
+    out = scratch / f"{pcap.parent.name}-{pcap.stem}-{mode}"
     dissect_capture(pcap, out, options, workers=workers)
     return {name: table_digest(t) for name, t in dataset_tables(out)}
 
 
 def digest_all(scratch: Path) -> dict[str, dict[str, Any]]:
-    return {f"{p.name}:{mode}": digest_capture(p, mode, scratch)
+    return {capture_key(p, mode): digest_capture(p, mode, scratch)
             for p in sample_captures() for mode in MODES}
 
 

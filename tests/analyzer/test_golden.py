@@ -8,20 +8,26 @@ import json
 
 import pytest
 
-from tests.analyzer.golden_tables import GOLDEN, MODES, digest_capture, sample_captures
+from tests.analyzer.golden_tables import (
+    GOLDEN,
+    MODES,
+    capture_key,
+    digest_capture,
+    sample_captures,
+)
 
 RUNS = [(p, mode) for p in sample_captures() for mode in MODES]
 
 
 def test_the_baseline_covers_every_sample_capture():
     golden = json.loads(GOLDEN.read_text())
-    assert len(sample_captures()) >= 14
-    assert sorted(golden) == sorted(f"{p.name}:{m}" for p, m in RUNS)
+    assert len(sample_captures()) >= 16
+    assert sorted(golden) == sorted(capture_key(p, m) for p, m in RUNS)
 
 
-@pytest.mark.parametrize("pcap,mode", RUNS, ids=[f"{p.stem}-{m}" for p, m in RUNS])
+@pytest.mark.parametrize("pcap,mode", RUNS, ids=[capture_key(p, m) for p, m in RUNS])
 def test_tables_match_the_golden_baseline(pcap, mode, tmp_path):
-    want = json.loads(GOLDEN.read_text())[f"{pcap.name}:{mode}"]
+    want = json.loads(GOLDEN.read_text())[capture_key(pcap, mode)]
     got = digest_capture(pcap, mode, tmp_path)
     assert sorted(got) == sorted(want)
     for table in want:
