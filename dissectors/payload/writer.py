@@ -69,7 +69,7 @@ def decode_batch(engine: PayloadDecoding, table: str, batch: Any) -> Any:
 
 class DecodingWriter:
     """A sink wrapper: ``write_rows`` / ``write_batch`` decode, everything else is the
-    wrapped sink's (``hasattr(w, "write_batch")`` stays what it was)."""
+    wrapped sink's (``columnar`` and ``owns`` of ``analyzer.sink.Sink`` included)."""
 
     def __init__(self, inner: Any, engine: PayloadDecoding, *, keep_secrets: bool = False
                  ) -> None:
