@@ -29,25 +29,19 @@ import argparse
 import asyncio
 import hashlib
 import json
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from nats_servers import Recording, pick_ports, server_version  # noqa: E402
 from record_nats import (  # noqa: E402
     HOST,
     count_pcap_packets,
     find_nats_server,
     find_tcpdump,
-    free_port,
-    stop,
-    wait_for_text,
 )
-from record_nats_cluster import start_server  # noqa: E402
 
 MESSAGES = 6
 
@@ -152,37 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     prefix = args.out[:-5] if args.out.endswith(".pcap") else args.out
     pcap, truth_path = Path(prefix + ".pcap"), Path(prefix + ".truth.json")
     server_bin = find_nats_server(args.server_bin)
-    tcpdump = find_tcpdump()
-    port = free_port()
+    ports = pick_ports(("js",))
+    port = ports["js"]
     tmp = Path(tempfile.mkdtemp(prefix="msgcap-js-"))
-    proc = dump = None
+    rec: Recording | None = None
     try:
-        err = tmp / "tcpdump.stderr"
-        with open(err, "wb") as ef:
-            dump = subprocess.Popen([tcpdump, "-i", "lo", "-n", "-s", "0", "-B", "65536",
-                                     "--immediate-mode", "-U", "-Z", "root", "-w", str(pcap),
-                                     f"tcp port {port}"], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=ef)
-        wait_for_text(err, r"listening on", dump, "tcpdump")
-        time.sleep(0.2)
+        rec = Recording(find_tcpdump(), pcap, ports, tmp)
         domain = f", domain: {args.domain}" if args.domain else ""
-        proc = start_server(server_bin, "js", f"""
+        rec.server(server_bin, "js", f"""
 server_name: js
 listen: {HOST}:{port}
 jetstream {{ store_dir: "{tmp / 'js'}"{domain} }}
-""", tmp)
+""")
         result = asyncio.run(workload(port))
-        time.sleep(args.tail_wait)
-        stop(dump, signal.SIGINT)
-        dump_text = err.read_text(errors="replace")
-        stop(proc, signal.SIGTERM)
-        version = subprocess.run([server_bin, "--version"], capture_output=True,
-                                 text=True).stdout.strip()
+        dump_text = rec.finish(args.tail_wait)
+        version = server_version(server_bin)
     finally:
-        if dump is not None:
-            stop(dump, signal.SIGINT, timeout=10)
-        if proc is not None:
-            stop(proc, signal.SIGTERM, timeout=10)
+        if rec is not None:
+            rec.abort()
     problems = []
     if "0 packets dropped by kernel" not in dump_text:
         problems.append(f"tcpdump: {dump_text.strip()[-200:]}")
