@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -45,19 +48,71 @@ def _ingest(cluster: Cluster, cwd: Path, *args: str, python: str | None = None,
         timeout=600)
 
 
+def _executors_of(worker: subprocess.Popen) -> list[int]:
+    """Process ids of the executor JVMs a worker (a process the fixture started) runs."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == worker.pid and b"CoarseGrainedExecutorBackend" in cmd:
+            found.append(int(stat.parent.name))
+    return found
+
+
+class _ExecutorKiller(threading.Thread):
+    """Kills one worker's executor (SIGKILL, by pid) as soon as ``ready()`` is true, so a
+    job loses an executor -- its running tasks and the shuffle files it held -- midway."""
+
+    def __init__(self, worker: subprocess.Popen, ready) -> None:
+        super().__init__(daemon=True)
+        self.worker, self.ready = worker, ready
+        self.killed: list[int] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 400
+        while not self.done.is_set() and time.monotonic() < deadline:
+            if self.ready():
+                for pid in _executors_of(self.worker):
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed.append(pid)
+                if self.killed:
+                    return
+            time.sleep(0.05)
+
+
 def test_cluster_output_equals_local_and_relative_output_is_the_drivers(
         cluster: Cluster, tmp_path: Path) -> None:
+    """Also the recovery of a lost worker's executor: it is killed once the dissection
+    stage of the split capture is under way (its staging directory exists); Spark reruns
+    the lost tasks and shuffle output on the other executor or a replacement, the attempt
+    files of the lost tasks are removed, and the output is still the local run's.  (In
+    the same job, to spare the suite another application start.)"""
     nats = SAMPLES / "nats-basic.pcap"
     quic = SAMPLES / "felix-quic.pcap"
     opts = Options(keylog=str(SAMPLES / "felix-quic.keys"))
     for p in (nats, quic):
         dissect_capture(p, tmp_path / "local", opts)
+    out = tmp_path / "rel-out"
+    killer = _ExecutorKiller(cluster.workers[0], lambda: out.is_dir() and any(
+        p.name.startswith(".msgcap-spark-staging-") for p in out.iterdir()))
+    killer.start()
     # nats-basic split into two ranges, felix-quic one task; -o relative to the cwd
-    run = _ingest(cluster, tmp_path, str(nats), str(quic), "-o", "rel-out",
-                  "--split-bytes", str(nats.stat().st_size // 2 + 1),
-                  "--keylog", str(SAMPLES / "felix-quic.keys"))
+    try:
+        run = _ingest(cluster, tmp_path, str(nats), str(quic), "-o", "rel-out",
+                      "--split-bytes", str(nats.stat().st_size // 2 + 1),
+                      "--keylog", str(SAMPLES / "felix-quic.keys"))
+    finally:
+        killer.done.set()
+        killer.join()
+    assert killer.killed, "no executor was running when the dissection stage started"
     assert run.returncode == 1, run.stderr[-3000:]  # degraded: felix-quic's own anomalies
     assert f"{nats}: split:2" in run.stderr
+    # stderr is not a terminal: progress as plain lines
+    assert "nats-basic.pcap: dissecting by connection · " in run.stderr
     assert_same_dataset(tmp_path / "local", tmp_path / "rel-out")
     # nothing of any attempt is left behind, nothing landed in the workers' directories
     leftovers = [p for p in (tmp_path / "rel-out").rglob(".*") if p.name != ".msgcap-run"]
@@ -127,9 +182,14 @@ def test_spark_submit_msgcap_shipped_as_an_archive_s3_in_and_out(
     import analyzer.spark.submit as submit
 
     python = _deps_only_venv(tmp_path / "exec-venv")
-    lib = tmp_path / "msgcap-lib"
+    lib, src = tmp_path / "msgcap-lib", tmp_path / "src"
+    for name in ("analyzer", "dissectors", "reassembly"):  # a copy: pip builds in the tree
+        shutil.copytree(ROOT / name, src / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(lib), str(ROOT)], check=True,
+                    "--no-build-isolation", "--target", str(lib), str(src)], check=True,
                    capture_output=True)
     assert list(lib.glob("dissectors/nats/_speedups*.so"))  # a zip import could not load it
     archive = shutil.make_archive(str(tmp_path / "msgcap-lib"), "zip", lib)
