@@ -91,7 +91,16 @@ KEY_FIELDS: dict[str, list[tuple[str, str | None]]] = {
         ("packet_number", "pn"), ("frame_types", "frames"), ("undecrypted_reason", "encrypted"),
         ("length", "len"),
     ],
+    "nats_cluster": [
+        ("link", None), ("origin", None), ("account", None), ("gateway_cmd", "cmd"),
+        ("subject", None), ("reply_to", "reply"), ("queue", None), ("queues", None),
+        ("queue_weight", "weight"), ("payload_len", "len"), ("server_name", "server"),
+        ("gateway", None), ("cluster", None), ("error", None), ("compression", None),
+    ],
 }
+# tables no pairing of ``analyzer.summary`` reads (not in MESSAGE_KIND) whose rows are
+# still named by a column here rather than by their first string column
+TRANSCRIPT_KIND = {"nats_cluster": "op"}
 PREVIEW_COLUMN = {
     "nats": ("payload", "json_raw"),
     "pulsar_messages": ("payload",),
@@ -100,6 +109,7 @@ PREVIEW_COLUMN = {
     "liftbridge_entries": ("value",),
     "felix": ("json",),
     "felix_messages": ("payload",),
+    "nats_cluster": ("payload", "json_raw"),
 }
 # columns every table has (the declared envelope, the partition key): never a row's label
 ENVELOPE = ENVELOPE_NAMES | {PARTITION_KEY}
@@ -161,7 +171,7 @@ def _fmt(v: Any) -> str:
 
 
 def _kind(table: str, row: dict) -> str:
-    col = MESSAGE_KIND.get(table)
+    col = MESSAGE_KIND.get(table) or TRANSCRIPT_KIND.get(table)
     value = row.get(col) if col else None
     if table == "felix" and not value:
         value = row.get("kind")

@@ -8,6 +8,7 @@ and the account subscriptions are decoded; the end-to-end trace sees the hop."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -182,6 +183,27 @@ def test_cluster_trace_sees_the_gateway_hop(truth, dissected):
         else:
             assert msg["subject"] not in by_subject
     assert by_subject["svc.echo"] == ["gateway RMSG", "client delivery"] * 2
+
+
+def test_follow_decoded_names_gateway_ops(truth, dissected, capsys):
+    """The transcript of the E->W gateway connection shows each hop by its op with the
+    account, the interest-only switch with its account, and the queue of a job."""
+    from analyzer.cli import main
+
+    flows = _flows(dissected, truth)
+    assert main(["follow", str(dissected.out), "--flow", str(flows["E->W"]), "--decoded",
+                 "-q"]) == 0
+    # without the time and the offset from the flow's start
+    lines = [re.sub(r"^\S+ +\+\S+ +", "", line)
+             for line in capsys.readouterr().out.splitlines()[2:]]
+    assert "S→C nats_cluster INFO link=gateway account=APP cmd=all_subs_start gateway=west" in [
+        line.split("  ")[0] for line in lines]
+    assert ("S→C nats_cluster RS+ link=gateway account=APP subject=jobs.* queue=workers "
+            "weight=1") in lines
+    assert ('C→S nats_cluster RMSG link=gateway account=APP subject=jobs.0 queues=workers '
+            'len=18  "job 0 for a worker"') in lines
+    assert ('C→S nats_cluster HMSG link=gateway account=APP subject=orders.3 len=16  '
+            '"order 3 for west"') in lines
 
 
 def _can_record() -> bool:
