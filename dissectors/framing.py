@@ -348,6 +348,7 @@ class _Framer:
         # from ``options["memory_budget"]``): told what is left buffered once the
         # framer needs more (``next_event``, ``hold_budget``)
         self.budget: Any = None
+        self._waiting = False  # idle since it answered NEED_MORE (or hold_budget)
 
     # ---- public helpers ------------------------------------------------------------
 
@@ -390,6 +391,7 @@ class _Framer:
                 f"non-contiguous feed at {span.offset}, expected {self._base + len(self._buf)}"
                 " (announce missing bytes with gap())"
             )
+        self._waiting = False
         n = len(data)
         if not n:
             return
@@ -438,6 +440,7 @@ class _Framer:
         """Tell the run's budget what this framer holds now.  ``next_event`` does it when
         it answers ``NEED_MORE``; a scanner working in place (``scan_view``) calls it
         when it stops for more bytes."""
+        self._waiting = True
         if self.budget is not None:
             self.budget.hold(self, self._budget_bytes())
 
@@ -445,8 +448,12 @@ class _Framer:
         """The next event, or ``NEED_MORE`` (then what is left buffered is what the run's
         budget is told)."""
         ev = self._next_event()
-        if ev is NEED_MORE and self.budget is not None:
-            self.budget.hold(self, self._budget_bytes())
+        if ev is NEED_MORE:
+            self._waiting = True
+            if self.budget is not None:
+                self.budget.hold(self, self._budget_bytes())
+        else:
+            self._waiting = False
         return ev
 
     def _next_event(self):
@@ -779,8 +786,10 @@ class LineFramer(_Framer):
     def _release_partial(self) -> None:
         """A line whose LF has not come is given up like one too long to buffer: its
         bytes are undecoded, a ``Released`` event says so, and the rest of it is skipped
-        up to its LF as it streams past; parsing resumes with the next line."""
-        n = self._budget_bytes()
+        up to its LF as it streams past; parsing resumes with the next line.  Only while
+        the framer waits for bytes: between a ``Line`` and the caller's ``read_exact`` the
+        line is the caller's."""
+        n = self._budget_bytes() if self._waiting else 0
         if not n:
             return
         start = self._base + self._pos

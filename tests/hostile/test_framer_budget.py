@@ -242,3 +242,28 @@ def test_many_unfinished_compressed_lines_stay_within_the_budget(tmp_path):
     ops = Counter(row["op"] for row in r["tables"]["nats_cluster"])
     assert ops == {"INFO": flows, "CONNECT": flows, "PING": flows - given_up,
                    "LS+": flows}, ops
+
+
+def test_a_line_framer_gives_its_line_up_only_while_it_waits_for_bytes():
+    """Between handing out a ``Line`` and the caller's ``read_exact`` the bytes after it
+    are not the framer's to give up; once it answers ``NEED_MORE`` they are."""
+    from dissectors.framing import NEED_MORE, Line, LineFramer, Released
+
+    budget = MemoryBudget(10**9)
+    fr = LineFramer(max_line_bytes=100_000)
+    fr.budget = budget
+    fr.feed(b"PUB a 5\r\n" + b"x" * 3000, Span(0, 1, 1, 1, 1))
+    assert type(fr.next_event()) is Line
+    fr.release_memory(1)  # mid-drain (a PUB's caller would call read_exact next)
+    assert fr.buffered_bytes == 3000 and budget.used == 3000  # kept, and still counted
+    fr.read_exact(5)
+    assert fr.next_event().data == b"xxxxx"
+    budget.hold(fr, 0)
+    fr2 = LineFramer(max_line_bytes=100_000)
+    fr2.budget = budget
+    fr2.feed(b"x" * 3000, Span(0, 1, 1, 1, 1))
+    assert fr2.next_event() is NEED_MORE and budget.used == 3000
+    fr2.release_memory(1)
+    ev = fr2.next_event()
+    assert type(ev) is Released and (ev.kind, ev.start, ev.end) == ("line", 0, 3000)
+    assert budget.used == 0 and fr2.undecoded_bytes == 3000
