@@ -133,6 +133,7 @@ _NO_SHIFT = 255
 _ROLE_SOURCES = tuple(RoleSource)
 _KEY4, _KEY16 = struct.Struct("!4s4sHH"), struct.Struct("!16s16sHH")
 _VLAN = struct.Struct("!H")
+_PORTS = struct.Struct("!HH")
 # Flows closed at the end of the capture before their events are passed on
 # (``close_all_steps``): bounds the close events held at once.
 CLOSE_BATCH = 4096
@@ -355,7 +356,7 @@ class FlowTable:
         size = 16 if bits & _Y_V6 else 4
         at = _YOUNG.size
         src, dst = rec[at:at + size], rec[at + size:at + 2 * size]
-        sport, dport = struct.unpack_from("!HH", rec, at + 2 * size)
+        sport, dport = _PORTS.unpack_from(rec, at + 2 * size)
         vlan_at = at + 2 * size + 4
         vlans = tuple(v for (v,) in _VLAN.iter_unpack(rec[vlan_at:])) if len(rec) > vlan_at else ()
         del self._young_keys[rec[at:vlan_at]]
