@@ -28,7 +28,7 @@ Cross-flow analyses of a msgcap dataset, each defined once as SQL
 
 tests/analyses/test_engines.py runs every analysis on both engines over every sample and
 asserts equal rows.  The SQL uses Spark's function names; DuckDB gets the few it lacks
-(`get_json_object`, `try_element_at`) as macros, and one helper of ours, `payload_text`
+(`get_json_object`, `try_element_at`, `explode`) as macros, and one helper of ours, `payload_text`
 (binary payload as UTF-8 text, null when not UTF-8), is defined on both.  Times are the
 exact int64 nanosecond columns (`*_ns`), so no engine rounds to microseconds.  Rows never
 pair across captures (`capture_id` is part of every match), except in the three analyses

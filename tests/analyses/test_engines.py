@@ -1,4 +1,11 @@
-"""Every analysis gives the same rows on DuckDB and on Spark (issue 20, acceptance 1)."""
+"""Every analysis gives the same rows on DuckDB and on Spark (issue 20, acceptance 1).
+
+One dataset holds every sample and the two-vantage captures: every analysis except the
+cross-capture ones keys every match on capture_id, so its rows over that dataset are the
+union of its rows over each capture alone, and equal rows there mean equal rows per
+sample.  (A Spark run of all the analyses costs about a minute and a half on the shared
+2-core machine whatever the data size: once per sample it was ~25 minutes of CI.)
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ import math
 import pytest
 
 from analyzer.analyses import ANALYSES, duck
-from tests.analyses.conftest import SAMPLE_NAMES, VANTAGE_ANALYSES, dissect_into
+from tests.analyses.conftest import SAMPLE_NAMES, VANTAGE_ANALYSES
 
 pytestmark = pytest.mark.spark
 
@@ -60,13 +67,12 @@ def test_all_samples_equal_on_both_engines(spark, all_samples) -> None:
     # not vacuous: the samples exercise each analysis
     for name in ANALYSES:
         assert counts[name] > 0, name
+    # and every sample is in it
+    con = duck.connect(all_samples)
+    ((n,),) = con.sql("SELECT count(DISTINCT capture_id) FROM flows").fetchall()
+    assert n == len(SAMPLE_NAMES) + 2
     # the cross-capture ones pair only the two-vantage captures (test_vantage.py: which)
     assert [counts[n] for n in VANTAGE_ANALYSES] == [217, 1, 2]
-
-
-@pytest.mark.parametrize("sample", SAMPLE_NAMES)
-def test_each_sample_equal_on_both_engines(spark, tmp_path, sample) -> None:
-    _compare(spark, dissect_into(tmp_path / "ds", [sample]))
 
 
 def test_empty_dataset_every_analysis_runs(spark, tmp_path) -> None:
