@@ -9,8 +9,12 @@
 -- median of the paths' estimates.  How sure: offset_min_ns / offset_max_ns bound the
 -- offset by causality alone (no message arrives before it was sent: no symmetry
 -- assumed), intersected over the paths; spread_ns is the largest interquartile range of
--- the diffs within one direction (jitter, or messages paired wrongly).  Paths seen one
--- way only give no estimate; with none seen both ways offset_ns is null.
+-- the diffs within one direction (jitter, or messages paired wrongly).  offset_ns outside
+-- [offset_min_ns, offset_max_ns] means the delays differ by direction (the midpoint of
+-- the bounds is then nearer); min > max means messages paired wrongly.  Paths seen one
+-- way only give no estimate; with none seen both ways offset_ns is null.  For more than
+-- two captures, each is given relative to every capture of a smaller id (the first is
+-- the reference).
 WITH dir AS (
   SELECT capture_id, other_capture_id, src_ip, dst_ip, count(*) AS n,
          percentile_disc(0.5) WITHIN GROUP (ORDER BY diff_ns) AS med,
