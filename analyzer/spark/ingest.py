@@ -670,6 +670,7 @@ def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unk
         if options.strict:
             raise
         error = f"{type(exc).__name__}: {exc}"
+    job.finish()  # what the columnar fast paths still hold, as run_dissection does
     sink.close()
     return {
         "piece": piece,
