@@ -347,32 +347,53 @@ class FlowTable:
         rec = keys.get(pack(dst, src, dport, sport))
         return None if rec is None else (self._promote(rec), Direction.S2C)
 
-    def _promote(self, rec: bytes) -> _Tcp:
-        """A young flow in its full form (``FlowInfo``, ``_Tcp``, the tracker of the
-        side that sent), registered and put at the recent end of the open-flows order
-        with its old tick: the caller moves it (its packet), sleeps or ends it at once.
-        The budget is told by the caller (``_hold_budget``), once that is done."""
-        flow_id, ts_first, ts_last, frame, tick, seq, bits, role, shift = _YOUNG.unpack_from(rec)
+    def _young_info(self, rec: bytes) -> tuple[FlowInfo, tuple]:
+        """A young flow's ``FlowInfo`` (as ``tcp`` would have left it after its packet)
+        and its client-to-server 5-tuple."""
+        flow_id, ts_first, ts_last, frame, _, _, bits, role, _ = _YOUNG.unpack_from(rec)
         size = 16 if bits & _Y_V6 else 4
         at = _YOUNG.size
         src, dst = rec[at:at + size], rec[at + size:at + 2 * size]
         sport, dport = _PORTS.unpack_from(rec, at + 2 * size)
         vlan_at = at + 2 * size + 4
-        vlans = tuple(v for (v,) in _VLAN.iter_unpack(rec[vlan_at:])) if len(rec) > vlan_at else ()
-        del self._young_keys[rec[at:vlan_at]]
+        info = FlowInfo(flow_id, Transport.TCP, self._endpoint(src, sport),
+                        self._endpoint(dst, dport), _ROLE_SOURCES[role], ts_first, ts_last,
+                        frame, frame)
+        if len(rec) > vlan_at:
+            info.vlan = tuple(v for (v,) in _VLAN.iter_unpack(rec[vlan_at:]))
+        info.packets[Direction.S2C if bits & _Y_S2C else Direction.C2S] = 1
+        return info, (src, sport, dst, dport)
+
+    def _forget_young(self, rec: bytes) -> None:
+        """A young flow leaves the young table (its record stays queued until pruned)."""
+        del self._young_keys[_young_key(rec)]
         self._young_n -= 1
         self._stale += 1
         if self._stale > self._young_n + _STALE_SLACK:
             keys = self._young_keys
             self._young = deque(r for r in self._young if keys.get(_young_key(r)) is r)
             self._stale = 0
-        info = FlowInfo(flow_id, Transport.TCP, self._endpoint(src, sport),
-                        self._endpoint(dst, dport), _ROLE_SOURCES[role], ts_first, ts_last,
-                        frame, frame)
-        info.vlan = vlans
+
+    def _end_young(self, rec: bytes, info: FlowInfo, reason: str) -> None:
+        """``_end`` for a young flow (``info`` from ``_young_info``), without making its
+        full form first: its one tracker has nothing to finish."""
+        info.close_reason = reason
+        self._forget_young(rec)
+        self._held -= 1
+        self._hold_budget()
+        if rec[44] & _Y_OWNED:
+            self.emit(StreamClose(info, info.ts_last_ns, reason))
+
+    def _promote(self, rec: bytes) -> _Tcp:
+        """A young flow in its full form (``FlowInfo``, ``_Tcp``, the tracker of the
+        side that sent), registered and put at the recent end of the open-flows order
+        with its old tick: the caller moves it (its packet) or sleeps it at once.
+        The budget is told by the caller (``_hold_budget``), once that is done."""
+        info, key = self._young_info(rec)
+        self._forget_young(rec)
+        _, _, _, _, tick, seq, bits, _, shift = _YOUNG.unpack_from(rec)
         direction = Direction.S2C if bits & _Y_S2C else Direction.C2S
-        info.packets[direction] = 1
-        conn = _Tcp(info, (src, sport, dst, dport), bool(bits & _Y_OWNED))
+        conn = _Tcp(info, key, bool(bits & _Y_OWNED))
         conn.tick = tick
         tracker = TcpHalfTracker()
         if bits & _Y_SYN:
@@ -385,8 +406,8 @@ class FlowTable:
             conn.s2c = tracker
         else:
             conn.c2s = tracker
-        self._tcp_keys[conn.key] = conn
-        self._open[flow_id] = conn
+        self._tcp_keys[key] = conn
+        self._open[info.flow_id] = conn
         return conn
 
     def _oldest_open(self) -> _Tcp | bytes | None:
@@ -464,17 +485,24 @@ class FlowTable:
     def _evict(self, ts_ns: int | None, frame: int | None, memory: bool = False) -> None:
         """Table full (or, ``memory``, the run's memory budget reached): close the least
         recently active flow, closing ones first."""
+        young: bytes | None = None  # the victim, if it is a young flow
         for table in (self._asleep, self._closing, self._udp):
             if table:
                 oldest = next(iter(table.values()))
                 break
         else:
-            young = self._oldest_open()
-            if young is None:
+            oldest = self._oldest_open()  # type: ignore[assignment]
+            if oldest is None:
                 return
-            oldest = self._promote(young) if young.__class__ is bytes else young
-        victim = _info_of(oldest)
-        if self._owned(oldest):
+            if oldest.__class__ is bytes:
+                young = oldest  # type: ignore[assignment]
+        if young is None:
+            victim = _info_of(oldest)
+            owned = self._owned(oldest)
+        else:
+            victim = self._young_info(young)[0]
+            owned = bool(young[44] & _Y_OWNED)
+        if owned:
             if memory:
                 budget = self.limits.budget
                 kind = "limit.memory"
@@ -494,7 +522,10 @@ class FlowTable:
                     victim,
                 )
             )
-        self._end(oldest, "evicted")
+        if young is None:
+            self._end(oldest, "evicted")
+        else:
+            self._end_young(young, victim, "evicted")
 
     def _end(self, state: object, reason: str) -> None:
         """Close a flow.  Its close (and any final gap) is stamped with the flow's own
@@ -538,8 +569,13 @@ class FlowTable:
                     if state is None:
                         break
                     if state.__class__ is bytes:
-                        if now_ns - _YOUNG.unpack_from(state)[2] <= timeout:  # type: ignore[arg-type]
+                        idle = now_ns - _YOUNG.unpack_from(state)[2]  # type: ignore[arg-type]
+                        if idle <= timeout:
                             break
+                        if idle > lim.tcp_sleep_max_ns:
+                            young_info = self._young_info(state)[0]  # type: ignore[arg-type]
+                            self._end_young(state, young_info, "idle-timeout")  # type: ignore[arg-type]
+                            continue
                         state = self._promote(state)  # type: ignore[arg-type]
                 elif table:
                     state = next(iter(table.values()))
@@ -591,10 +627,12 @@ class FlowTable:
         for i, state in enumerate(states):
             states[i] = None  # a young record is freed once its flow is closed
             if state.__class__ is bytes:
-                if young.get(_young_key(state)) is not state:
-                    continue
-                state = self._promote(state)
-            elif self._keys(state).get(state.key) is not state:
+                if young.get(_young_key(state)) is state:
+                    self._end_young(state, self._young_info(state)[0], "end-of-capture")
+                    if i % batch == batch - 1:
+                        yield
+                continue
+            if self._keys(state).get(state.key) is not state:
                 continue
             if isinstance(state, _Tcp) and state.info.flow_id in self._asleep:
                 reason = "idle-timeout"  # asleep: it had been idle past the timeout
