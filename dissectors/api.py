@@ -19,6 +19,8 @@ Groups of names:
 
 * the session protocol: ``Dissector``, ``Session``, ``Span``, ``Verdict``, ``Direction``,
   ``Transport``, ``FramedSession`` (a ``Session`` that drains one framer per direction);
+* run options (``dissectors.options``): ``SessionOptions``, ``session_option``,
+  ``DEFAULT_PAYLOAD_CAP``;
 * rows: ``Record``, ``record_from``, ``anomaly_from`` (anomaly helpers; ``Provenance`` is
   what they accept), ``payload_values``, ``decode_text``;
 * table declaration: ``TableSpec``, ``Field``, ``payload_fields``, ``register_table``;
@@ -50,6 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import pyarrow as pa
 
+from dissectors.options import DEFAULT_PAYLOAD_CAP, SessionOptions, session_option
 from dissectors.tables import Field, TableSpec, register_table
 from reassembly.events import Direction, Transport
 
@@ -89,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover - the lazy names below, for type checkers
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_PAYLOAD_CAP",
     "NEED_MORE",
     "Bindings",
     "Block",
@@ -121,6 +125,7 @@ __all__ = [
     "Resynced",
     "Run",
     "Session",
+    "SessionOptions",
     "Span",
     "TableSpec",
     "TrailerStatus",
@@ -141,6 +146,7 @@ __all__ = [
     "resync_after_lf",
     "run_payload",
     "run_session",
+    "session_option",
     "write_pcap",
 ]
 
@@ -313,9 +319,10 @@ class Dissector(ABC):
 
     @classmethod
     @abstractmethod
-    def session(cls, options: dict[str, Any]) -> Session:
+    def session(cls, options: SessionOptions) -> Session:
         """A new session for one flow.  ``options`` holds run options such as
-        ``payload_cap`` (payload bytes to keep per row; None keeps all)."""
+        ``payload_cap`` (payload bytes to keep per row; None keeps all); read them with
+        ``session_option`` so that a bad value raises ``ValueError`` naming the option."""
 
 
 # -- protocols carried inside another protocol's messages (STAN, Liftbridge in NATS) ----
@@ -428,8 +435,9 @@ class PayloadDissector(ABC):
 
     @classmethod
     @abstractmethod
-    def new_state(cls, options: dict[str, Any]) -> Any:
-        """Per-scope state (one per capture + carrier server endpoint)."""
+    def new_state(cls, options: SessionOptions) -> Any:
+        """Per-scope state (one per capture + carrier server endpoint); ``options`` as for
+        ``Dissector.session``."""
 
     @classmethod
     @abstractmethod

@@ -43,12 +43,14 @@ Options (the dict given to ``FelixDissector.session``):
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from dissectors.api import Direction, Record, anomaly_from, payload_values
 from dissectors.felix import wire
-from dissectors.felix.table import DEFAULT_JSON_CAP, DEFAULT_PAYLOAD_CAP
+from dissectors.felix.table import DEFAULT_JSON_CAP
 from dissectors.framing import Dropped, Invalid, LengthPrefixedFramer, Oversize, Pdu, Resynced
+from dissectors.options import read_payload_cap, session_option
 from dissectors.redaction import marker, redact_json_text
 from dissectors.sessions import FramedSession
 from reassembly.quic.frames import stream_kind
@@ -79,15 +81,10 @@ _MAX_US = (2**63 - 1) // 1000  # larger microsecond values do not fit ns timesta
 SECRETS = frozenset({"token"})
 
 
-def _option(options: dict[str, Any], name: str, default: int | None, *, none_ok: bool = False,
-            minimum: int = 1) -> int | None:
-    v = options.get(name, default)
-    if v is None and none_ok:
-        return None
-    if type(v) is not int or v < minimum:
-        raise ValueError(f"felix option {name} must be an int >= {minimum}"
-                         f"{' or None' if none_ok else ''}, got {v!r}")
-    return v
+def _option(options: Mapping[str, Any], name: str, default: int | None, *,
+            none_ok: bool = False, minimum: int = 1) -> int | None:
+    return session_option(options, name, default, minimum=minimum, none_ok=none_ok,
+                          owner="felix")
 
 
 class FelixSession(FramedSession):
@@ -95,8 +92,7 @@ class FelixSession(FramedSession):
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         options = options or {}
-        self.payload_cap = _option(options, "payload_cap", DEFAULT_PAYLOAD_CAP, none_ok=True,
-                                   minimum=0)
+        self.payload_cap = read_payload_cap(options, "felix")
         self.json_cap = _option(options, "json_cap", DEFAULT_JSON_CAP, none_ok=True, minimum=0)
         self.max_frame_bytes = _option(options, "max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES,
                                        minimum=0)

@@ -16,11 +16,8 @@ from dissectors.api import payload_fields
 from dissectors.payload import decoded_fields
 from dissectors.tables import TS, Field, TableSpec, register_table
 
-__all__ = ["DEFAULT_JSON_CAP", "DEFAULT_PAYLOAD_CAP", "FELIX", "FELIX_MESSAGES"]
+__all__ = ["DEFAULT_JSON_CAP", "FELIX", "FELIX_MESSAGES"]
 
-# Payload bytes kept per row (option `payload_cap`, as for NATS and Pulsar); payload_len
-# and payload_sha256 always describe the whole payload.
-DEFAULT_PAYLOAD_CAP = 4096
 # JSON text kept per row (option `json_cap`): control messages are small, but a JSON
 # publish of a large payload is its base64 -- the payload columns hold those bytes.
 DEFAULT_JSON_CAP = 65536

@@ -31,12 +31,8 @@ from typing import Any, ClassVar
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
 from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_header
-from dissectors.liftbridge.table import (
-    DEFAULT_PAYLOAD_CAP,
-    ENTRIES_TABLE,
-    LIFTBRIDGE_TABLE,
-    MSG_TYPES,
-)
+from dissectors.liftbridge.table import ENTRIES_TABLE, LIFTBRIDGE_TABLE, MSG_TYPES
+from dissectors.options import read_payload_cap
 from dissectors.proto import Decoded, Kind, decode, schema
 
 __all__ = ["ENTRIES_TABLE", "LIFTBRIDGE_TABLE", "MSG_TYPES", "LiftbridgeDissector"]
@@ -76,15 +72,6 @@ _HINT_STREAM = "stream"
 _HINT_REPLY = "reply"
 
 
-def _option_cap(options: dict[str, Any]) -> int | None:
-    v = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
-    if v is not None and (type(v) is not int or v < 0):
-        raise ValueError(
-            f"liftbridge option payload_cap must be a non-negative int or None, got {v!r}"
-        )
-    return v
-
-
 # Stream subjects remembered per scope (oldest forgotten first; the dispatcher's own
 # binding table is capped the same way), so a capture full of acks naming made-up
 # partition subjects cannot grow memory without bound.
@@ -93,7 +80,7 @@ MAX_STREAM_SUBJECTS = 100_000
 
 class LiftbridgeState:
     def __init__(self, options: dict[str, Any]) -> None:
-        self.payload_cap = _option_cap(options)
+        self.payload_cap = read_payload_cap(options, "liftbridge")
         self.stream_subjects: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
 
 

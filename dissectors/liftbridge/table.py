@@ -15,10 +15,7 @@ import pyarrow as pa
 
 from dissectors.tables import TS, Field, TableSpec, register_table
 
-__all__ = ["DEFAULT_PAYLOAD_CAP", "ENTRIES_TABLE", "LIFTBRIDGE_TABLE", "MSG_TYPES"]
-
-# value bytes kept per row (option `payload_cap`, shared with nats/stan; None keeps all)
-DEFAULT_PAYLOAD_CAP = 4096
+__all__ = ["ENTRIES_TABLE", "LIFTBRIDGE_TABLE", "MSG_TYPES"]
 
 # envelope MsgType → name (protocol-facts §3.1)
 MSG_TYPES = (

@@ -101,6 +101,7 @@ from dissectors.framing import (
 )
 from dissectors.nats import parser as nats_parser
 from dissectors.nats import s2
+from dissectors.options import read_payload_cap
 from dissectors.redaction import (
     keeping_secrets,
     redact_json_text,
@@ -116,7 +117,6 @@ __all__ = [
     "is_cluster_json",
 ]
 
-DEFAULT_PAYLOAD_CAP = 4096
 # Control lines of server links are bounded by nats-server's max_control_line (4 KiB by
 # default) except INFO, which lists URLs; this bound only caps memory.
 MAX_LINE_BYTES = 65536
@@ -285,8 +285,7 @@ class NatsClusterSession(Session):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__()
         options = options or {}
-        cap = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
-        self.payload_cap = cap if cap is None or (type(cap) is int and cap >= 0) else 4096
+        self.payload_cap = read_payload_cap(options, "nats_cluster")
         self.keep_secrets = options.get("keep_secrets", False) is True
         budget = options.get("memory_budget")
         self.budget = budget if callable(getattr(budget, "hold", None)) else None

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record
+from dissectors.options import read_payload_cap
 from dissectors.redaction import redact_text
 from dissectors.tables import Field, TableSpec, register_table
 
@@ -246,6 +247,8 @@ class JetStreamApiDissector(PayloadDissector):
 
     @classmethod
     def new_state(cls, options: dict[str, Any]) -> Any:
+        # no payload bytes are kept here, but a bad run option fails as in every session
+        read_payload_cap(options, cls.name)
         return None
 
     @classmethod

@@ -44,7 +44,7 @@ every anomaly detail pass the redaction gate (wire bytes are gated raw, before `
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dissectors.api import (
@@ -70,7 +70,8 @@ from dissectors.framing import (
     TrailerStatus,
 )
 from dissectors.nats import fastpath, parser
-from dissectors.nats.table import DEFAULT_HEADER_CAP, DEFAULT_PAYLOAD_CAP
+from dissectors.nats.table import DEFAULT_HEADER_CAP
+from dissectors.options import read_payload_cap, session_option
 from dissectors.redaction import (
     keeping_secrets,
     redact_json_text,
@@ -104,13 +105,9 @@ _ALLOWED = {Direction.C2S: parser.C2S_OPS, Direction.S2C: parser.S2C_OPS}
 _TABLE = "nats"
 
 
-def _option(options: dict[str, Any], name: str, default: int | None) -> int | None:
-    v = options.get(name, default)
-    if v is None:
-        return None
-    if type(v) is not int or v < 0:
-        raise ValueError(f"nats option {name} must be a non-negative int or None, got {v!r}")
-    return v
+def _option(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    """Every NATS option is an int >= 0 or None (``dissectors.options`` policy)."""
+    return session_option(options, name, default, none_ok=True, owner="nats")
 
 
 class _Direction:
@@ -134,7 +131,7 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__()
         options = options or {}
-        self.payload_cap = _option(options, "payload_cap", DEFAULT_PAYLOAD_CAP)
+        self.payload_cap = read_payload_cap(options, "nats")
         self.carry_max = _option(options, "carry_max", DEFAULT_CARRY_MAX)
         self.on_message: MessageHook | None = None
         self.keep_secrets = options.get("keep_secrets", False) is True

@@ -12,12 +12,8 @@ from dissectors.nats.jetstream import ACK_FIELDS
 from dissectors.payload import decoded_fields
 from dissectors.tables import Field, TableSpec, register_table
 
-__all__ = ["DEFAULT_HEADER_CAP", "DEFAULT_PAYLOAD_CAP", "NATS_TABLE"]
+__all__ = ["DEFAULT_HEADER_CAP", "NATS_TABLE"]
 
-# Payload bytes kept per row.  4 KiB keeps typical request/reply and STAN/Liftbridge
-# protobufs whole while bounding the table for bulk streams; payload_len and
-# payload_sha256 always describe the full payload.  Option `payload_cap`.
-DEFAULT_PAYLOAD_CAP = 4096
 # Header block bytes kept (and parsed) per row.  Option `header_cap`.
 DEFAULT_HEADER_CAP = 65536
 

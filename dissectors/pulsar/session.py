@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from dissectors.api import Direction, Record, Session, Span
@@ -53,6 +54,7 @@ from dissectors.framing import (
     Released,
     Resynced,
 )
+from dissectors.options import read_payload_cap, session_option
 from dissectors.proto.wire import Decoded, Kind
 from dissectors.pulsar import codec, pb
 from dissectors.pulsar.frame import (
@@ -65,7 +67,6 @@ from dissectors.pulsar.frame import (
     parse_frame,
     peek_type,
 )
-from dissectors.pulsar.table import DEFAULT_PAYLOAD_CAP
 
 __all__ = [
     "DEFAULT_MAX_CHUNKED_BYTES",
@@ -155,15 +156,10 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def _option(options: dict[str, Any], name: str, default: int | None, *, none_ok: bool = False,
-            minimum: int = 1) -> int | None:
-    v = options.get(name, default)
-    if v is None and none_ok:
-        return None
-    if type(v) is not int or v < minimum:
-        raise ValueError(f"pulsar option {name} must be an int >= {minimum}"
-                         f"{' or None' if none_ok else ''}, got {v!r}")
-    return v
+def _option(options: Mapping[str, Any], name: str, default: int | None, *,
+            none_ok: bool = False, minimum: int = 1) -> int | None:
+    return session_option(options, name, default, minimum=minimum, none_ok=none_ok,
+                          owner="pulsar")
 
 
 def _kv(items: Any) -> list[tuple[str, str]] | None:
@@ -258,8 +254,7 @@ class PulsarSession(Session):
         options = options or {}
         self.max_frame_bytes = _option(options, "max_frame_bytes", DEFAULT_MAX_FRAME_BYTES,
                                        minimum=16)
-        self.payload_cap = _option(options, "payload_cap", DEFAULT_PAYLOAD_CAP, none_ok=True,
-                                   minimum=0)
+        self.payload_cap = read_payload_cap(options, "pulsar")
         self.max_uncompressed = _option(options, "max_uncompressed_bytes",
                                         codec.DEFAULT_MAX_UNCOMPRESSED_BYTES)
         self.max_chunked_bytes = _option(options, "max_chunked_bytes",

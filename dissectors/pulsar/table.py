@@ -15,11 +15,7 @@ import pyarrow as pa
 from dissectors.payload import decoded_fields
 from dissectors.tables import TS, Field, TableSpec, register_table
 
-__all__ = ["DEFAULT_PAYLOAD_CAP", "MESSAGE_ID", "PULSAR_COMMANDS", "PULSAR_MESSAGES"]
-
-# Payload bytes kept per message row (option `payload_cap`, as for NATS); payload_len and
-# payload_sha256 always describe the whole (decompressed) payload.
-DEFAULT_PAYLOAD_CAP = 4096
+__all__ = ["MESSAGE_ID", "PULSAR_COMMANDS", "PULSAR_MESSAGES"]
 
 _STR = pa.string()
 _I32 = pa.int32()

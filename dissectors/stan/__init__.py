@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
 from dissectors.dispatch import subject_matches
+from dissectors.options import read_payload_cap
 from dissectors.stan.decode import (
     FIRST_BYTES,
     KINDS,
@@ -50,7 +51,7 @@ from dissectors.stan.decode import (
     plausible_subject,
     score,
 )
-from dissectors.stan.table import DEFAULT_PAYLOAD_CAP, MSG_TYPES, STAN_TABLE
+from dissectors.stan.table import MSG_TYPES, STAN_TABLE
 
 __all__ = ["MSG_TYPES", "STAN_TABLE", "StanDissector", "StanState"]
 
@@ -90,18 +91,11 @@ def _static_kind(subject: str) -> str | None:
     return None
 
 
-def _option_cap(options: dict[str, Any]) -> int | None:
-    v = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
-    if v is not None and (type(v) is not int or v < 0):
-        raise ValueError(f"stan option payload_cap must be a non-negative int or None, got {v!r}")
-    return v
-
-
 class StanState:
     """Per-scope knowledge that the dispatcher's bindings do not hold."""
 
     def __init__(self, options: dict[str, Any]) -> None:
-        self.payload_cap = _option_cap(options)
+        self.payload_cap = read_payload_cap(options, "stan")
         # probe-found ConnectRequests: reply inbox → (discover prefix, heartbeat inbox)
         self.pending_discover: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         # reply inboxes of confirmed discoveries (the response is seen twice)

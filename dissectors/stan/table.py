@@ -15,11 +15,7 @@ import pyarrow as pa
 from dissectors.payload import decoded_fields
 from dissectors.tables import TS, Field, TableSpec, register_table
 
-__all__ = ["DEFAULT_PAYLOAD_CAP", "MSG_TYPES", "STAN_TABLE"]
-
-# `data` bytes kept per row (option `payload_cap`, shared with the nats table; None
-# keeps all).  data_len and data_sha256 always describe the whole data.
-DEFAULT_PAYLOAD_CAP = 4096
+__all__ = ["MSG_TYPES", "STAN_TABLE"]
 
 MSG_TYPES = (
     "ConnectRequest",
