@@ -36,7 +36,7 @@ END = "<!-- END API REFERENCE -->"
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Dissectors and sessions", (
         "API_VERSION", "Dissector", "Session", "FramedSession", "Span", "Verdict",
-        "Direction", "Transport",
+        "Direction", "Transport", "SessionOptions", "session_option", "DEFAULT_PAYLOAD_CAP",
     )),
     ("Rows and anomalies", (
         "Record", "record_from", "anomaly_from", "Provenance", "payload_values", "decode_text",
@@ -169,7 +169,15 @@ def _defining_module(name: str, obj: Any) -> str:
     if name in lazy:
         return lazy[name]
     mod = getattr(obj, "__module__", None)
-    return mod if isinstance(mod, str) and mod.startswith(_OURS) else api.__name__
+    if isinstance(mod, str) and mod.startswith(_OURS):
+        return mod
+    # a constant has no __module__: the module ``dissectors.api`` imported it from
+    for node in ast.parse(inspect.getsource(api)).body:
+        if (isinstance(node, ast.ImportFrom) and node.module
+                and node.module.startswith(_OURS) and node.module in sys.modules
+                and any(a.name == name for a in node.names)):
+            return node.module
+    return api.__name__
 
 
 def _class_vars(cls: type) -> list[str]:

@@ -27,7 +27,6 @@ from analyzer.cliutil import (
     TIME_HELP,
     UserError,
     check_capture,
-    check_decode_as,
     check_keylog,
     check_output_dir,
     flow_ids_text,
@@ -43,6 +42,7 @@ from analyzer.cliutil import (
     stdin_spooled,
     time_label,
 )
+from dissectors.options import DEFAULT_PAYLOAD_CAP  # no imports of its own
 
 if TYPE_CHECKING:
     from reassembly.events import Anomaly
@@ -92,12 +92,11 @@ def cmd_flows(args: argparse.Namespace) -> int:
             return iter_flow_rows(reader, anomalies=anomalies, wrap=wrap)
     else:
         skip_pandas_probe()
-        from analyzer.pipeline import Options
+        from analyzer.runoptions import options_from_args
         from dissectors.registry import discover
 
         registry = discover()
-        check_decode_as(decode_as, registry)
-        options = Options(decode_as=decode_as, keylog=args.keylog)
+        options = options_from_args(args, registry)
 
         def rows_of(reader, anomalies, wrap):
             return iter_decoded_flow_rows(reader, registry, options, anomalies, wrap)
@@ -384,46 +383,18 @@ def _dissect_one(path: str, out: str, options, show_progress: bool, workers: int
     return dissect_capture(path, out, options, wrap=wrap, workers=workers)
 
 
-def _payload_schemas(args: argparse.Namespace) -> tuple[str, ...] | None:
-    """``--decode`` / ``--schema`` as ``Options.payload_schemas``, each spec checked now
-    (a bad one is the user's mistake: error + fix, exit 2)."""
-    if not args.decode and not args.schema:
-        return None
-    from dissectors.payload.schemas import SchemaSpecError, decoding_for
-
-    try:
-        decoding_for(args.schema)
-    except SchemaSpecError as e:
-        raise UserError(str(e), e.fix) from None
-    return tuple(args.schema)
-
-
 def cmd_dissect(args: argparse.Namespace) -> int:
     _check_captures(args.captures)
     check_output_dir(args.output)
-    decode_as = parse_decode_as(args.decode_as)
-    if args.keylog:
-        check_keylog(args.keylog)
+    parse_decode_as(args.decode_as)  # a malformed PORT=NAME is said before the registry loads
     skip_pandas_probe()
-    from analyzer.pipeline import Options
+    from analyzer.runoptions import options_from_args
     from dissectors.registry import discover
 
     registry = discover()
     for origin, why in registry.errors:
         _stderr_console().print(f"[yellow]plugin {origin} not loaded:[/] {why}")
-    check_decode_as(decode_as, registry)
-    from reassembly.limits import Limits
-
-    options = Options(
-        payload_cap=args.payload_cap,
-        decode_as=decode_as,
-        overwrite=args.overwrite,
-        keep_secrets=args.keep_secrets,
-        keylog=args.keylog,
-        limits=Limits() if args.memory_limit is None else Limits(
-            memory_limit_bytes=args.memory_limit),
-        payload_schemas=_payload_schemas(args),
-    )
+    options = options_from_args(args, registry)
     out = Path(args.output)
     created = not out.exists()
     try:
@@ -682,7 +653,8 @@ def _add_spark_parser(sub) -> None:
     )
     p.add_argument("--decode-as", action="append", default=[], metavar="PORT=NAME",
                    help=DECODE_AS_HELP)
-    p.add_argument("--payload-cap", type=_non_negative, default=4096, metavar="BYTES",
+    p.add_argument("--payload-cap", type=_non_negative, default=DEFAULT_PAYLOAD_CAP,
+                   metavar="BYTES",
                    help="payload bytes kept per message (length and SHA-256 always kept)")
     p.add_argument("--keylog", metavar="FILE", help=KEYLOG_HELP)
     p.add_argument("--overwrite", action="store_true",
@@ -817,7 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--payload-cap",
         type=_non_negative,
-        default=4096,
+        default=DEFAULT_PAYLOAD_CAP,
         metavar="BYTES",
         help="payload bytes kept per message (length and SHA-256 always kept)",
     )

@@ -47,11 +47,13 @@ from analyzer.flowsummary import flow_row
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
 from analyzer.sink import CaptureLock, DatasetWriter, OutputError, OutputWriteError, Sink
 from dissectors.api import (
+    DEFAULT_PAYLOAD_CAP,
     ColumnAccumulator,
     ColumnarSession,
     ColumnBatch,
     Dissector,
     Record,
+    SessionOptions,
     Span,
 )
 from dissectors.core_tables import ANOMALIES, FLOWS
@@ -79,7 +81,6 @@ try:
 except PackageNotFoundError:  # running from a source tree without install
     TOOL_VERSION = "0+unknown"
 
-DEFAULT_PAYLOAD_CAP = 4096
 FLOW_ROW_BITS = 32  # rows per flow before ids would collide: 4 G
 FLOWLESS_BASE = 1 << 62
 _FRAME_ROWS_KEPT = 65536  # frames remembered for numbering flowless rows
@@ -89,7 +90,11 @@ _FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offse
 
 @dataclass
 class Options:
-    payload_cap: int = DEFAULT_PAYLOAD_CAP
+    """The run's options.  Commands build it from their arguments with
+    ``analyzer.runoptions.options_from_args`` (every check in one place); sessions get
+    the part they need as a ``SessionOptions`` dict."""
+
+    payload_cap: int | None = DEFAULT_PAYLOAD_CAP  # None keeps every byte
     decode_as: dict[int, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     keylog: str | None = None  # NSS key log file (SSLKEYLOGFILE format): decrypts captures
@@ -169,9 +174,9 @@ class CaptureDissection:
         # one memory budget for the run: reassembly (``capture_events(job.limits)``) and
         # the sessions' buffers and decompressors (``options["memory_budget"]``) draw from it
         self.limits = options.limits.with_budget()
-        session_options = {"payload_cap": options.payload_cap,
-                           "keep_secrets": options.keep_secrets,
-                           "memory_budget": self.limits.budget}
+        session_options: SessionOptions = {"payload_cap": options.payload_cap,
+                                           "keep_secrets": options.keep_secrets,
+                                           "memory_budget": self.limits.budget}
         self.payloads = PayloadDispatcher(
             list(registry.payload.values()), session_options, strict=options.strict
         )

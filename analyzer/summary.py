@@ -59,7 +59,6 @@ from analyzer.cliutil import (
     FlexTable,
     UserError,
     check_capture,
-    check_decode_as,
     check_keylog,
     format_ts,
     name_stdin_input,
@@ -263,13 +262,13 @@ def open_source(
 
 
 def _dissect_into(path: str, out: str, *, keylog, decode_as, quiet: bool) -> None:
-    from analyzer.pipeline import Options, dissect_capture
+    from analyzer.pipeline import dissect_capture
     from analyzer.progress import capture_progress
+    from analyzer.runoptions import build_options
     from dissectors.registry import discover
 
     registry = discover()
-    check_decode_as(decode_as, registry)
-    options = Options(decode_as=decode_as, keylog=keylog)
+    options = build_options(registry, decode_as=decode_as, keylog=keylog)
 
     def wrap(reader, events):
         if quiet:

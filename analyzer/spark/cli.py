@@ -16,7 +16,6 @@ from analyzer.cliutil import (
     STDIN,
     UserError,
     check_capture,
-    check_decode_as,
     check_keylog,
     check_output_dir,
     parse_decode_as,
@@ -75,11 +74,11 @@ def run_ingest(args: argparse.Namespace) -> int:
         _check_uri(args.output, capture=False)
     else:
         check_output_dir(args.output)
-    decode_as = parse_decode_as(args.decode_as)
+    parse_decode_as(args.decode_as)  # the cheap checks before the registry loads
     if args.keylog:
         check_keylog(args.keylog)
     conf = _conf(args.conf)
-    from analyzer.pipeline import Options
+    from analyzer.runoptions import options_from_args
     from analyzer.spark.ingest import ingest
     from analyzer.spark.progress import Progress
     from analyzer.spark.session import get_spark
@@ -88,11 +87,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     from dissectors.registry import discover
 
     err = Console(stderr=True)
-    check_decode_as(decode_as, discover())
-    options = Options(payload_cap=args.payload_cap, decode_as=decode_as,
-                      overwrite=args.overwrite)
-    if args.keylog:
-        options.keylog = args.keylog
+    options = options_from_args(args, discover())
     spark = get_spark(args.master, conf, "msgcap spark ingest")
     started = time.perf_counter()
     progress = Progress(spark.sparkContext.statusTracker(),
