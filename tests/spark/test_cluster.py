@@ -3,9 +3,11 @@ from the installed PySpark (``bin/spark-class``), the CLI run as a separate driv
 (the test process already holds the shared local session).
 
 What it pins: the output equals ``msgcap dissect`` when executors run tasks in their own
-processes and scratch directories (split and whole-file), a relative ``-o`` lands next
-to the driver, and executors whose Python lacks msgcap give ``error:``/``fix:`` and exit
-2 instead of a traceback after four task attempts."""
+processes and scratch directories (split and whole-file), also when one worker's executor
+is killed mid-job; a relative ``-o`` lands next to the driver; executors whose Python lacks
+msgcap give ``error:``/``fix:`` and exit 2 instead of a traceback after four task attempts;
+and docs/spark.md's shipping recipe works with ``spark-submit``, captures and dataset in S3.
+The cluster (and the S3 server) are session fixtures (tests/spark/conftest.py)."""
 
 from __future__ import annotations
 
