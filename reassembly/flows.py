@@ -23,11 +23,11 @@ table.  So the events of the owned flows are exactly those a table without
 A TCP flow that has seen one packet needing no stream state (a SYN, or a bare packet
 without ACK, FIN, RST or data: what a SYN flood is made of) is held *young*: one
 ``bytes`` record (``_YOUNG``) under its packed client-to-server 5-tuple, with no
-``FlowInfo``, ``_Tcp``, tracker or endpoints.  Its second packet, or anything that needs
-it as an object (eviction, sleep, close), promotes it to the full form, in place: the
-same flow id, counters and state as if it had been full from the start.  Young flows are
-in the open-flows activity order through a queue in order of their single packet;
-``tick`` (a count of TCP packets) says which of the two fronts is older.
+``FlowInfo``, ``_Tcp``, tracker or endpoints.  Its second packet, or going to sleep,
+promotes it to the full form, in place: the same flow id, counters and state as if it
+had been full from the start; evicted or closed young, only its ``FlowInfo`` is made.
+Young flows are in the open-flows activity order through a queue in order of their
+single packet; ``tick`` (a count of TCP packets) says which of the two fronts is older.
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ _NO_WSCALE: tuple[int | None, int | None] = (None, None)  # shared until a SYN h
 # source (index in ``_ROLE_SOURCES``), window scale of its SYN (``_NO_SHIFT``: none);
 # then its packed client-to-server 5-tuple (``_KEY4``/``_KEY16``), then its VLAN ids.
 _YOUNG = struct.Struct("<qqqqqIBBB")
+_Y_FLAGS_AT = 44  # offset of the flags byte
 _Y_SYN, _Y_OWNED, _Y_S2C, _Y_V6 = 1, 2, 4, 8
 _NO_SHIFT = 255
 _ROLE_SOURCES = tuple(RoleSource)
@@ -144,7 +145,7 @@ _STALE_SLACK = 4096
 
 def _young_key(rec: bytes) -> bytes:
     """The packed client-to-server 5-tuple inside a young flow's record."""
-    end = _YOUNG.size + (36 if rec[44] & _Y_V6 else 12)
+    end = _YOUNG.size + (36 if rec[_Y_FLAGS_AT] & _Y_V6 else 12)
     return rec[_YOUNG.size:end]
 
 
@@ -381,7 +382,7 @@ class FlowTable:
         self._forget_young(rec)
         self._held -= 1
         self._hold_budget()
-        if rec[44] & _Y_OWNED:
+        if rec[_Y_FLAGS_AT] & _Y_OWNED:
             self.emit(StreamClose(info, info.ts_last_ns, reason))
 
     def _promote(self, rec: bytes) -> _Tcp:
@@ -501,7 +502,7 @@ class FlowTable:
             owned = self._owned(oldest)
         else:
             victim = self._young_info(young)[0]
-            owned = bool(young[44] & _Y_OWNED)
+            owned = bool(young[_Y_FLAGS_AT] & _Y_OWNED)
         if owned:
             if memory:
                 budget = self.limits.budget
