@@ -49,7 +49,7 @@ from reassembly.events import (
     StreamClose,
     Transport,
 )
-from reassembly.limits import Limits
+from reassembly.limits import TIER_POOLS, Limits
 from reassembly.tcp import TcpHalfStream, TcpHalfTracker
 
 _TCP_HDR = struct.Struct("!HHIIBBH")  # sport, dport, seq, ack, data offset, flags, window
@@ -462,7 +462,7 @@ class FlowTable:
     def _hold_budget(self) -> None:
         budget = self.limits.budget
         if budget is not None:
-            budget.hold(self, self._charge(), tier=1)
+            budget.hold(self, self._charge(), TIER_POOLS)
 
     def release_memory(self, need: int) -> None:
         """The run's memory budget is reached and no buffer is left to give back: evict
@@ -777,7 +777,7 @@ class FlowTable:
         self._asleep[conn.info.flow_id] = conn
         for half in conn.halves:
             if isinstance(half, TcpHalfStream):
-                half.recent = b""
+                half.forget_recent()
 
     def _wake(self, entry: tuple, seq: int, ack: int, flags: int) -> tuple | None:
         """A packet on the 4-tuple of a sleeping flow: if its sequence number continues

@@ -51,6 +51,17 @@ def parse_memory_size(text: str) -> int:
     return int(value * _UNITS[unit])
 
 
+# Tiers of holders, given back in the order of RECLAIM_ORDER: buffers first (an
+# out-of-order buffer is flushed and delivered, a partial line, datagram or inflater given
+# up), then TCP overlap-check windows (later retransmissions of delivered bytes are no
+# longer compared: a window is given up for good, so a busy run does not trade windows
+# back and forth), then pools (the flow table evicts flows).
+TIER_BUFFERS = 0
+TIER_POOLS = 1
+TIER_WINDOWS = 2
+RECLAIM_ORDER = (TIER_BUFFERS, TIER_WINDOWS, TIER_POOLS)
+
+
 class MemoryHolder(Protocol):
     """Something that holds memory drawn from a ``MemoryBudget`` and can give it back."""
 
@@ -67,9 +78,11 @@ class MemoryBudget:
     Strategy: each holder reports its current size with ``hold`` (an estimate of what it
     costs in memory, not only its payload bytes), which also marks it as the most recently
     active.  When the total passes ``limit_bytes`` the budget asks holders to give memory
-    back, oldest first: first the buffers (tier 0: an out-of-order buffer is flushed, its
-    holes become gaps; an incomplete datagram is dropped; an inflater is given up), then
-    the pools (tier 1: the flow table evicts its least recently active flows).  Each
+    back, oldest first: first the buffers (``TIER_BUFFERS``: an out-of-order buffer is
+    flushed, its holes become gaps; an incomplete datagram is dropped; an inflater is
+    given up), then the TCP overlap-check windows (``TIER_WINDOWS``: later retransmissions
+    of delivered bytes are no longer compared), then the pools (``TIER_POOLS``: the flow
+    table evicts its least recently active flows).  Each
     holder reports what it gave up as a ``limit.memory`` anomaly, and the run goes on.
     """
 
@@ -80,7 +93,8 @@ class MemoryBudget:
         self.used = 0
         self.peak = 0
         self.releases = 0  # holders asked to give memory back
-        self._tiers: tuple[OrderedDict[MemoryHolder, int], ...] = (OrderedDict(), OrderedDict())
+        self._tiers: tuple[OrderedDict[MemoryHolder, int], ...] = (
+            OrderedDict(), OrderedDict(), OrderedDict())
         self._reclaiming = False
 
     def hold(self, holder: MemoryHolder, nbytes: int, tier: int = 0) -> None:
@@ -97,7 +111,8 @@ class MemoryBudget:
     def _reclaim(self) -> None:
         self._reclaiming = True
         try:
-            for held in self._tiers:
+            for tier in RECLAIM_ORDER:
+                held = self._tiers[tier]
                 while held and self.used > self.limit_bytes:
                     holder = next(iter(held))
                     before = held[holder]

@@ -22,7 +22,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 
 from reassembly.events import Anomaly, Direction, Event, FlowInfo, StreamData, StreamGap
-from reassembly.limits import Limits, OverlapPolicy
+from reassembly.limits import TIER_WINDOWS, Limits, OverlapPolicy
 
 _MOD = 1 << 32
 _HALF = 1 << 31
@@ -38,6 +38,29 @@ OOW_SHOWN_BYTES = 256
 # Out-of-window segments held per direction until a later ACK may vindicate them; past
 # it the oldest is reported (and dropped) at once.
 OOW_HELD_SEGMENTS = 16
+
+
+class _Window(bytearray):
+    """The overlap-check window of one direction (the tail of delivered bytes), a holder
+    of the run's memory budget in its own tier (``TIER_WINDOWS``), given up after the
+    buffers and before any flow: without it only the comparison of later retransmissions
+    is lost, no byte.
+    Charged in powers of two from 256 bytes, so a growing window calls the budget about
+    eight times, not once a segment."""
+
+    __slots__ = ("half", "held")
+
+    # a budget key by identity (a bytearray hashes by nothing and compares by content)
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def release_memory(self, need: int) -> None:
+        self.half.drop_window()
 
 
 class _Piece:
@@ -81,6 +104,7 @@ class TcpHalfStream:
         "had_data",
         "fin_seq_off",
         "last_end",
+        "keep",
     )
 
     def __init__(
@@ -108,8 +132,10 @@ class TcpHalfStream:
         self.pieces: list[_Piece] | tuple = _NO_PIECES
         self.starts: list[int] | tuple = _NO_PIECES
         self.buffered = 0
-        # tail of delivered bytes, ends at next_off (a bytearray once data came)
-        self.recent: bytearray | bytes = b""
+        # tail of delivered bytes, ends at next_off (a _Window once data came), at most
+        # ``keep`` bytes (0 once the memory budget took the window away)
+        self.recent: _Window | bytes = b""
+        self.keep = limits.overlap_check_bytes
         self.fin_off: int | None = None
         self.acked_off: int | None = (
             None  # highest offset known to have been sent (ACKed or cut by snaplen)
@@ -404,14 +430,17 @@ class TcpHalfStream:
         )
         self.next_off = off + len(data)
         self.flow.stream_bytes[self.direction] += len(data)
-        keep = self.limits.overlap_check_bytes
+        keep = self.keep
         if keep:
             recent = self.recent
             if recent.__class__ is bytes:
-                self.recent = recent = bytearray()
+                self.recent = recent = _Window()
+                recent.half, recent.held = self, 0
             recent += data  # type: ignore[operator]
             if len(recent) > keep:
                 del recent[: len(recent) - keep]
+            if len(recent) > recent.held:  # type: ignore[union-attr]
+                self._hold_window(recent)  # type: ignore[arg-type]
 
     def _drain(self) -> None:
         """Deliver buffered pieces that became contiguous."""
@@ -440,7 +469,7 @@ class TcpHalfStream:
         )
         self.flow.gap_bytes[self.direction] += nbytes
         self.next_off += nbytes
-        self.recent = b""
+        self.forget_recent()
 
     def _flush_hole(self, upto: int, ts_ns: int, frame: int, reason: str) -> None:
         if upto > self.next_off:
@@ -485,6 +514,7 @@ class TcpHalfStream:
         end = self.fin_off if self.fin_off is not None else self.acked_off
         if end is not None and end > self.next_off:
             self._gap(end - self.next_off, ts_ns, frame, "missing-tail")
+        self.forget_recent()
 
     # -- memory budget ----------------------------------------------------------------
 
@@ -494,6 +524,51 @@ class TcpHalfStream:
         if budget is not None:
             pieces = self.pieces
             budget.hold(self, self.buffered + len(pieces) * PIECE_OVERHEAD_BYTES if pieces else 0)
+
+    def _hold_window(self, window: _Window) -> None:
+        n = len(window)
+        held = 256
+        while held < n:
+            held <<= 1
+        window.held = held
+        budget = self.limits.budget
+        if budget is not None:
+            budget.hold(window, held, TIER_WINDOWS)
+
+    def forget_recent(self) -> None:
+        """Free the overlap-check window (a gap, an idle flow, the end of the stream):
+        a retransmission of bytes delivered before now is no longer compared."""
+        window = self.recent
+        if window.__class__ is _Window:
+            self.recent = b""
+            budget = self.limits.budget
+            if budget is not None:
+                budget.hold(window, 0, TIER_WINDOWS)  # type: ignore[arg-type]
+
+    def drop_window(self) -> None:
+        """The run's memory budget is reached and this direction's overlap-check window is
+        the least recently grown: give it up for good (one row per direction, never a
+        flood), and say so."""
+        size = len(self.recent)
+        self.forget_recent()
+        self.keep = 0
+        flow = self.flow
+        budget = self.limits.budget
+        self.emit(
+            Anomaly(
+                "limit.memory",
+                f"memory budget of {budget.limit_bytes if budget else 0} bytes reached: "
+                f"dropped the overlap-check window of this direction, the least recently "
+                f"grown ({size} bytes); from here on, retransmissions of bytes already "
+                "delivered in this direction are not compared",
+                flow.ts_last_ns,
+                flow.frame_last,
+                flow,
+                self.direction,
+                self.next_off,
+                0,
+            )
+        )
 
     def release_memory(self, need: int) -> None:
         """The run's memory budget is reached and this is the oldest buffer: flush it.

@@ -715,6 +715,7 @@ class QuicConnection:
         if self._crypto.get(key) is not state and self.limits.budget is not None:
             # read (or given up) while placing: what it still buffers is dropped
             self.limits.budget.hold(state, 0)
+            state.forget_recent()  # type: ignore[attr-defined]
 
     def _tls_bytes(self, key: tuple[int, int], reader: HandshakeReader, data: bytes) -> None:
         if self._crypto.get(key) is _DONE:
@@ -755,6 +756,7 @@ class QuicConnection:
                 budget.hold(hold, 0)
             if isinstance(old, TcpHalfStream):
                 budget.hold(old, 0)
+                old.forget_recent()
 
     def _give_up_crypto(self, hold: _CryptoHold) -> None:
         """The run's memory budget is reached and this CRYPTO stream's partial handshake

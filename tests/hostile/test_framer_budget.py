@@ -177,7 +177,8 @@ def test_unfinished_server_lines_through_the_pipeline(tmp_path):
     path = tmp_path / "lines.pcap"
     facts = write_unfinished_lines(path, flows)
     r = dissect_one(path, tmp_path, rows_per_kind=1, max_flow_rows=flows,
-                    limits={"memory_limit_bytes": 4 << 20},
+                    # no overlap-check windows: the lines alone (test_tcp_window_budget)
+                    limits={"memory_limit_bytes": 4 << 20, "overlap_check_bytes": 0},
                     read=["nats"], columns={"nats": ["flow_id", "direction", "op"]})
     _clean_accounting(r)
     given_up = r["anomalies"]["limit.memory"]

@@ -351,8 +351,10 @@ def test_websocket_inflaters_draw_from_the_budget(tmp_path):
                        (C, cframe(message(b"PING\r\n" * n), rsv1=True))], 8080)
              for n in (1, 2)]
     pcap = write_pcap(tmp_path / "two.pcap", flows)
-    # room for one inflater and the two flows
-    limits = replace(Limits(), memory_limit_bytes=INFLATER_BYTES + 2 * FLOW_BYTES + 4096)
+    # room for one inflater and the two flows (no overlap-check windows: this is about the
+    # inflaters; windows are given up after the buffers, reassembly.tcp._Window)
+    limits = replace(Limits(), memory_limit_bytes=INFLATER_BYTES + 2 * FLOW_BYTES + 4096,
+                     overlap_check_bytes=0)
     evs = list(read_events(pcap, limits))
     (a,) = [e for e in evs if isinstance(e, Anomaly) and e.kind == "limit.memory"]
     assert a.flow.flow_id == 0 and a.direction == C
@@ -361,7 +363,8 @@ def test_websocket_inflaters_draw_from_the_budget(tmp_path):
     assert data == {0: b"PING\r\n", 1: b"PING\r\n" * 2}  # what was inflated stays
     from reassembly.events import StreamClose
 
-    evs = list(read_events(pcap, replace(Limits(), memory_limit_bytes=1024)))
+    evs = list(read_events(pcap, replace(Limits(), memory_limit_bytes=1024,
+                                         overlap_check_bytes=0)))
     memory = [e for e in evs if isinstance(e, Anomaly) and e.kind == "limit.memory"]
     # each inflater given up once as it is created; flow 0 evicted when flow 1 came; the
     # last flow is never evicted (it is the one being worked on)
@@ -391,7 +394,8 @@ def test_tls_bytes_held_for_the_server_hello_draw_from_the_budget(tmp_path):
     script = [(C, hello), (C, early), (S, conn.s_flight())]
     pcap = flow_pcap(tmp_path, script)
     # room for the flow and 1,000 held bytes: the hello fits, the early data does not
-    limits = replace(Limits(), memory_limit_bytes=FLOW_BYTES + 1000).with_budget()
+    limits = replace(Limits(), memory_limit_bytes=FLOW_BYTES + 1000,
+                     overlap_check_bytes=0).with_budget()  # no windows: the TLS bytes alone
     assert len(hello) < 1000 < len(hello) + len(early)
     with open_capture(pcap) as reader:
         evs = list(TlsLayer(limits).process(Reassembler(limits).process(reader)))
@@ -513,7 +517,7 @@ def test_quic_crypto_reorder_buffers_draw_from_the_budget():
     from tests.quic.helpers import make_flow
 
     events: list = []
-    limits = replace(Limits(), memory_limit_bytes=4000).with_budget()
+    limits = replace(Limits(), memory_limit_bytes=4000, overlap_check_bytes=0).with_budget()
     conn = QuicConnection(make_flow(), limits, events.append, KeyLog(), lambda *a: None)
     conn._crypto_data(SPACE_INITIAL, CLIENT, 1000, b"x" * 5000)  # offset 0-999 missing
     kinds = [(e.kind, e.detail.split(";")[0]) for e in events if isinstance(e, Anomaly)]
