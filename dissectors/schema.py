@@ -270,10 +270,31 @@ def rows_to_batch(
                 exact[name] = ns
                 arrays.append(timestamp_from_ns(ns))
                 continue
-            arrays.append(pa.array(columns[name], type=f.type))
+            try:
+                arrays.append(pa.array(columns[name], type=f.type))
+            except UnicodeEncodeError:
+                arrays.append(pa.array(_without_surrogates(columns[name]), type=f.type))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
             raise SchemaError(spec.name, name, f"cannot convert values to {f.type}: {e}") from e
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` with lone surrogates in its strings replaced by U+FFFD.  Why: a JSON
+    ``"\\ud800"`` escape (and invalid UTF-8 read by ``json.loads``, which decodes bytes
+    with ``surrogatepass``, as nats-server's Go decoder accepts it) gives a Python string
+    that UTF-8, and so Arrow, cannot encode; a row must never fail on what a peer sent."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return value
+    if isinstance(value, list | tuple):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _without_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def _check_keys(spec: TableSpec, rows: Sequence[Mapping[str, Any]]) -> None:
