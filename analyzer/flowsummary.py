@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from analyzer.sink import RowSink
+from analyzer.sinkapi import RowSink
 from reassembly.capture import CaptureReader
 from reassembly.engine import Reassembler, capture_damage_events
 from reassembly.events import Anomaly, FlowEnd, FlowInfo, StreamClose

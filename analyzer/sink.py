@@ -67,11 +67,12 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analyzer.sinkapi import RowSink, Sink  # noqa: F401 - re-exported: the sink protocol
 from dissectors.redaction import redact_text
 from dissectors.schema import arrow_schema, rows_to_batch, spark_schema, validate_batch
 from dissectors.tables import NS_SUFFIX, PARTITION_KEY, TableSpec, get_table
@@ -460,34 +461,6 @@ class _ParquetThread:
                 self._failed = True
             finally:
                 self._q.task_done()
-
-
-class Sink(Protocol):
-    """What the pipeline's conveyor (``analyzer.pipeline.CaptureDissection``) writes to.
-
-    ``columnar``: the sink takes Arrow batches (``write_batch``), so sessions with a
-    columnar fast path are switched on (``dissectors.api.ColumnarSession``); a sink of
-    dict rows only says False and is never given a batch.  ``owns(flow_id)``: whether
-    this sink writes that flow's rows (a ``--workers`` process writes its share only; the
-    conveyor then skips building the others)."""
-
-    columnar: bool
-
-    def write_rows(self, spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> None: ...
-    def write_batch(self, spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None: ...
-    def owns(self, flow_id: int | None) -> bool: ...
-
-
-class RowSink:
-    """Base of a ``Sink`` of dict rows only (Spark tasks, ``msgcap flows``)."""
-
-    columnar = False
-
-    def write_batch(self, spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None:
-        raise TypeError(f"{type(self).__name__} takes dict rows only (columnar = False)")
-
-    def owns(self, flow_id: int | None) -> bool:
-        return True
 
 
 @dataclass(slots=True)
