@@ -151,12 +151,6 @@ def test_rates_talkers_errors(dataset) -> None:
     assert not [k for k in errors if k[0] in ("anomaly", "nats -ERR")]
 
 
-def test_analyses_on_empty_and_missing_tables(spark, tmp_path: Path) -> None:
-    t = A.Tables(spark, str(tmp_path))
-    for name, df in A.run(t).items():
-        assert df.count() == 0, name
-
-
 def test_stan_liftbridge_pulsar_acks_and_sequences(spark, tmp_path: Path) -> None:
     """The tables other dissectors write, against their samples' sender-side truth."""
     from analyzer.pipeline import Options, dissect_capture
