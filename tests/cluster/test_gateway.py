@@ -183,6 +183,11 @@ def test_cluster_trace_sees_the_gateway_hop(truth, dissected):
         else:
             assert msg["subject"] not in by_subject
     assert by_subject["svc.echo"] == ["gateway RMSG", "client delivery"] * 2
+    # the replies crossed back west->east to `_GR_.<hash>.<hash>._INBOX...`: each is one
+    # gateway hop and one delivery of the responder's PUB to `_INBOX...`
+    inboxes = [s for s in by_subject if s.startswith("_INBOX.")]
+    assert len(inboxes) == len(truth["crossings"]["west->east"]), by_subject
+    assert all(by_subject[s] == ["gateway RMSG", "client delivery"] for s in inboxes), by_subject
 
 
 def test_follow_decoded_names_gateway_ops(truth, dissected, capsys):

@@ -5,7 +5,8 @@
 -- {{delivery_window_ns}} ns before the hop's first byte (the `deliveries` rule; client
 -- deliveries are taken from `deliveries`).  hop_ns = hop's first byte - publish's first
 -- byte; hop_index orders a publish's hops in capture time.  Only publishes that crossed
--- a server link are listed.
+-- a server link are listed; a gateway's `_GR_.` reply prefix is taken off the hop's
+-- subject.
 WITH pubs AS (
   SELECT capture_id, subject, payload_sha256, 0 AS kind, ts_first_ns AS t, record_id AS rid,
          flow_id AS fid, CAST(NULL AS STRING) AS op, CAST(NULL AS STRING) AS link
@@ -14,7 +15,10 @@ WITH pubs AS (
     AND payload_sha256 IS NOT NULL AND subject IS NOT NULL
 ),
 hops AS (
-  SELECT capture_id, subject, payload_sha256, 1 AS kind, ts_first_ns AS t,
+  -- a reply crossing a gateway travels to `_GR_.<cluster hash>.<server hash>.<reply>`:
+  -- the hop is matched on the subject its publisher used
+  SELECT capture_id, regexp_replace(subject, '^_GR_[.][^.]+[.][^.]+[.]', '') AS subject,
+         payload_sha256, 1 AS kind, ts_first_ns AS t,
          record_id AS rid, flow_id AS fid, op, link
   FROM nats_cluster
   WHERE op IN ('RMSG', 'LMSG', 'HMSG') AND payload_sha256 IS NOT NULL
