@@ -375,6 +375,10 @@ class PayloadDecoding:
                 try:
                     data = w.decode(data)
                 except Exception as e:  # noqa: BLE001 - a bad wrapper is the row's error
+                    if binding is not None:
+                        # only looked like a wrapper (an Avro datum may begin 1f 8b): the
+                        # schema bound to the subject reads the bytes as they are
+                        break
                     out["payload_decoder"] = prefix + w.name
                     out["payload_decode_error"] = f"{w.name}: {_why(e)}"
                     return

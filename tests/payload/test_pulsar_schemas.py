@@ -12,7 +12,7 @@ from pathlib import Path
 
 import fastavro
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dissectors.payload.schemas import decoding_for
@@ -188,6 +188,9 @@ FUZZ_ENGINE = None
 
 @settings(max_examples=200, deadline=None)
 @given(kind=st.sampled_from(KINDS), junk=st.binary(max_size=200))
+# found in a CI run: bytes that only look like gzip were read as a broken gzip wrapper
+# instead of by the announced schema
+@example(kind="Avro", junk=b"\x1f\x8b\x08")
 def test_fuzzed_payloads_on_announced_schemas_never_raise(kind: str, junk: bytes) -> None:
     global FUZZ_ENGINE
     if FUZZ_ENGINE is None:
