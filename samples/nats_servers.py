@@ -8,6 +8,7 @@ log line, stopping a process) are those of samples/record_nats.py.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -87,3 +88,14 @@ class Recording:
             stop(self.dump, signal.SIGINT, timeout=10)
         for p in self.procs:
             stop(p, signal.SIGTERM, timeout=10)
+
+
+def write_truth(truth_path: Path, truth: dict, pcap: Path, problems: list[str]) -> int:
+    """Write the truth file, say so, and return the recorder's exit status: 1 when the
+    recording had problems (listed on stderr), else 0."""
+    truth_path.write_text(json.dumps(truth, indent=2) + "\n")
+    print(f"wrote {pcap} and {truth_path}")
+    if problems:
+        print("PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    return 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -31,7 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # start_server: also imported from here by record_nats_js.py
-from nats_servers import Recording, pick_ports, server_version, start_server  # noqa: E402, F401
+from nats_servers import (  # noqa: E402, F401
+    Recording,
+    pick_ports,
+    server_version,
+    start_server,
+    write_truth,
+)
 from record_nats import (  # noqa: E402
     HOST,
     count_pcap_packets,
@@ -152,12 +157,7 @@ leafnodes {{ remotes: [{{ url: "nats-leaf://{HOST}:{ports['leafA']}", compressio
         **result,
         "problems": problems,
     }
-    truth_path.write_text(json.dumps(truth, indent=2) + "\n")
-    print(f"wrote {pcap} and {truth_path}")
-    if problems:
-        print("PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)
-        return 1
-    return 0
+    return write_truth(truth_path, truth, pcap, problems)
 
 
 if __name__ == "__main__":

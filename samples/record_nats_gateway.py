@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nats_servers import Recording, pick_ports, server_version  # noqa: E402
+from nats_servers import Recording, pick_ports, server_version, write_truth  # noqa: E402
 from record_nats import (  # noqa: E402
     HOST,
     count_pcap_packets,
@@ -207,12 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         **result,
         "problems": problems,
     }
-    truth_path.write_text(json.dumps(truth, indent=2) + "\n")
-    print(f"wrote {pcap} and {truth_path}")
-    if problems:
-        print("PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)
-        return 1
-    return 0
+    return write_truth(truth_path, truth, pcap, problems)
 
 
 if __name__ == "__main__":
