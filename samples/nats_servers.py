@@ -99,3 +99,16 @@ def write_truth(truth_path: Path, truth: dict, pcap: Path, problems: list[str]) 
         print("PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
     return 0
+
+
+def output_paths(out: str) -> tuple[Path, Path]:
+    """``--out PREFIX`` (or ``PREFIX.pcap``) -> (PREFIX.pcap, PREFIX.truth.json)."""
+    prefix = out[:-5] if out.endswith(".pcap") else out
+    return Path(prefix + ".pcap"), Path(prefix + ".truth.json")
+
+
+def tcpdump_problems(dump_text: str) -> list[str]:
+    """A recording's problems start with tcpdump's: packets the kernel dropped."""
+    if "0 packets dropped by kernel" not in dump_text:
+        return [f"tcpdump: {dump_text.strip()[-200:]}"]
+    return []

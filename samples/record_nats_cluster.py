@@ -32,9 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # start_server: also imported from here by record_nats_js.py
 from nats_servers import (  # noqa: E402, F401
     Recording,
+    output_paths,
     pick_ports,
     server_version,
     start_server,
+    tcpdump_problems,
     write_truth,
 )
 from record_nats import (  # noqa: E402
@@ -106,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-bin")
     ap.add_argument("--tail-wait", type=float, default=2.0)
     args = ap.parse_args(argv)
-    prefix = args.out[:-5] if args.out.endswith(".pcap") else args.out
-    pcap, truth_path = Path(prefix + ".pcap"), Path(prefix + ".truth.json")
+    pcap, truth_path = output_paths(args.out)
     server_bin = find_nats_server(args.server_bin)
     ports = pick_ports(("A", "B", "L", "routeA", "routeB", "leafA"))
     tmp = Path(tempfile.mkdtemp(prefix="msgcap-cluster-"))
@@ -139,9 +140,7 @@ leafnodes {{ remotes: [{{ url: "nats-leaf://{HOST}:{ports['leafA']}", compressio
     finally:
         if rec is not None:
             rec.abort()
-    problems = []
-    if "0 packets dropped by kernel" not in dump_text:
-        problems.append(f"tcpdump: {dump_text.strip()[-200:]}")
+    problems = tcpdump_problems(dump_text)
     if len(result["received"]["sub-b"]) != len(result["published"]):
         problems.append("sub-b did not get every message")
     if len(result["received"]["sub-l"]) != len(result["published"]):

@@ -33,7 +33,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nats_servers import Recording, pick_ports, server_version, write_truth  # noqa: E402
+from nats_servers import (  # noqa: E402
+    Recording,
+    output_paths,
+    pick_ports,
+    server_version,
+    tcpdump_problems,
+    write_truth,
+)
 from record_nats import (  # noqa: E402
     HOST,
     count_pcap_packets,
@@ -124,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-bin")
     ap.add_argument("--tail-wait", type=float, default=2.0)
     args = ap.parse_args(argv)
-    prefix = args.out[:-5] if args.out.endswith(".pcap") else args.out
-    pcap, truth_path = Path(prefix + ".pcap"), Path(prefix + ".truth.json")
+    pcap, truth_path = output_paths(args.out)
     server_bin = find_nats_server(args.server_bin)
     mode = args.compression
     ports = pick_ports(("A", "B", "L", "routeA", "routeB", "leafA"))
@@ -158,9 +164,7 @@ leafnodes {{ remotes: [{{ url: "nats-leaf://{HOST}:{ports['leafA']}", compressio
     finally:
         if rec is not None:
             rec.abort()
-    problems = []
-    if "0 packets dropped by kernel" not in dump_text:
-        problems.append(f"tcpdump: {dump_text.strip()[-200:]}")
+    problems = tcpdump_problems(dump_text)
     for name in ("sub-b", "sub-l"):
         if len(result["received"][name]) != len(result["published"]):
             problems.append(f"{name} did not get every message")
