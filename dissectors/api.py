@@ -55,6 +55,7 @@ import pyarrow as pa
 from dissectors.options import DEFAULT_PAYLOAD_CAP, SessionOptions, session_option
 from dissectors.tables import Field, TableSpec, register_table
 from reassembly.events import Direction, Transport
+from reassembly.provenance import Span  # (declared on the lower floor: the layers use it)
 
 if TYPE_CHECKING:  # pragma: no cover - the lazy names below, for type checkers
     from dissectors.framing import (
@@ -196,16 +197,6 @@ class Verdict(IntEnum):
     NO = 0
     YES = 1
     NEED_MORE = 2
-
-
-class Span(NamedTuple):
-    """Provenance of a chunk of stream bytes handed to ``Session.feed``."""
-
-    offset: int  # stream offset of data[0] in this direction
-    ts_first_ns: int
-    ts_last_ns: int
-    frame_first: int
-    frame_last: int
 
 
 @dataclass(slots=True)
