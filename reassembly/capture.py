@@ -8,6 +8,9 @@ readers in :mod:`reassembly.pcap` and :mod:`reassembly.pcapng` are subclasses of
 precompiled ``struct.Struct.unpack_from`` and yields plain :class:`Frame` tuples, so
 the per-frame cost is one header unpack, one slice and one tuple.
 
+A reader reads a ``ByteStream``: the whole (possibly compressed) file, or one byte
+range of an uncompressed one (``reassembly.ranges``).
+
 Anything wrong with the bytes of the file is never raised out of iteration: reading
 stops (or, for a self-contained bad record, skips it) and a :class:`CaptureDamage` is
 appended to ``info.damage``.  ``CaptureFormatError`` is raised by ``open_capture`` only
@@ -19,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .compression import ByteSource
 
@@ -83,6 +86,24 @@ class CaptureInfo:
     interface_ts_resolutions: list[str] = field(default_factory=list)
 
 
+class ByteStream(Protocol):
+    """What a reader reads: ``compression.ByteSource`` (a whole file) or
+    ``ranges.RangeSource`` (a range).  Never raises: an error ends the stream and is
+    kept in ``error``."""
+
+    compression: str
+    error: str | None
+
+    @property
+    def bytes_read(self) -> int: ...
+
+    def read_at_least(self, size: int, chunk: int) -> bytes: ...
+
+    def finish_hash(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
 class CaptureReader:
     """``open_capture(path) -> CaptureReader``; iterate for frames, ``info`` updates live.
 
@@ -94,7 +115,7 @@ class CaptureReader:
 
     info: CaptureInfo
 
-    def __init__(self, source: ByteSource, info: CaptureInfo, buf: bytes) -> None:
+    def __init__(self, source: ByteStream, info: CaptureInfo, buf: bytes) -> None:
         self._src = source
         self.info = info
         self._buf = buf  # decompressed bytes not yet consumed, starting at self._base

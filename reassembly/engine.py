@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.events import Anomaly, Event
 from reassembly.flows import FlowTable
 from reassembly.limits import SECOND_NS, Limits
-from reassembly.network import NetworkDecoder
+from reassembly.network import FirstReports, NetworkDecoder
 from reassembly.quic.keylog import KeyLog
 from reassembly.quic.layer import QuicLayer, add_capture_secrets
 from reassembly.tls import TlsLayer
@@ -30,21 +31,63 @@ from reassembly.tls import TlsLayer
 TCP, UDP = 6, 17
 
 
+class Clock(Protocol):
+    """When a ``Reassembler`` expires idle flows and stale fragments.
+
+    ``tick`` runs after every frame with the frame's time; it calls
+    ``Reassembler.sweep`` (and ``flows.restamp_untimed``) when it decides to."""
+
+    def tick(self, reassembler: Reassembler, ts_ns: int) -> None: ...
+
+
+class CaptureClock:
+    """The capture's own time drives expiry (the default ``Clock``).
+
+    The clock is the largest frame time seen so far (captures are not always in time
+    order); a sweep runs when it moved a second past the last one, so expiry costs
+    nothing per frame and memory stays bounded on any capture length."""
+
+    def __init__(self) -> None:
+        self.now_ns = 0
+        self.last_sweep_ns: int | None = None
+
+    def tick(self, reassembler: Reassembler, ts_ns: int) -> None:
+        if ts_ns > self.now_ns:
+            if not self.now_ns:
+                # frames without a time (pcapng SPBs, zeroed headers) came first: take
+                # them to be at the first known time, not at the epoch, or every flow
+                # they opened would look idle for decades
+                reassembler.flows.restamp_untimed(ts_ns)
+            self.now_ns = ts_ns
+        if self.last_sweep_ns is None:
+            self.last_sweep_ns = ts_ns
+        elif self.now_ns - self.last_sweep_ns >= SECOND_NS:
+            self.last_sweep_ns = self.now_ns
+            reassembler.sweep(self.now_ns)
+
+
 class Reassembler:
     """Feed frames, get events.  Holds the network decoder and the flow table.
 
-    ``owns(flow_id)``: the flows whose events come out (None: all; ``FlowTable``)."""
+    ``owns(flow_id)``: the flows whose events come out (None: all; ``FlowTable``).
+    ``clock``: when idle flows and fragments expire (default ``CaptureClock``);
+    ``firsts``: which once-per-capture anomalies are reported (``FirstReports``).
+    Both exist for a reassembler that sees only part of a capture (a Spark task)."""
 
     def __init__(
-        self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None
+        self,
+        limits: Limits | None = None,
+        owns: Callable[[int], bool] | None = None,
+        *,
+        clock: Clock | None = None,
+        firsts: FirstReports | None = None,
     ) -> None:
         # a run's limits carry its memory budget (``Limits.with_budget``)
         self.limits = (limits or Limits()).with_budget()
         self._out: list[Event] = []
-        self.network = NetworkDecoder(self.limits, self._out.append)
+        self.network = NetworkDecoder(self.limits, self._out.append, firsts)
         self.flows = FlowTable(self.limits, self._out.append, owns)
-        self._last_sweep_ns: int | None = None
-        self._now_ns = 0
+        self.clock: Clock = clock if clock is not None else CaptureClock()
         self.counters = {"other_proto": 0}
 
     def process(self, frames: Iterable[Frame]) -> Iterator[Event]:
@@ -52,6 +95,7 @@ class Reassembler:
         out = self._out
         decode = self.network.decode
         flows = self.flows
+        tick = self.clock.tick
         for frame in frames:
             pkt = decode(frame)
             if pkt is not None:
@@ -64,26 +108,16 @@ class Reassembler:
                     flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
                 else:
                     self.counters["other_proto"] += 1
-            self._tick(frame.ts_ns)
+            tick(self, frame.ts_ns)
             if out:
                 yield from out
                 out.clear()
         yield from self.finish()
 
-    def _tick(self, ts_ns: int) -> None:
-        if ts_ns > self._now_ns:
-            if not self._now_ns:
-                # frames without a time (pcapng SPBs, zeroed headers) came first: take
-                # them to be at the first known time, not at the epoch, or every flow
-                # they opened would look idle for decades
-                self.flows.restamp_untimed(ts_ns)
-            self._now_ns = ts_ns
-        if self._last_sweep_ns is None:
-            self._last_sweep_ns = ts_ns
-        elif self._now_ns - self._last_sweep_ns >= SECOND_NS:
-            self._last_sweep_ns = self._now_ns
-            self.flows.expire(self._now_ns)
-            self.network.flush(self._now_ns)
+    def sweep(self, now_ns: int) -> None:
+        """Expire idle flows and stale fragment sets at capture time ``now_ns``."""
+        self.flows.expire(now_ns)
+        self.network.flush(now_ns)
 
     def finish(self) -> Iterator[Event]:
         """Expire everything still open (end of capture); the flows' close events come

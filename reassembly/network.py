@@ -16,7 +16,9 @@ is still decoded with ``truncated=True``.  When the frame itself is whole
 ``ip.truncated``.  When the capture's snaplen cut the frame, which in a snaplen-limited
 capture is every frame, only the first one is reported as it happens; the rest are
 counted (``counters["truncated"]``) and one summary ``ip.truncated`` anomaly with the
-total is emitted by ``flush(None)`` at the end of the capture.
+total is emitted by ``flush(None)`` at the end of the capture.  Which report is "the
+first" (of snaplen cuts, and of each undecodable link type) is a ``FirstReports``
+policy, so a decoder that sees only part of a capture can be told the capture's firsts.
 
 Fragment keys include the capture interface and the VLAN stack besides the fields RFC
 791 / RFC 8200 name (addresses, identification, and for IPv4 the protocol), so equal
@@ -95,17 +97,59 @@ _COUNTER_NAMES = (
 )
 
 
-class NetworkDecoder:
-    """Link layer -> IP -> (defrag) -> ``L4Packet``; see the module docstring."""
+class FirstReports:
+    """Which of the reports a capture makes once are made: the default policy.
 
-    def __init__(self, limits: Limits, report: Callable[[Anomaly], None]) -> None:
+    Two anomalies would flood a run if every frame made one: a packet cut by the
+    capture's snaplen (in a snaplen-limited capture that is every packet) and a frame
+    of a link type that is not decoded.  A whole-capture run reports the first of each
+    as it meets it, counts the rest and, with ``summary``, adds one anomaly with that
+    count at the end of the capture (``NetworkDecoder.flush(None)``).
+
+    A decoder that sees only some of a capture's frames (a Spark task) cannot know
+    which frame is the capture's first: it is given a subclass that does (see
+    ``analyzer.spark.task``), and the driver writes the one summary itself."""
+
+    summary = True  # flush(None) reports how many snaplen cuts were only counted
+
+    def __init__(self) -> None:
+        self.snaplen_reported = False
+        self.unknown_reported: set[int] = set()
+
+    def snaplen_cut(self, frame: Any) -> bool:
+        """True: report this snaplen-cut packet on its own; False: only count it."""
+        if self.snaplen_reported:
+            return False
+        self.snaplen_reported = True
+        return True
+
+    def unknown_linktype(self, frame: Any) -> bool:
+        """True: report that ``frame.linktype`` is not decoded, at this frame."""
+        lt = frame.linktype
+        if lt in self.unknown_reported:
+            return False
+        self.unknown_reported.add(lt)
+        return True
+
+
+class NetworkDecoder:
+    """Link layer -> IP -> (defrag) -> ``L4Packet``; see the module docstring.
+
+    ``firsts``: which once-per-capture reports to make (``FirstReports``, the default
+    for a decoder that sees the whole capture)."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        report: Callable[[Anomaly], None],
+        firsts: FirstReports | None = None,
+    ) -> None:
         self.limits = limits
         self.report = report
+        self.firsts = firsts if firsts is not None else FirstReports()
         self.counters: dict[str, int] = dict.fromkeys(_COUNTER_NAMES, 0)
         # non-IP frames per (link type, protocol value: ethertype, address family ...)
         self.non_ip_types: dict[tuple[int, int], int] = {}
-        self._unknown_reported: set[int] = set()
-        self._snaplen_reported = False
         self._snaplen_unreported = 0
         self._defrag = Defragmenter(limits, report, self.counters)
         # frames per link type, settled lazily: only a change of link type costs a
@@ -242,8 +286,7 @@ class NetworkDecoder:
             return None
         # UNKNOWN link type
         c["unknown_linktype"] += 1
-        if lt not in self._unknown_reported:
-            self._unknown_reported.add(lt)
+        if self.firsts.unknown_linktype(frame):
             self.report(
                 Anomaly(
                     "link.unknown_type",
@@ -260,17 +303,18 @@ class NetworkDecoder:
         ``None`` (end of capture) expires all and reports suppressed truncations."""
         self._defrag.flush(now_ns)
         if now_ns is None and self._snaplen_unreported:
-            self.report(
-                Anomaly(
-                    KIND_TRUNCATED,
-                    f"{self._snaplen_unreported} more packets were cut by the capture snaplen "
-                    f"({self.counters['truncated']} truncated packets in all); only the "
-                    "first was reported individually",
-                    None,
-                    None,
-                    nbytes=self._snaplen_unreported,
+            if self.firsts.summary:
+                self.report(
+                    Anomaly(
+                        KIND_TRUNCATED,
+                        f"{self._snaplen_unreported} more packets were cut by the capture "
+                        f"snaplen ({self.counters['truncated']} truncated packets in all); "
+                        "only the first was reported individually",
+                        None,
+                        None,
+                        nbytes=self._snaplen_unreported,
+                    )
                 )
-            )
             self._snaplen_unreported = 0
 
     @property
@@ -468,10 +512,9 @@ class NetworkDecoder:
         """A decodable packet with fewer bytes than its IP header declares."""
         self.counters["truncated"] += 1
         if self._snaplen_cut(frame, frame.data):
-            if self._snaplen_reported:
+            if not self.firsts.snaplen_cut(frame):
                 self._snaplen_unreported += 1
                 return
-            self._snaplen_reported = True
             detail += (
                 f"; frame cut by the capture snaplen ({len(frame.data)} of {frame.orig_len} "
                 "bytes); further snaplen cuts are counted, not reported one by one"

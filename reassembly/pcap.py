@@ -20,21 +20,27 @@ Format facts handled here:
 * a caplen above ``max(snaplen, 262144)`` (the snaplen part capped at 64 MiB) is
   corrupt: reading stops there with a damage entry.  EOF inside a record header or
   body is a "truncated" damage.
+
+A reader may also cover a byte range of the file only (``reassembly.ranges``): its
+stream then starts at ``base``, a record boundary, with the file header given apart,
+and it stops before the first record that starts at or after ``stop``.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .capture import (
     MAX_RECORD,
     MIN_CAPLEN_LIMIT,
+    ByteStream,
     CaptureInfo,
     CaptureReader,
     Frame,
 )
-from .compression import ByteSource
 
 # magic bytes as stored -> (byte order prefix, resolution, variant)
 PCAP_MAGICS: dict[bytes, tuple[str, str, str]] = {
@@ -51,73 +57,142 @@ _FILE_HDR = {e: struct.Struct(e + "4xHHiIII") for e in "<>"}
 _REC_HDR = {e: struct.Struct(e + "IIII") for e in "<>"}
 
 # caplen/len order of the record header
-_NOT_SWAPPED, _SWAPPED, _MAYBE_SWAPPED = 0, 1, 2
+NOT_SWAPPED, SWAPPED, MAYBE_SWAPPED = 0, 1, 2
 
 _new_tuple = tuple.__new__
 
 
+@dataclass(frozen=True)
+class PcapHeader:
+    """What the 24-byte file header says about every record of the file."""
+
+    endian: str  # struct byte-order prefix of every field
+    resolution: str  # "us" | "ns"
+    variant: str  # "standard" | "modified"
+    version: tuple[int, int]
+    snaplen: int
+    linktype_field: int  # link type in the low 16 bits, FCS information above
+
+    @property
+    def linktype(self) -> int:
+        return self.linktype_field & 0xFFFF
+
+    @property
+    def rec_len(self) -> int:
+        """Bytes of one record header."""
+        return 24 if self.variant == "modified" else 16
+
+    @property
+    def mult(self) -> int:
+        """Nanoseconds per unit of the record's fraction field."""
+        return 1000 if self.resolution == "us" else 1
+
+    @property
+    def swap(self) -> int:
+        """Order of caplen/len in the record header: ``NOT_SWAPPED``, ``SWAPPED`` or
+        ``MAYBE_SWAPPED`` (swapped when "caplen" exceeds "len")."""
+        if self.version < (2, 3):
+            return SWAPPED
+        return MAYBE_SWAPPED if self.version == (2, 3) else NOT_SWAPPED
+
+    @property
+    def limit(self) -> int:
+        """Largest caplen taken for a record rather than for corruption."""
+        return max(MIN_CAPLEN_LIMIT, min(self.snaplen, MAX_RECORD))
+
+    def record(self, buf: bytes, pos: int) -> tuple[int, int, int, int]:
+        """``(sec, frac, caplen, len)`` of the record header at ``buf[pos:]``."""
+        sec, frac, incl, orig = _REC_HDR[self.endian].unpack_from(buf, pos)
+        swap = self.swap
+        if swap and (swap == SWAPPED or incl > orig):
+            incl, orig = orig, incl
+        return sec, frac, incl, orig
+
+
+def read_header(head: bytes) -> PcapHeader | None:
+    """The file header at the start of ``head`` (whose first 4 bytes are one of
+    ``PCAP_MAGICS``); None when ``head`` is shorter than a file header."""
+    endian, res, variant = PCAP_MAGICS[head[:4]]
+    if len(head) < FILE_HEADER_LEN:
+        return None
+    major, minor, _zone, _sigfigs, snaplen, network = _FILE_HDR[endian].unpack_from(head, 0)
+    return PcapHeader(endian, res, variant, (major, minor), snaplen, network)
+
+
 class PcapReader(CaptureReader):
-    def __init__(self, source: ByteSource, info: CaptureInfo, buf: bytes) -> None:
+    """Records of a pcap file, or of the range ``[base, stop)`` of it (see the module
+    docstring): ``header`` is the file header when ``buf`` does not start with it, and
+    frames are numbered from ``number + 1``."""
+
+    def __init__(
+        self,
+        source: ByteStream,
+        info: CaptureInfo,
+        buf: bytes,
+        *,
+        header: bytes | None = None,
+        base: int = 0,
+        stop: int | None = None,
+        number: int = 0,
+    ) -> None:
         super().__init__(source, info, buf)
-        endian, res, variant = PCAP_MAGICS[buf[:4]]
+        head = buf if header is None else header
+        endian, res, variant = PCAP_MAGICS[head[:4]]
         info.format = "pcap"
         info.byte_order = "little-endian" if endian == "<" else "big-endian"
         info.ts_resolution = res
         info.variant = variant
         info.section_byte_orders.append(info.byte_order)
-        self._endian = endian
-        self._rec_len = 24 if variant == "modified" else 16
-        self._mult = 1000 if res == "us" else 1
-        self._header_ok = len(buf) >= FILE_HEADER_LEN
+        self._base = base
+        self._stop = sys.maxsize if stop is None else stop
+        self._number = number
+        self._head_len = len(head)
+        self.header = read_header(head)
         self.version = (0, 0)
         self.snaplen = 0
         self.linktype_field = 0
         self.linktype = 0
-        if not self._header_ok:
+        self.offset = max(base, FILE_HEADER_LEN)  # offset of the next record to read
+        if self.header is None:
             return
-        major, minor, _zone, _sigfigs, snaplen, network = _FILE_HDR[endian].unpack_from(buf, 0)
-        self.version = (major, minor)
-        self.snaplen = snaplen
-        self.linktype_field = network
-        self.linktype = network & 0xFFFF
-        if (major, minor) < (2, 3):
-            self._swap = _SWAPPED
-        elif (major, minor) == (2, 3):
-            self._swap = _MAYBE_SWAPPED
-        else:
-            self._swap = _NOT_SWAPPED
-        self._limit = max(MIN_CAPLEN_LIMIT, min(snaplen, MAX_RECORD))
+        self.version = self.header.version
+        self.snaplen = self.header.snaplen
+        self.linktype_field = self.header.linktype_field
+        self.linktype = self.header.linktype
         info.link_types.append(self.linktype)
         info.interface_ts_resolutions.append(res)
 
     def _frames(self) -> Iterator[Frame]:
         info = self.info
-        if not self._header_ok:
+        hdr = self.header
+        if hdr is None:
             self._damage(
                 0,
-                f"truncated pcap file header ({len(self._buf)} of {FILE_HEADER_LEN} bytes)",
+                f"truncated pcap file header ({self._head_len} of {FILE_HEADER_LEN} bytes)",
                 0,
             )
             self._finish()
             return
 
         buf = self._buf
-        pos = FILE_HEADER_LEN
+        pos = max(FILE_HEADER_LEN - self._base, 0)
         size = len(buf)
-        hlen = self._rec_len
-        unpack = _REC_HDR[self._endian].unpack_from
-        mult = self._mult
-        swap = self._swap
-        limit = self._limit
-        linktype = self.linktype
+        stop = self._stop - self._base  # records start before it (relative to buf)
+        hlen = hdr.rec_len
+        unpack = _REC_HDR[hdr.endian].unpack_from
+        mult = hdr.mult
+        swap = hdr.swap
+        limit = hdr.limit
+        linktype = hdr.linktype
         new = _new_tuple
         frame_cls = Frame
-        number = 0
+        number = self._number
 
-        while True:
+        while pos < stop:
             body = pos + hlen
             if body > size:
                 buf = self._fill(buf, pos, hlen)
+                stop -= pos
                 pos = 0
                 size = len(buf)
                 if size < hlen:
@@ -130,7 +205,7 @@ class PcapReader(CaptureReader):
                     break
                 continue
             sec, frac, incl, orig = unpack(buf, pos)
-            if swap and (swap == _SWAPPED or incl > orig):
+            if swap and (swap == SWAPPED or incl > orig):
                 incl, orig = orig, incl
             if incl > limit:
                 self._damage(
@@ -142,6 +217,7 @@ class PcapReader(CaptureReader):
             end = body + incl
             if end > size:
                 buf = self._fill(buf, pos, hlen + incl)
+                stop -= pos
                 pos = 0
                 size = len(buf)
                 if size < hlen + incl:
@@ -160,4 +236,5 @@ class PcapReader(CaptureReader):
             )
             pos = end
 
+        self.offset = self._base + pos
         self._finish()

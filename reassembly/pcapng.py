@@ -31,15 +31,21 @@ equal to its trailing copy; a block violating this (or whose fixed fields do not
 or an SHB with a bad byte-order magic or a major version other than 1) is corruption:
 reading stops there with a damage entry.  A packet block that is well formed but names
 an interface that does not exist is skipped with a non-fatal damage entry.
+
+A reader may also cover a byte range of the file only (``reassembly.ranges``): it then
+starts at ``base``, a block boundary, in the ``SectionState`` in force there, stops
+before the first block that starts at or after ``stop``, and leaves the state it
+reached in ``state``.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from .capture import MAX_RECORD, CaptureInfo, CaptureReader, Frame
-from .compression import ByteSource
+from .capture import MAX_RECORD, ByteStream, CaptureInfo, CaptureReader, Frame
 
 SHB_MAGIC = b"\x0a\x0d\x0d\x0a"
 _BOM_LE = b"\x4d\x3c\x2b\x1a"
@@ -93,6 +99,11 @@ class _Structs:
 _LE = _Structs("<")
 _BE = _Structs(">")
 
+
+def section_structs(bom: bytes) -> _Structs | None:
+    """The byte order of a section from its header's byte-order magic (None: bad)."""
+    return _LE if bom == _BOM_LE else _BE if bom == _BOM_BE else None
+
 _RES_NAMES = {0: "s", 3: "ms", 6: "us", 9: "ns"}
 
 
@@ -124,13 +135,83 @@ def _options(buf: bytes, start: int, stop: int, s: _Structs) -> dict[int, bytes]
     return out
 
 
+# One interface of the current section: (link type, mul, div, offset ns, global index,
+# snaplen), with ``ns = units * mul // div + offset``.
+Interface = tuple[int, int, int, int, int, int]
+
+
+def read_interface(buf: bytes, pos: int, end: int, s: _Structs, gidx: int
+                   ) -> tuple[Interface, str]:
+    """The Interface Description Block ``buf[pos:end]`` as the ``gidx``-th interface of
+    the file, and the name of its timestamp resolution."""
+    linktype, _reserved, snaplen = s.idb(buf, pos + 8)
+    opts = _options(buf, pos + 16, end - 4, s)
+    resol = opts.get(OPT_IF_TSRESOL)
+    mul, div, rname = tsresol_to_scale(resol[0] if resol else 6)
+    off_raw = opts.get(OPT_IF_TSOFFSET)
+    off = s.i64(off_raw)[0] * 1_000_000_000 if off_raw and len(off_raw) == 8 else 0
+    return (linktype, mul, div, off, gidx, snaplen), rname
+
+
+@dataclass
+class SectionState:
+    """What reading needs to know of the blocks before a block boundary: whether a
+    section began, its byte order and interfaces, the number of interfaces of the file
+    so far and the previous frame's time (a Simple Packet Block's time)."""
+
+    in_section: bool = False
+    little_endian: bool = True
+    interfaces: list[Interface] = field(default_factory=list)
+    next_interface: int = 0  # global index of the next interface
+    last_ts: int = 0
+
+    def apply(self, btype: int, raw: bytes) -> str | None:
+        """Take in a whole SHB or IDB block ``raw`` (other blocks change nothing) as the
+        reader would; a reason when the reader would stop there as damaged."""
+        if btype == BT_SHB:
+            s = section_structs(raw[8:12])
+            if s is None:
+                return "bad byte-order magic"
+            major = s.shb(raw, 12)[0]
+            if major != 1:
+                return f"unsupported pcapng version {major}"
+            self.in_section, self.little_endian, self.interfaces = True, s is _LE, []
+            return None
+        if not self.in_section:
+            return "block before the first section header"
+        if btype == BT_IDB:
+            s = _LE if self.little_endian else _BE
+            entry, _name = read_interface(raw, 0, len(raw), s, self.next_interface)
+            self.interfaces.append(entry)
+            self.next_interface += 1
+        return None
+
+
 class PcapngReader(CaptureReader):
-    def __init__(self, source: ByteSource, info: CaptureInfo, buf: bytes) -> None:
+    """Blocks of a pcapng file, or of the range ``[base, stop)`` of it from ``state``
+    (see the module docstring); frames are numbered from ``number + 1``."""
+
+    def __init__(
+        self,
+        source: ByteStream,
+        info: CaptureInfo,
+        buf: bytes,
+        *,
+        base: int = 0,
+        stop: int | None = None,
+        number: int = 0,
+        state: SectionState | None = None,
+    ) -> None:
         super().__init__(source, info, buf)
+        self._base = base
+        self._stop = sys.maxsize if stop is None else stop
+        self._number = number
+        self.state = SectionState() if state is None else state
+        self.offset = base  # offset of the next block to read
         info.format = "pcapng"
         info.ts_resolution = "per-interface"
         info.variant = ""
-        bom = buf[8:12]
+        bom = buf[8:12] if not base else _BOM_LE if self.state.little_endian else _BOM_BE
         if bom == _BOM_LE:
             info.byte_order = "little-endian"
         elif bom == _BOM_BE:
@@ -145,21 +226,25 @@ class PcapngReader(CaptureReader):
         buf = self._buf
         pos = 0
         size = len(buf)
-        s = _LE
+        stop = self._stop - self._base  # blocks start before it (relative to buf)
+        st = self.state
+        s = _LE if st.little_endian else _BE
         hdr = s.hdr
         u32 = s.u32
         epb = s.epb
-        ifs: list[tuple[int, int, int, int, int, int]] = []
-        nifs = 0
-        number = 0
-        last_ts = 0
+        ifs = list(st.interfaces)
+        nifs = len(ifs)
+        gidx_next = st.next_interface
+        number = self._number
+        last_ts = st.last_ts
         new = _new_tuple
         frame_cls = Frame
-        seen_shb = False
+        seen_shb = st.in_section
 
-        while True:
+        while pos < stop:
             if pos + 12 > size:
                 buf = self._fill(buf, pos, 12)
+                stop -= pos
                 pos = 0
                 size = len(buf)
                 if size < 12:
@@ -203,15 +288,13 @@ class PcapngReader(CaptureReader):
             offset = self._base + pos
             if btype == BT_SHB:
                 bom = buf[pos + 8 : pos + 12]
-                if bom == _BOM_LE:
-                    new_s = _LE
-                elif bom == _BOM_BE:
-                    new_s = _BE
-                else:
+                found = section_structs(bom)
+                if found is None:
                     self._damage(
                         offset, f"section header with bad byte-order magic {bom.hex()}", number
                     )
                     break
+                new_s = found
                 blen = new_s.u32(buf, pos + 4)[0]
                 min_len = _SHB_MIN
             elif not seen_shb:
@@ -234,6 +317,7 @@ class PcapngReader(CaptureReader):
             end = pos + blen
             if end > size:
                 buf = self._fill(buf, pos, blen)
+                stop -= pos
                 pos = 0
                 size = len(buf)
                 if size < blen:
@@ -265,15 +349,11 @@ class PcapngReader(CaptureReader):
                 nifs = 0
                 info.section_byte_orders.append("little-endian" if s is _LE else "big-endian")
             elif btype == BT_IDB:
-                linktype, _reserved, snaplen = s.idb(buf, pos + 8)
-                opts = _options(buf, pos + 16, end - 4, s)
-                resol = opts.get(OPT_IF_TSRESOL)
-                mul, div, rname = tsresol_to_scale(resol[0] if resol else 6)
-                off_raw = opts.get(OPT_IF_TSOFFSET)
-                off = s.i64(off_raw)[0] * 1_000_000_000 if off_raw and len(off_raw) == 8 else 0
-                ifs.append((linktype, mul, div, off, len(link_types), snaplen))
+                entry, rname = read_interface(buf, pos, end, s, gidx_next)
+                gidx_next += 1
+                ifs.append(entry)
                 nifs = len(ifs)
-                link_types.append(linktype)
+                link_types.append(entry[0])
                 resolutions.append(rname)
             elif btype in (BT_EPB, BT_PB):
                 if btype == BT_EPB:
@@ -341,4 +421,6 @@ class PcapngReader(CaptureReader):
                 info.unknown_blocks += 1
             pos = end
 
+        self.offset = self._base + pos
+        self.state = SectionState(seen_shb, s is _LE, ifs, gidx_next, last_ts)
         self._finish()

@@ -36,10 +36,10 @@ from dissectors.schema import arrow_schema, rows_to_batch, validate_batch
 from dissectors.tables import TableSpec
 from reassembly.capture import Frame
 from reassembly.engine import Reassembler
-from reassembly.events import Anomaly
+from reassembly.events import Event
 from reassembly.limits import SECOND_NS, Limits
-from reassembly.link import L3_IP, L3_IPV4, L3_IPV6, LINK_DECODERS, decode_link
-from reassembly.network import NetworkDecoder
+from reassembly.link import L3_IP, L3_IPV4, L3_IPV6, decode_link
+from reassembly.network import FirstReports, NetworkDecoder
 
 NO_KEY = b""  # frames with no IP pair (non-IP, broken): their rows are per frame anyway
 _TCP, _UDP = 6, 17
@@ -135,23 +135,24 @@ def flow_key(linktype: int, data: bytes) -> bytes:
 # ----------------------------------------------------------------------------- pass 2
 
 
-class _StatsDecoder(NetworkDecoder):
-    """A ``NetworkDecoder`` that notes which frames hit the global-by-nature reports."""
+class _NotedFirsts(FirstReports):
+    """The whole-capture policy, noting which frames hit the once-per-capture reports:
+    every snaplen-cut packet, and the first frame of each undecodable link type."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self) -> None:
+        super().__init__()
         self.unknown_first: dict[int, int] = {}
-        super().__init__(limits, self._note)
         self.snaplen_frames: list[int] = []
-        self._frame: Any = None
 
-    def _note(self, ev: Anomaly) -> None:
-        if ev.kind == "link.unknown_type" and self._frame is not None:
-            self.unknown_first.setdefault(self._frame.linktype, ev.frame)
+    def snaplen_cut(self, frame: Any) -> bool:
+        self.snaplen_frames.append(frame.number)
+        return super().snaplen_cut(frame)
 
-    def _truncated(self, frame: Any, detail: str) -> None:
-        if self._snaplen_cut(frame, frame.data):
-            self.snaplen_frames.append(frame.number)
-        super()._truncated(frame, detail)
+    def unknown_linktype(self, frame: Any) -> bool:
+        first = super().unknown_linktype(frame)
+        if first:
+            self.unknown_first[frame.linktype] = frame.number
+        return first
 
 
 def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dict[str, Any]:
@@ -162,7 +163,8 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
     packets carry ``PAYLOAD_HINTS`` or a QUIC long header (``hints``)."""
     import numpy as np
 
-    dec = _StatsDecoder(limits)
+    noted = _NotedFirsts()
+    dec = NetworkDecoder(limits, lambda _anomaly: None, noted)
     counters = dec.counters
     rec_frames: list[int] = []
     rec_ts: list[int] = []
@@ -192,7 +194,6 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
                 if known is not None and known != ck.key:
                     frag_keys[ck.frag] = None  # an IP id reused by another connection
         before = counters["fragments"]
-        dec._frame = frame
         pkt = dec.decode(frame)
         if counters["fragments"] != before and (frag_max is None or ts > frag_max):
             frag_max = ts
@@ -214,9 +215,9 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
         "rec_frames": np.asarray(rec_frames, dtype=np.int64),
         "rec_ts": np.asarray(rec_ts, dtype=np.int64),
         "frag_max": frag_max,
-        "snaplen_first": dec.snaplen_frames[0] if dec.snaplen_frames else None,
-        "snaplen_cuts": len(dec.snaplen_frames),
-        "unknown_first": dict(dec.unknown_first),
+        "snaplen_first": noted.snaplen_frames[0] if noted.snaplen_frames else None,
+        "snaplen_cuts": len(noted.snaplen_frames),
+        "unknown_first": dict(noted.unknown_first),
         "pairs": sorted(pairs),
         "frag_keys": frag_keys,
         "hints": sorted(hints),
@@ -224,7 +225,7 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
 
 
 def sweep_schedule(stats: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, int]]:
-    """The clock events of ``Reassembler._tick`` over the whole capture, from the
+    """The clock events of ``reassembly.engine.CaptureClock`` over the whole capture, from the
     per-range stats (in range order): ``(after_frame, kind, ts)`` with kind 0 = restamp
     untimed flows, 1 = sweep (expire idle flows, flush stale fragments)."""
     import numpy as np
@@ -263,41 +264,42 @@ def sweep_schedule(stats: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, i
 # ----------------------------------------------------------------------------- pass 3
 
 
-class _TaskNetwork(NetworkDecoder):
-    """Reports exactly what the whole-capture decoder reports for these frames."""
+class GlobalFirsts(FirstReports):
+    """The once-per-capture reports of one task: the capture's first snaplen cut and
+    the first frame of each undecodable link type are known from pass 2, so only the
+    task holding that frame reports it; the driver writes the snaplen summary."""
 
-    def __init__(self, limits: Limits, report, snaplen_first: int | None,
-                 unknown_first: Mapping[int, int]) -> None:
-        super().__init__(limits, report)
-        self._snap_first = snaplen_first
-        self._unknown_first = dict(unknown_first)
-        self.snaplen_cuts = 0
+    summary = False
 
-    def _truncated(self, frame: Any, detail: str) -> None:
-        if self._snaplen_cut(frame, frame.data):
-            self.snaplen_cuts += 1
-            # only the capture's first snaplen cut is reported one by one
-            self._snaplen_reported = frame.number != self._snap_first
-        super()._truncated(frame, detail)
+    def __init__(self, snaplen_first: int | None, unknown_first: Mapping[int, int]) -> None:
+        super().__init__()
+        self.snaplen_first = snaplen_first
+        self.unknown_first = dict(unknown_first)
 
-    def decode(self, frame: Any):
-        lt = frame.linktype
-        if lt not in LINK_DECODERS:  # reported once per capture, at its first frame
-            if self._unknown_first.get(lt) == frame.number:
-                self._unknown_reported.discard(lt)
-            else:
-                self._unknown_reported.add(lt)
-        return super().decode(frame)
+    def snaplen_cut(self, frame: Any) -> bool:
+        return frame.number == self.snaplen_first
+
+    def unknown_linktype(self, frame: Any) -> bool:
+        return self.unknown_first.get(frame.linktype) == frame.number
+
+
+class ScheduleClock:
+    """A ``reassembly.engine.Clock`` that ignores the task's own frame times: the
+    capture's global schedule (``sweep_schedule``) is replayed by ``TaskReassembler``
+    between frames instead."""
+
+    def tick(self, reassembler: Reassembler, ts_ns: int) -> None:
+        return None
 
 
 class TaskReassembler(Reassembler):
     """``Reassembler`` driven by the capture's global clock (see ``sweep_schedule``).
 
     Frames must come in frame-number order.  Before each frame, the clock events that
-    the whole-capture run met after earlier frames are applied; the task's own ticks do
-    nothing.  Before the end-of-capture flush, fragment sets are expired at the time of
-    the capture's last fragment (another pair's fragments expire them lazily in the
-    whole-capture run)."""
+    the whole-capture run met after earlier frames are applied; the task's own frame
+    times move no clock (``ScheduleClock``).  Before the end-of-capture flush, fragment
+    sets are expired at the time of the capture's last fragment (another pair's
+    fragments expire them lazily in the whole-capture run)."""
 
     def __init__(
         self,
@@ -308,43 +310,35 @@ class TaskReassembler(Reassembler):
         unknown_first: Mapping[int, int] | None = None,
         frag_max: int | None = None,
     ) -> None:
-        super().__init__(limits)
-        self.network = _TaskNetwork(self.limits, self._out.append, snaplen_first,
-                                    unknown_first or {})
-        self._events = list(schedule)
-        self._next = 0
-        self._frag_max = frag_max
+        super().__init__(limits, clock=ScheduleClock(),
+                         firsts=GlobalFirsts(snaplen_first, unknown_first or {}))
+        self.events = list(schedule)
+        self.applied = 0  # events of ``schedule`` applied so far
+        self.frag_max = frag_max
 
-    def _apply_until(self, frame_no: float) -> None:
-        events, i = self._events, self._next
+    def apply_until(self, frame_no: float) -> None:
+        """Apply the schedule's events that came after frames before ``frame_no``."""
+        events, i = self.events, self.applied
         while i < len(events) and events[i][0] < frame_no:
             _after, kind, ts = events[i]
             if kind == 0:
                 self.flows.restamp_untimed(ts)
             else:
-                self.flows.expire(ts)
-                self.network.flush(ts)
+                self.sweep(ts)
             i += 1
-        self._next = i
+        self.applied = i
 
-    def _clocked(self, frames: Iterable[Frame]) -> Iterator[Frame]:
+    def clocked(self, frames: Iterable[Frame]) -> Iterator[Frame]:
+        """``frames`` with the schedule applied before each, and the rest at the end."""
         for frame in frames:
-            self._apply_until(frame.number)
+            self.apply_until(frame.number)
             yield frame
-        self._apply_until(float("inf"))
-        if self._frag_max is not None:
-            self.network.flush(self._frag_max)
+        self.apply_until(float("inf"))
+        if self.frag_max is not None:
+            self.network.flush(self.frag_max)
 
-    def process(self, frames: Iterable[Frame]) -> Iterator:
-        return super().process(self._clocked(frames))
-
-    def _tick(self, ts_ns: int) -> None:  # the global schedule is the clock
-        return
-
-    def finish(self) -> list:
-        # the snaplen summary row is built once for the whole capture by the driver
-        self.network._snaplen_unreported = 0
-        return super().finish()
+    def process(self, frames: Iterable[Frame]) -> Iterator[Event]:
+        return super().process(self.clocked(frames))
 
 
 def _sort_key(spec: TableSpec) -> str:
