@@ -4,6 +4,10 @@
 beyond a C compiler and Python's headers, both on every supported machine).  It is
 ``optional``: if it cannot be built the pure-Python reference runs instead, and
 ``msgcap dissect`` says so; the tests require it (tests/perf/test_fastpath.py).
+
+``reassembly._engine`` (the native packet engine, issue 22: record walk, decode,
+in-order TCP delivery) is built the same way and is optional for the same reason; the
+reference is ``reassembly.network``/``flows``/``tcp`` (tests/perf/test_engine_native.py).
 """
 
 from setuptools import Extension, setup
@@ -15,6 +19,12 @@ setup(
             ["dissectors/nats/_speedups.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
-        )
+        ),
+        Extension(
+            "reassembly._engine",
+            ["reassembly/_engine.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
     ]
 )

@@ -1,0 +1,1056 @@
+/*
+ * Native packet engine (issue 22): capture records -> link/IP/transport decode ->
+ * registered TCP flows -> in-order delivery, coalesced.  Wrapped by reassembly.native.
+ *
+ * Why it exists: on a bulk capture the pure-Python reassembly spends a few
+ * microseconds per packet (a Frame tuple, an L4Packet, the flow-table lookup, the half
+ * stream's bookkeeping, a StreamData per segment) while the bytes need nanoseconds.
+ * This module does that common path in one pass over the reader's buffer.  It is
+ * deliberately conservative: a record is "fast" only when the Python reference
+ * (reassembly.network.NetworkDecoder.decode, FlowTable.tcp) would return the same
+ * packet without an anomaly, and a packet is "taken" only when the reference would do
+ * nothing but bookkeeping and at most one in-order delivery for it.  Everything else
+ * is handed back, frame by frame, to the reference, which stays the definition of the
+ * output (docs/performance.md, "Native engine (issue 22): design").
+ *
+ * Objects:
+ *   Batch      - the records of one buffer walk (walk_pcap) with their decoded rows.
+ *   Engine     - the registered flows and what was taken since the last sync.
+ *   decode()   - the decode of one frame, for frames read by the Python readers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ decode */
+
+enum { K_SLOW = 0, K_TCP = 6, K_UDP = 17 };
+#define MAX_VLANS 2
+
+typedef struct {
+    int64_t ts_ns;
+    int64_t number;
+    Py_ssize_t body; /* offset of the record's data in the batch buffer */
+    uint32_t caplen, orig;
+    int32_t lt, iface; /* link type, interface index */
+    uint8_t kind;  /* K_SLOW, K_TCP, K_UDP */
+    uint8_t ipver; /* 4 or 6 */
+    uint8_t nvlan;
+    uint8_t tflags; /* TCP flags */
+    uint16_t vlan[MAX_VLANS];
+    uint16_t sport, dport;
+    uint32_t seq, ack;
+    uint16_t window;
+    uint32_t ip;    /* offset of the IP header in the record */
+    uint32_t l4;    /* offset of the transport header */
+    uint32_t l4len; /* transport header + data, trimmed to the IP length */
+    uint32_t hlen;  /* transport header length (TCP data offset; 8 for UDP) */
+} Rec;
+
+static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static inline uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* Where the IP header starts, as reassembly.link.decode_link finds it, for the link
+ * types of the common path; 4 / 6 (the link layer says which), 1 (the version nibble
+ * says) or 0 (anything else: the reference decides). */
+static int link_ip(const uint8_t *d, size_t n, int lt, size_t *off, Rec *r) {
+    unsigned et;
+    size_t o;
+    r->nvlan = 0;
+    switch (lt) {
+    case 1: /* Ethernet II */
+        if (n < 14) return 0;
+        et = be16(d + 12);
+        if (et < 0x0600) return 0; /* 802.3 length: not IP */
+        o = 14;
+        break;
+    case 113: /* Linux cooked v1 */
+        if (n < 16) return 0;
+        et = be16(d + 14);
+        o = 16;
+        break;
+    case 276: /* Linux cooked v2 */
+        if (n < 20) return 0;
+        et = be16(d);
+        o = 20;
+        break;
+    case 0:
+    case 108: { /* BSD NULL (host order) / LOOP (network order), either guessed */
+        uint32_t v;
+        if (n < 4) return 0;
+        if (lt == 0) {
+            v = le32(d);
+            if (v >= 0x10000) v = be32(d);
+        } else {
+            v = be32(d);
+            if (v >= 0x10000) v = le32(d);
+        }
+        *off = 4;
+        if (v == 2) return 4;
+        if (v == 24 || v == 28 || v == 30) return 6;
+        return 0;
+    }
+    case 12:
+    case 14:
+    case 101:
+        *off = 0;
+        return 1;
+    case 228:
+        *off = 0;
+        return 4;
+    case 229:
+        *off = 0;
+        return 6;
+    default:
+        return 0;
+    }
+    for (;;) { /* ethertypes: VLAN tags (at most MAX_VLANS), then IPv4 / IPv6 */
+        if (et == 0x0800) { *off = o; return 4; }
+        if (et == 0x86DD) { *off = o; return 6; }
+        if (et == 0x8100 || et == 0x88A8 || et == 0x9100 || et == 0x9200) {
+            if (o + 4 > n || r->nvlan == MAX_VLANS) return 0;
+            r->vlan[r->nvlan++] = be16(d + o) & 0x0FFF;
+            et = be16(d + o + 2);
+            o += 4;
+            continue;
+        }
+        return 0; /* PPPoE, MPLS, non-IP: the reference */
+    }
+}
+
+/* Fill r from one frame; r->kind stays K_SLOW unless the reference would decode it to
+ * the same packet with no anomaly and no state but the counters frames, ipv4/ipv6 and
+ * l4_packets, and the flow table would accept its transport header. */
+static void decode_rec(const uint8_t *d, size_t n, int lt, Rec *r) {
+    size_t off = 0, avail, l4, end;
+    unsigned proto;
+    int kind = link_ip(d, n, lt, &off, r);
+    r->kind = K_SLOW;
+    if (kind == 0) return;
+    if (kind == 1) {
+        if (off >= n) return;
+        kind = d[off] >> 4;
+        if (kind != 4 && kind != 6) return;
+    }
+    avail = n - off;
+    if (kind == 4) {
+        unsigned hl, tot;
+        if (avail < 20) return;
+        if (d[off] >> 4 != 4) return;
+        hl = (unsigned)(d[off] & 0x0F) << 2;
+        tot = be16(d + off + 2);
+        if (hl < 20 || tot < hl || hl > avail || tot > avail) return; /* tot 0: offload */
+        if (be16(d + off + 6) & 0x3FFF) return;                       /* a fragment */
+        proto = d[off + 9];
+        l4 = off + hl;
+        end = off + tot;
+    } else {
+        unsigned plen;
+        if (avail < 40) return;
+        if (d[off] >> 4 != 6) return;
+        plen = be16(d + off + 4);
+        proto = d[off + 6];
+        if (plen == 0 || 40 + (size_t)plen > avail) return;
+        if (proto != K_TCP && proto != K_UDP) return; /* extension headers */
+        l4 = off + 40;
+        end = l4 + plen;
+    }
+    r->ipver = (uint8_t)kind;
+    r->ip = (uint32_t)off;
+    r->l4 = (uint32_t)l4;
+    r->l4len = (uint32_t)(end - l4);
+    if (proto == K_TCP) {
+        unsigned hlen;
+        if (r->l4len < 20) return;
+        hlen = (unsigned)(d[l4 + 12] >> 4) * 4;
+        if (hlen < 20 || hlen > r->l4len) return;
+        r->sport = be16(d + l4);
+        r->dport = be16(d + l4 + 2);
+        r->seq = be32(d + l4 + 4);
+        r->ack = be32(d + l4 + 8);
+        r->tflags = d[l4 + 13];
+        r->window = be16(d + l4 + 14);
+        r->hlen = hlen;
+        r->kind = K_TCP;
+    } else if (proto == K_UDP) {
+        if (r->l4len < 8) return;
+        r->sport = be16(d + l4);
+        r->dport = be16(d + l4 + 2);
+        r->hlen = 8;
+        r->kind = K_UDP;
+    }
+}
+
+/* The decoded row as a tuple (see reassembly.native.decode), or None when slow. */
+static PyObject *row_tuple(const uint8_t *d, const Rec *r) {
+    PyObject *vlans, *res;
+    size_t alen;
+    const uint8_t *src;
+    int i;
+    if (r->kind == K_SLOW) Py_RETURN_NONE;
+    vlans = PyTuple_New(r->nvlan);
+    if (vlans == NULL) return NULL;
+    for (i = 0; i < r->nvlan; i++) PyTuple_SET_ITEM(vlans, i, PyLong_FromLong(r->vlan[i]));
+    alen = r->ipver == 4 ? 4 : 16;
+    src = d + r->ip + (r->ipver == 4 ? 12 : 8);
+    res = Py_BuildValue("(iy#y#iIINiiIIiiI)", r->ipver, src, (Py_ssize_t)alen, src + alen,
+                        (Py_ssize_t)alen, (int)r->kind, r->l4, r->l4len, vlans, (int)r->sport,
+                        (int)r->dport, r->seq, r->ack, (int)r->tflags, (int)r->window,
+                        r->hlen);
+    return res;
+}
+
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    int lt;
+    Py_buffer b;
+    Rec r;
+    PyObject *res;
+    if (!PyArg_ParseTuple(args, "iy*", &lt, &b)) return NULL;
+    memset(&r, 0, sizeof r);
+    decode_rec((const uint8_t *)b.buf, (size_t)b.len, lt, &r);
+    res = row_tuple((const uint8_t *)b.buf, &r);
+    PyBuffer_Release(&b);
+    return res;
+}
+
+/* ------------------------------------------------------------------ Batch */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer buf; /* the walked buffer, held while the batch lives */
+    int has_buf;
+    Rec *recs;
+    Py_ssize_t n;
+    Py_ssize_t end; /* where the walk stopped in buf */
+    int stop;       /* 0: buffer ended (refill); 1: a caplen over the limit */
+} Batch;
+
+static PyTypeObject BatchType;
+
+static void batch_dealloc(Batch *self) {
+    if (self->has_buf) PyBuffer_Release(&self->buf);
+    PyMem_Free(self->recs);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t batch_len(Batch *self) { return self->n; }
+
+static int batch_index(Batch *self, Py_ssize_t i) {
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "batch index out of range");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *batch_frame(Batch *self, PyObject *arg) {
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    const Rec *r;
+    if ((i == -1 && PyErr_Occurred()) || batch_index(self, i) < 0) return NULL;
+    r = &self->recs[i];
+    return Py_BuildValue("(LLiy#Ii)", (long long)r->number, (long long)r->ts_ns, (int)r->lt,
+                         (const char *)self->buf.buf + r->body, (Py_ssize_t)r->caplen, r->orig,
+                         (int)r->iface);
+}
+
+static PyObject *batch_row(Batch *self, PyObject *arg) {
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if ((i == -1 && PyErr_Occurred()) || batch_index(self, i) < 0) return NULL;
+    return row_tuple((const uint8_t *)self->buf.buf + self->recs[i].body, &self->recs[i]);
+}
+
+static PyObject *batch_kinds(Batch *self, PyObject *unused) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, self->n);
+    Py_ssize_t i;
+    if (out == NULL) return NULL;
+    for (i = 0; i < self->n; i++) PyBytes_AS_STRING(out)[i] = (char)self->recs[i].kind;
+    return out;
+}
+
+static PyObject *batch_get_end(Batch *self, void *c) { return PyLong_FromSsize_t(self->end); }
+static PyObject *batch_get_stop(Batch *self, void *c) { return PyLong_FromLong(self->stop); }
+static PyObject *batch_get_number(Batch *self, void *c) {
+    return PyLong_FromLongLong(self->n ? self->recs[self->n - 1].number : 0);
+}
+
+/* walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max)
+ * -> Batch: whole pcap records from buf[pos:], decoded; numbered from number + 1.
+ * swap: 0 caplen/len as stored, 1 swapped, 2 swapped when "caplen" > "len" (v2.3). */
+static PyObject *py_walk_pcap(PyObject *self, PyObject *args) {
+    Py_ssize_t pos, max, rec_len;
+    int big, swap, lt;
+    long long mult, number;
+    unsigned long long limit;
+    Batch *b;
+    const uint8_t *d;
+    Py_ssize_t size, cap;
+    b = PyObject_New(Batch, &BatchType);
+    if (b == NULL) return NULL;
+    b->has_buf = 0;
+    b->recs = NULL;
+    b->n = 0;
+    b->stop = 0;
+    if (!PyArg_ParseTuple(args, "y*npniLKiLn", &b->buf, &pos, &big, &rec_len, &swap, &mult,
+                          &limit, &lt, &number, &max)) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    b->has_buf = 1;
+    d = (const uint8_t *)b->buf.buf;
+    size = b->buf.len;
+    cap = max > 0 ? max : 1;
+    b->recs = PyMem_Malloc(sizeof(Rec) * (size_t)cap);
+    if (b->recs == NULL) {
+        Py_DECREF(b);
+        return PyErr_NoMemory();
+    }
+    if (pos < 0) pos = 0;
+    while (b->n < max && pos + rec_len <= size) {
+        const uint8_t *h = d + pos;
+        uint32_t sec = big ? be32(h) : le32(h), frac = big ? be32(h + 4) : le32(h + 4);
+        uint32_t incl = big ? be32(h + 8) : le32(h + 8), orig = big ? be32(h + 12) : le32(h + 12);
+        Rec *r;
+        if (swap && (swap == 1 || incl > orig)) {
+            uint32_t t = incl;
+            incl = orig;
+            orig = t;
+        }
+        if (incl > limit) {
+            b->stop = 1;
+            break;
+        }
+        if (pos + rec_len + (Py_ssize_t)incl > size) break;
+        r = &b->recs[b->n++];
+        memset(r, 0, sizeof *r);
+        r->number = ++number;
+        r->ts_ns = (int64_t)sec * 1000000000LL + (int64_t)frac * mult;
+        r->body = pos + rec_len;
+        r->caplen = incl;
+        r->orig = orig;
+        r->lt = lt;
+        decode_rec(d + r->body, incl, lt, r);
+        pos += rec_len + incl;
+    }
+    b->end = pos;
+    return (PyObject *)b;
+}
+
+/* batch_of(frames) -> Batch: Frame tuples (number, ts_ns, linktype, data, orig_len,
+ * interface) from any reader, their data copied into one buffer and decoded. */
+static PyObject *py_batch_of(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "batch_of() takes a sequence of frames"), *buf;
+    Py_ssize_t n, i, total = 0, at = 0;
+    Batch *b;
+    if (seq == NULL) return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    for (i = 0; i < n; i++) {
+        PyObject *f = PySequence_Fast_GET_ITEM(seq, i), *data;
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 6) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "a frame is a 6-tuple");
+            return NULL;
+        }
+        data = PyTuple_GET_ITEM(f, 3);
+        if (!PyBytes_Check(data)) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "frame data must be bytes");
+            return NULL;
+        }
+        total += PyBytes_GET_SIZE(data);
+    }
+    buf = PyBytes_FromStringAndSize(NULL, total);
+    b = buf ? PyObject_New(Batch, &BatchType) : NULL;
+    if (b == NULL) {
+        Py_XDECREF(buf);
+        Py_DECREF(seq);
+        return NULL;
+    }
+    b->has_buf = 0;
+    b->n = 0;
+    b->stop = 0;
+    b->end = 0;
+    b->recs = PyMem_Malloc(sizeof(Rec) * (size_t)(n ? n : 1));
+    if (b->recs == NULL || PyObject_GetBuffer(buf, &b->buf, PyBUF_SIMPLE) < 0) {
+        int nomem = b->recs == NULL;
+        Py_DECREF(buf);
+        Py_DECREF(seq);
+        Py_DECREF(b);
+        return nomem ? PyErr_NoMemory() : NULL;
+    }
+    b->has_buf = 1;
+    Py_DECREF(buf); /* the view holds it */
+    for (i = 0; i < n; i++) {
+        PyObject *f = PySequence_Fast_GET_ITEM(seq, i), *data = PyTuple_GET_ITEM(f, 3);
+        Rec *r = &b->recs[i];
+        Py_ssize_t len = PyBytes_GET_SIZE(data);
+        memset(r, 0, sizeof *r);
+        r->number = PyLong_AsLongLong(PyTuple_GET_ITEM(f, 0));
+        r->ts_ns = PyLong_AsLongLong(PyTuple_GET_ITEM(f, 1));
+        r->lt = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(f, 2));
+        r->orig = (uint32_t)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(f, 4));
+        r->iface = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(f, 5));
+        if (PyErr_Occurred()) {
+            Py_DECREF(seq);
+            Py_DECREF(b);
+            return NULL;
+        }
+        memcpy((char *)b->buf.buf + at, PyBytes_AS_STRING(data), (size_t)len);
+        r->body = at;
+        r->caplen = (uint32_t)len;
+        decode_rec((const uint8_t *)b->buf.buf + at, (size_t)len, r->lt, r);
+        at += len;
+        b->n++;
+    }
+    Py_DECREF(seq);
+    return (PyObject *)b;
+}
+
+static PyMethodDef batch_methods[] = {
+    {"frame", (PyCFunction)batch_frame, METH_O,
+     "frame(i) -> (number, ts_ns, linktype, data, orig_len, interface): a Frame's fields"},
+    {"row", (PyCFunction)batch_row, METH_O, "row(i) -> the decoded row (see decode) or None"},
+    {"kinds", (PyCFunction)batch_kinds, METH_NOARGS,
+     "kinds() -> bytes: 0 slow, 6 TCP, 17 UDP, one per record"},
+    {NULL}};
+
+static PyGetSetDef batch_getset[] = {
+    {"end", (getter)batch_get_end, NULL, "offset in the buffer where the walk stopped", NULL},
+    {"stop", (getter)batch_get_stop, NULL, "0: the buffer ended; 1: caplen over the limit", NULL},
+    {"number", (getter)batch_get_number, NULL, "number of the last record (0: none)", NULL},
+    {NULL}};
+
+static PySequenceMethods batch_seq = {.sq_length = (lenfunc)batch_len};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "reassembly._engine.Batch",
+    .tp_basicsize = sizeof(Batch),
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Records of one pcap buffer walk, decoded (see module docstring).",
+    .tp_methods = batch_methods,
+    .tp_getset = batch_getset,
+    .tp_as_sequence = &batch_seq,
+};
+
+
+/* ------------------------------------------------------------------ Engine */
+
+#define MOD32 4294967296LL
+#define HALF32 2147483648LL
+#define F_FIN 0x01
+#define F_SYN 0x02
+#define F_RST 0x04
+#define F_ACK 0x10
+
+/* One direction of a registered flow: the fields of reassembly.tcp.TcpHalfStream the
+ * common path reads or moves, and what moved since the last sync. */
+typedef struct {
+    uint32_t base;
+    int64_t ref_off, next_off;
+    int has_acked, has_edge, has_last_end;
+    int64_t acked_off, win_edge, win_size;
+    uint32_t last_end;
+    int syn_seen;
+    int64_t keep, rlen, rheld; /* overlap-check window: limit, length, budget held */
+    int shift;                 /* window scale of the ACKs this direction sends */
+    int64_t d_packets, d_bytes; /* since the last sync */
+    int mid;                    /* data taken while syn_seen is false */
+} Half;
+
+typedef struct {
+    uint8_t key[37]; /* v6 flag, client address (16), server address (16), ports (4) */
+    int32_t next;    /* hash chain / free list */
+    int used;
+    int64_t flow_id;
+    PyObject *conn; /* the reassembly.flows._Tcp */
+    PyObject *info; /* its FlowInfo */
+    int64_t ts_last, frame_last, idle_timeout;
+    int64_t last_ord; /* ordinal of its last taken packet since the sync, -1: none */
+    Half h[2];
+} Flow;
+
+typedef struct { /* one taken payload */
+    int32_t flow;
+    uint8_t dir;
+    Py_ssize_t body; /* offset of the payload in the batch buffer */
+    uint32_t len;
+    int64_t off, ts, frame;
+} Seg;
+
+typedef struct {
+    PyObject_HEAD
+    Flow *flows;
+    int32_t nflows, cap, free_head;
+    int32_t *buckets;
+    int32_t nbuckets;
+    Seg *segs;
+    Py_ssize_t nsegs, segcap;
+    /* clock and counters of the reference, as of the last hand-back */
+    int64_t now_ns, last_sweep_ns, sweep_ns;
+    int has_sweep;
+    int lt_cur;
+    int64_t taken, taken_v4, taken_v6; /* frames taken since the sync */
+    int32_t *dirty;
+    int32_t ndirty;
+} Engine;
+
+static uint32_t key_hash(const uint8_t *k) {
+    uint32_t h = 2166136261u;
+    int i;
+    for (i = 0; i < 37; i++) h = (h ^ k[i]) * 16777619u;
+    return h;
+}
+
+static void make_key(uint8_t *k, int v6, const uint8_t *a, const uint8_t *b, uint16_t pa,
+                     uint16_t pb) {
+    size_t n = v6 ? 16 : 4;
+    memset(k, 0, 37);
+    k[0] = (uint8_t)v6;
+    memcpy(k + 1, a, n);
+    memcpy(k + 17, b, n);
+    k[33] = (uint8_t)(pa >> 8);
+    k[34] = (uint8_t)pa;
+    k[35] = (uint8_t)(pb >> 8);
+    k[36] = (uint8_t)pb;
+}
+
+static int32_t find(Engine *e, const uint8_t *k) {
+    int32_t i = e->buckets[key_hash(k) & (uint32_t)(e->nbuckets - 1)];
+    while (i >= 0) {
+        if (memcmp(e->flows[i].key, k, 37) == 0) return i;
+        i = e->flows[i].next;
+    }
+    return -1;
+}
+
+static void unlink_flow(Engine *e, int32_t idx) {
+    Flow *f = &e->flows[idx];
+    int32_t *p = &e->buckets[key_hash(f->key) & (uint32_t)(e->nbuckets - 1)];
+    while (*p >= 0 && *p != idx) p = &e->flows[*p].next;
+    if (*p == idx) *p = f->next;
+    Py_CLEAR(f->conn);
+    Py_CLEAR(f->info);
+    f->used = 0;
+    f->next = e->free_head;
+    e->free_head = idx;
+    e->nflows--;
+}
+
+static int grow(Engine *e) {
+    int32_t ncap = e->cap ? e->cap * 2 : 64, nb = ncap * 2, i;
+    Flow *nf = PyMem_Realloc(e->flows, sizeof(Flow) * (size_t)ncap);
+    int32_t *b, *dirty;
+    if (nf == NULL) return -1;
+    e->flows = nf;
+    dirty = PyMem_Realloc(e->dirty, sizeof(int32_t) * (size_t)ncap);
+    if (dirty == NULL) return -1;
+    e->dirty = dirty;
+    b = PyMem_Malloc(sizeof(int32_t) * (size_t)nb);
+    if (b == NULL) return -1;
+    for (i = 0; i < nb; i++) b[i] = -1;
+    for (i = e->cap; i < ncap; i++) {
+        nf[i].used = 0;
+        nf[i].conn = nf[i].info = NULL;
+        nf[i].next = e->free_head;
+        e->free_head = i;
+    }
+    for (i = 0; i < e->cap; i++) {
+        if (nf[i].used) {
+            uint32_t h = key_hash(nf[i].key) & (uint32_t)(nb - 1);
+            nf[i].next = b[h];
+            b[h] = i;
+        }
+    }
+    PyMem_Free(e->buckets);
+    e->buckets = b;
+    e->nbuckets = nb;
+    e->cap = ncap;
+    return 0;
+}
+
+/* TcpHalfStream._seq_off while no FIN was seen (registration requires it). */
+static inline int64_t seq_off(const Half *h, uint32_t seq) {
+    int64_t rel = (int64_t)(uint32_t)(seq - h->base);
+    int64_t ref = h->ref_off, r = ((ref % MOD32) + MOD32) % MOD32;
+    int64_t diff = rel - r;
+    if (diff > HALF32) diff -= MOD32;
+    else if (diff < -HALF32) diff += MOD32;
+    return ref + diff;
+}
+
+static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Engine *e = (Engine *)type->tp_alloc(type, 0);
+    if (e == NULL) return NULL;
+    e->free_head = -1;
+    e->lt_cur = -1;
+    if (grow(e) < 0) {
+        Py_DECREF(e);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)e;
+}
+
+static void engine_dealloc(Engine *e) {
+    int32_t i;
+    for (i = 0; i < e->cap; i++) {
+        Py_XDECREF(e->flows[i].conn);
+        Py_XDECREF(e->flows[i].info);
+    }
+    PyMem_Free(e->flows);
+    PyMem_Free(e->buckets);
+    PyMem_Free(e->segs);
+    PyMem_Free(e->dirty);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static int opt_i64(PyObject *o, int64_t *v, int *has) {
+    if (o == Py_None) {
+        *has = 0;
+        *v = 0;
+        return 0;
+    }
+    *has = 1;
+    *v = PyLong_AsLongLong(o);
+    return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* register(v6, client, cport, server, sport, flow_id, conn, info, ts_last, frame_last,
+ *          idle_timeout, half_c2s, half_s2c): a flow in the reference's common state;
+ * half = (base, ref_off, next_off, acked_off|None, win_edge|None, win_size,
+ *         last_end|None, syn_seen, keep, recent_len, recent_held, ack_shift).
+ * Replaces any registration under the same key. */
+static PyObject *engine_register(Engine *e, PyObject *args) {
+    int v6, d;
+    Py_buffer a, b;
+    int cport, sport;
+    long long flow_id, ts_last, frame_last, idle;
+    PyObject *conn, *info, *hs[2];
+    uint8_t k[37];
+    int32_t idx;
+    Flow *f;
+    if (!PyArg_ParseTuple(args, "py*iy*iLOOLLLO!O!", &v6, &a, &cport, &b, &sport, &flow_id,
+                          &conn, &info, &ts_last, &frame_last, &idle, &PyTuple_Type, &hs[0],
+                          &PyTuple_Type, &hs[1]))
+        return NULL;
+    if (a.len != (v6 ? 16 : 4) || b.len != a.len) {
+        PyBuffer_Release(&a);
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "address length does not match the version");
+        return NULL;
+    }
+    make_key(k, v6, a.buf, b.buf, (uint16_t)cport, (uint16_t)sport);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    idx = find(e, k);
+    if (idx >= 0) {
+        if (e->flows[idx].last_ord >= 0) {
+            PyErr_SetString(PyExc_RuntimeError, "register over a flow not synced");
+            return NULL;
+        }
+        unlink_flow(e, idx);
+    }
+    if (e->free_head < 0 && grow(e) < 0) return PyErr_NoMemory();
+    idx = e->free_head;
+    f = &e->flows[idx];
+    e->free_head = f->next;
+    memset(f, 0, sizeof *f);
+    memcpy(f->key, k, 37);
+    f->flow_id = flow_id;
+    f->ts_last = ts_last;
+    f->frame_last = frame_last;
+    f->idle_timeout = idle;
+    f->last_ord = -1;
+    for (d = 0; d < 2; d++) {
+        Half *h = &f->h[d];
+        PyObject *acked, *edge, *last_end;
+        unsigned long base;
+        long long ref, next, wsize, keep, rlen, rheld;
+        int syn, shift;
+        if (!PyArg_ParseTuple(hs[d], "kLLOOLOpLLLi", &base, &ref, &next, &acked, &edge, &wsize,
+                              &last_end, &syn, &keep, &rlen, &rheld, &shift))
+            return NULL;
+        h->base = (uint32_t)base;
+        h->ref_off = ref;
+        h->next_off = next;
+        h->win_size = wsize;
+        h->syn_seen = syn;
+        h->keep = keep;
+        h->rlen = rlen;
+        h->rheld = rheld;
+        h->shift = shift;
+        if (opt_i64(acked, &h->acked_off, &h->has_acked) < 0 ||
+            opt_i64(edge, &h->win_edge, &h->has_edge) < 0)
+            return NULL;
+        {
+            int64_t le;
+            if (opt_i64(last_end, &le, &h->has_last_end) < 0) return NULL;
+            h->last_end = (uint32_t)le;
+        }
+    }
+    Py_INCREF(conn);
+    Py_INCREF(info);
+    f->conn = conn;
+    f->info = info;
+    f->used = 1;
+    f->next = e->buckets[key_hash(k) & (uint32_t)(e->nbuckets - 1)];
+    e->buckets[key_hash(k) & (uint32_t)(e->nbuckets - 1)] = idx;
+    e->nflows++;
+    Py_RETURN_NONE;
+}
+
+/* unregister(client, cport, server, sport, flow_id): drop that flow's registration
+ * (no-op if another flow or none is registered under the key). */
+static PyObject *engine_unregister(Engine *e, PyObject *args) {
+    Py_buffer a, b;
+    int cport, sport;
+    long long fid;
+    uint8_t k[37];
+    int32_t idx;
+    if (!PyArg_ParseTuple(args, "y*iy*iL", &a, &cport, &b, &sport, &fid)) return NULL;
+    if ((a.len != 4 && a.len != 16) || b.len != a.len) {
+        PyBuffer_Release(&a);
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "bad address length");
+        return NULL;
+    }
+    make_key(k, a.len == 16, a.buf, b.buf, (uint16_t)cport, (uint16_t)sport);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    idx = find(e, k);
+    if (idx >= 0 && e->flows[idx].flow_id == fid) {
+        if (e->flows[idx].last_ord >= 0) {
+            PyErr_SetString(PyExc_RuntimeError, "unregister of a flow not synced");
+            return NULL;
+        }
+        unlink_flow(e, idx);
+    }
+    Py_RETURN_NONE;
+}
+
+/* registered() -> [(flow_id, conn)] of every registered flow. */
+static PyObject *engine_registered(Engine *e, PyObject *unused) {
+    PyObject *out = PyList_New(0), *t;
+    int32_t i;
+    if (out == NULL) return NULL;
+    for (i = 0; i < e->cap; i++) {
+        if (!e->flows[i].used) continue;
+        t = Py_BuildValue("(LO)", (long long)e->flows[i].flow_id, e->flows[i].conn);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return out;
+}
+
+/* clock(now_ns, last_sweep_ns|None, sweep_ns, linktype|None): the reference's clock and
+ * current link type, after a frame it handled. */
+static PyObject *engine_clock(Engine *e, PyObject *args) {
+    long long now, sweep;
+    PyObject *last, *lt;
+    int64_t v;
+    if (!PyArg_ParseTuple(args, "LOLO", &now, &last, &sweep, &lt)) return NULL;
+    e->now_ns = now;
+    e->sweep_ns = sweep;
+    if (opt_i64(last, &v, &e->has_sweep) < 0) return NULL;
+    e->last_sweep_ns = v;
+    if (lt == Py_None) e->lt_cur = -1;
+    else {
+        e->lt_cur = (int)PyLong_AsLong(lt);
+        if (e->lt_cur == -1 && PyErr_Occurred()) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Take one fast TCP record if the reference would only do bookkeeping and at most one
+ * in-order delivery for it; 0 if not (the reference handles the frame). */
+static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
+    uint8_t k[37];
+    const uint8_t *ip = d + body + r->ip;
+    const uint8_t *src = ip + (r->ipver == 4 ? 12 : 8);
+    const uint8_t *dst = src + (r->ipver == 4 ? 4 : 16);
+    int v6 = r->ipver == 6, dir;
+    int32_t idx;
+    Flow *f;
+    Half *mine, *peer;
+    uint32_t dlen = r->l4len - r->hlen;
+    int64_t off = 0, aoff, wb, newlen = 0, now;
+    if ((r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) != F_ACK) return 0;
+    make_key(k, v6, src, dst, r->sport, r->dport);
+    idx = find(e, k);
+    dir = 0;
+    if (idx < 0) {
+        make_key(k, v6, dst, src, r->dport, r->sport);
+        idx = find(e, k);
+        if (idx < 0) return 0;
+        dir = 1;
+    }
+    f = &e->flows[idx];
+    if (r->ts_ns - f->ts_last > f->idle_timeout) return 0; /* stale: the reference decides */
+    mine = &f->h[dir];
+    peer = &f->h[1 - dir];
+    if (dlen) {
+        off = seq_off(mine, r->seq);
+        if (off != mine->next_off) return 0;
+        if (mine->keep) {
+            newlen = mine->rlen + dlen;
+            if (newlen > mine->keep) newlen = mine->keep;
+            if (newlen > mine->rheld) return 0; /* the window would call the budget */
+        }
+    }
+    if (dlen && e->nsegs == e->segcap) {
+        Py_ssize_t ncap = e->segcap ? e->segcap * 2 : 1024;
+        Seg *ns = PyMem_Realloc(e->segs, sizeof(Seg) * (size_t)ncap);
+        if (ns == NULL) return -1;
+        e->segs = ns;
+        e->segcap = ncap;
+    }
+    /* taken: the reference's effects, in its order */
+    now = r->ts_ns > e->now_ns ? r->ts_ns : e->now_ns;
+    e->now_ns = now;
+    e->taken++;
+    if (v6) e->taken_v6++;
+    else e->taken_v4++;
+    if (r->ts_ns > f->ts_last) f->ts_last = r->ts_ns;
+    f->frame_last = r->number;
+    if (f->last_ord < 0) e->dirty[e->ndirty++] = idx;
+    f->last_ord = e->taken;
+    mine->d_packets++;
+    aoff = seq_off(peer, r->ack);
+    if (!peer->has_acked || aoff > peer->acked_off) {
+        peer->acked_off = aoff;
+        peer->has_acked = 1;
+    }
+    wb = (int64_t)r->window << mine->shift;
+    if (!peer->has_edge || aoff + wb > peer->win_edge) {
+        peer->win_edge = aoff + wb;
+        peer->has_edge = 1;
+    }
+    peer->win_size = wb;
+    if (dlen) {
+        Seg *s = &e->segs[e->nsegs++];
+        if (!mine->syn_seen) mine->mid = 1;
+        s->flow = idx;
+        s->dir = (uint8_t)dir;
+        s->body = body + r->l4 + r->hlen;
+        s->len = dlen;
+        s->off = off;
+        s->ts = r->ts_ns;
+        s->frame = r->number;
+        mine->ref_off = off + dlen;
+        mine->next_off = off + dlen;
+        mine->d_bytes += dlen;
+        mine->rlen = newlen;
+    }
+    mine->last_end = r->seq + dlen;
+    mine->has_last_end = 1;
+    return 1;
+}
+
+/* Would the reference's _tick for a frame at ts do more than move the clock? */
+static inline int tick_special(Engine *e, int64_t ts) {
+    int64_t now;
+    if (!e->has_sweep) return 1;
+    if (ts > e->now_ns && e->now_ns == 0) return 1; /* restamp of untimed flows */
+    now = ts > e->now_ns ? ts : e->now_ns;
+    return now - e->last_sweep_ns >= e->sweep_ns;
+}
+
+/* Runs of adjacent taken payloads as (info, conn, direction, offset, data, segments) with
+ * segments the packed int64 (end offset, ts_ns, frame) of each; the segments are
+ * emptied. */
+static PyObject *build_runs(Engine *e, const uint8_t *d) {
+    PyObject *out = PyList_New(0);
+    Py_ssize_t i = 0, j;
+    if (out == NULL) return NULL;
+    while (i < e->nsegs) {
+        Seg *s = &e->segs[i];
+        Py_ssize_t total = 0, n;
+        PyObject *data, *segs, *t;
+        char *p;
+        int64_t *q;
+        for (j = i; j < e->nsegs && e->segs[j].flow == s->flow && e->segs[j].dir == s->dir; j++)
+            total += e->segs[j].len;
+        n = j - i;
+        data = PyBytes_FromStringAndSize(NULL, total);
+        segs = PyBytes_FromStringAndSize(NULL, n * 3 * (Py_ssize_t)sizeof(int64_t));
+        if (data == NULL || segs == NULL) {
+            Py_XDECREF(data);
+            Py_XDECREF(segs);
+            Py_DECREF(out);
+            return NULL;
+        }
+        p = PyBytes_AS_STRING(data);
+        q = (int64_t *)PyBytes_AS_STRING(segs);
+        for (j = i; j < i + n; j++) {
+            Seg *g = &e->segs[j];
+            memcpy(p, d + g->body, g->len);
+            p += g->len;
+            *q++ = g->off + g->len;
+            *q++ = g->ts;
+            *q++ = g->frame;
+        }
+        t = Py_BuildValue("(OOiLNN)", e->flows[s->flow].info, e->flows[s->flow].conn,
+                          (int)s->dir, (long long)s->off, data, segs);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+        i += n;
+    }
+    e->nsegs = 0;
+    return out;
+}
+
+/* run(batch, start) -> (index, runs): take records from start until one the reference
+ * must handle (index: that record, or len(batch)); runs: see build_runs. */
+static PyObject *engine_run(Engine *e, PyObject *args) {
+    Batch *b;
+    Py_ssize_t i;
+    const uint8_t *d;
+    if (!PyArg_ParseTuple(args, "O!n", &BatchType, &b, &i)) return NULL;
+    d = (const uint8_t *)b->buf.buf;
+    {
+        for (; i < b->n; i++) {
+            const Rec *r = &b->recs[i];
+            int got;
+            if (r->kind != K_TCP || r->lt != e->lt_cur || tick_special(e, r->ts_ns)) break;
+            got = take(e, d, r->body, r);
+            if (got < 0) return PyErr_NoMemory();
+            if (!got) break;
+        }
+    }
+    return Py_BuildValue("(nN)", i, build_runs(e, d));
+}
+
+/* sync() -> (frames, ipv4, ipv6, now_ns, [(conn, info, ts_last, frame_last, ordinal,
+ * half_c2s, half_s2c)] in the order of their last taken packet); half = (packets,
+ * bytes, mid, next_off, ref_off, last_end|None, acked_off|None, win_edge|None,
+ * win_size, recent_len).  Resets what was taken. */
+static PyObject *opt_obj(int has, int64_t v) {
+    if (!has) Py_RETURN_NONE;
+    return PyLong_FromLongLong(v);
+}
+
+static Engine *sort_ctx;
+static int cmp_ord(const void *a, const void *b) {
+    int64_t x = sort_ctx->flows[*(const int32_t *)a].last_ord;
+    int64_t y = sort_ctx->flows[*(const int32_t *)b].last_ord;
+    return (x > y) - (x < y);
+}
+
+static PyObject *engine_sync(Engine *e, PyObject *unused) {
+    PyObject *list = PyList_New(e->ndirty), *res;
+    int32_t i;
+    int d;
+    if (list == NULL) return NULL;
+    sort_ctx = e;
+    qsort(e->dirty, (size_t)e->ndirty, sizeof(int32_t), cmp_ord);
+    for (i = 0; i < e->ndirty; i++) {
+        Flow *f = &e->flows[e->dirty[i]];
+        PyObject *h[2], *t;
+        for (d = 0; d < 2; d++) {
+            Half *x = &f->h[d];
+            h[d] = Py_BuildValue("(LLiLLNNNLL)", (long long)x->d_packets, (long long)x->d_bytes,
+                                 x->mid, (long long)x->next_off, (long long)x->ref_off,
+                                 opt_obj(x->has_last_end, x->last_end),
+                                 opt_obj(x->has_acked, x->acked_off),
+                                 opt_obj(x->has_edge, x->win_edge), (long long)x->win_size,
+                                 (long long)x->rlen);
+            x->d_packets = x->d_bytes = 0;
+            x->mid = 0;
+        }
+        t = Py_BuildValue("(OOLLLNN)", f->conn, f->info, (long long)f->ts_last,
+                          (long long)f->frame_last, (long long)f->last_ord, h[0], h[1]);
+        if (t == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, t);
+        f->last_ord = -1;
+    }
+    res = Py_BuildValue("(LLLLN)", (long long)e->taken, (long long)e->taken_v4,
+                        (long long)e->taken_v6, (long long)e->now_ns, list);
+    e->ndirty = 0;
+    e->taken = e->taken_v4 = e->taken_v6 = 0;
+    return res;
+}
+
+static Py_ssize_t engine_len(Engine *e) { return e->nflows; }
+
+static PyMethodDef engine_methods[] = {
+    {"register", (PyCFunction)engine_register, METH_VARARGS,
+     "register(v6, client, cport, server, sport, flow_id, conn, info, ts_last, frame_last, "
+     "idle_timeout, half_c2s, half_s2c)"},
+    {"unregister", (PyCFunction)engine_unregister, METH_VARARGS,
+     "unregister(client, cport, server, sport, flow_id)"},
+    {"registered", (PyCFunction)engine_registered, METH_NOARGS,
+     "registered() -> [(flow_id, conn)]"},
+    {"clock", (PyCFunction)engine_clock, METH_VARARGS,
+     "clock(now_ns, last_sweep_ns, sweep_ns, linktype): the reference's clock"},
+    {"run", (PyCFunction)engine_run, METH_VARARGS, "run(batch, start) -> (index, runs)"},
+    {"sync", (PyCFunction)engine_sync, METH_NOARGS,
+     "sync() -> (frames, ipv4, ipv6, now_ns, flows): what was taken since the last sync"},
+    {NULL}};
+
+static PySequenceMethods engine_seq = {.sq_length = (lenfunc)engine_len};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "reassembly._engine.Engine",
+    .tp_basicsize = sizeof(Engine),
+    .tp_dealloc = (destructor)engine_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Registered TCP flows and the packets taken for them (module docstring).",
+    .tp_methods = engine_methods,
+    .tp_as_sequence = &engine_seq,
+    .tp_new = engine_new,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef module_methods[] = {
+    {"decode", py_decode, METH_VARARGS,
+     "decode(linktype, data) -> (ip_version, src, dst, proto, l4_offset, l4_len, vlans, "
+     "sport, dport, seq, ack, flags, window, header_len) or None (slow)"},
+    {"batch_of", py_batch_of, METH_O,
+     "batch_of(frames) -> Batch of Frame tuples (number, ts_ns, linktype, data, orig_len, "
+     "interface)"},
+    {"walk_pcap", py_walk_pcap, METH_VARARGS,
+     "walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max) "
+     "-> Batch"},
+    {NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "reassembly._engine",
+    "Native packet engine (reference: reassembly.network, reassembly.flows, reassembly.tcp).",
+    -1, module_methods};
+
+PyMODINIT_FUNC PyInit__engine(void) {
+    PyObject *m;
+    if (PyType_Ready(&BatchType) < 0 || PyType_Ready(&EngineType) < 0) return NULL;
+    m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    Py_INCREF(&BatchType);
+    if (PyModule_AddObject(m, "Batch", (PyObject *)&BatchType) < 0) {
+        Py_DECREF(&BatchType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EngineType);
+    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
+        Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

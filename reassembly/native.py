@@ -1,0 +1,408 @@
+"""The native packet engine (issue 22): the common path of reassembly in C.
+
+Strategy (docs/performance.md, "Native engine (issue 22): design"): ``reassembly._engine``
+walks pcap records in a buffer and decodes them into a batch (``pcap_batches``); a
+``NativeReassembler`` keeps the Python ``Reassembler`` as the reference and lets the C
+core *take* only the packets whose effect on that reference is plain bookkeeping and
+at most one in-order delivery (a registered flow's ACK, with or without in-order data).
+Every other frame is handed to the reference, after the C side wrote what it took back
+into the reference's objects (``_sync``), so every decision that depends on more than
+that (new flows, handshakes, closes, reordering, overlaps, limits, the memory budget,
+idle sweeps) is the reference's own.  Taken payloads that are adjacent in the event
+order come out as one ``CoalescedData`` whose ``split()`` gives the reference's
+``StreamData`` events.
+
+Not wired into ``reassembly.engine.capture_events`` yet: the C core reads the
+reference's private state (``FlowTable._tcp_keys``, ``TcpHalfStream`` fields) because
+issue 21 is reshaping those modules; the wiring will give them a small public surface
+for it (and a ``Reassembler`` method for one frame, which ``_reference_frame`` repeats).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from reassembly.capture import MAX_RECORD, MIN_CAPLEN_LIMIT, Frame, open_capture
+from reassembly.compression import ByteSource
+from reassembly.engine import CaptureClock, Reassembler
+from reassembly.events import Direction, Event, FlowInfo, StreamData, Transport
+from reassembly.flows import UNKNOWN_WSCALE, _Tcp
+from reassembly.limits import SECOND_NS, Limits
+from reassembly.pcap import FILE_HEADER_LEN
+from reassembly.tcp import TcpHalfStream, _Window
+
+try:
+    from reassembly import _engine
+except ImportError:  # no C compiler at install time: the reference runs alone
+    _engine = None  # type: ignore[assignment]
+
+AVAILABLE = _engine is not None
+
+# Records per batch: bounds the batch's row array (~100 bytes a record) and how long
+# the reference waits for the events of a stretch of taken packets.
+BATCH_RECORDS = 16384
+# Bytes read from the capture at a time (as reassembly.capture.CHUNK).
+READ_CHUNK = 1 << 20
+
+TCP, UDP = 6, 17
+_SEG = struct.Struct("=qqq")  # a segment of CoalescedData: end offset, ts_ns, frame
+_DIRECTIONS = (Direction.C2S, Direction.S2C)
+
+
+class DecodedRow(NamedTuple):
+    """A record the C core decodes exactly as ``NetworkDecoder.decode`` would."""
+
+    ip_version: int
+    src: bytes
+    dst: bytes
+    proto: int  # 6 or 17
+    l4_offset: int  # transport header, in the frame's data
+    l4_len: int  # transport header + data, trimmed to the IP length
+    vlans: tuple[int, ...]
+    sport: int
+    dport: int
+    seq: int  # TCP only (0 for UDP)
+    ack: int
+    flags: int
+    window: int
+    header_len: int  # TCP data offset in bytes; 8 for UDP
+
+
+def decode(linktype: int, data: bytes) -> DecodedRow | None:
+    """One frame through the C decode; None when the reference must decode it (slow)."""
+    row = _engine.decode(linktype, data)
+    return None if row is None else DecodedRow(*row)
+
+
+@dataclass(slots=True, frozen=True)
+class CoalescedData:
+    """In-order bytes of one flow direction that the reference would have delivered as
+    one ``StreamData`` per segment, back to back in its event order.  ``segments``
+    packs, per segment, its end offset, time and frame (``split`` reads them)."""
+
+    flow: FlowInfo
+    direction: Direction
+    offset: int
+    data: bytes
+    segments: bytes
+
+    def split(self) -> list[StreamData]:
+        """The reference's events for these bytes, one per segment."""
+        out = []
+        start, data, base = self.offset, self.data, self.offset
+        for end, ts, frame in _SEG.iter_unpack(self.segments):
+            out.append(StreamData(self.flow, self.direction, start,
+                                  data[start - base:end - base], ts, ts, frame, frame))
+            start = end
+        return out
+
+
+# -- record reading ------------------------------------------------------------------
+
+
+class _PcapLayout(NamedTuple):
+    big_endian: bool
+    rec_len: int
+    swap: int  # 0 as stored, 1 swapped, 2 swapped when caplen > len (version 2.3)
+    mult: int  # ns per timestamp fraction unit
+    limit: int  # caplen above this is damage
+    linktype: int
+
+
+def _pcap_layout(path: str | os.PathLike[str]) -> _PcapLayout | None:
+    """The record layout of a classic pcap file, from the reference reader's public
+    facts (None: not a pcap with a whole file header, e.g. pcapng)."""
+    with open_capture(path, digest=False) as reader:
+        info = reader.info
+        if info.format != "pcap" or not info.link_types:
+            return None
+        version = reader.version  # type: ignore[attr-defined]
+        swap = 1 if version < (2, 3) else 2 if version == (2, 3) else 0
+        limit = max(MIN_CAPLEN_LIMIT, min(reader.snaplen, MAX_RECORD))  # type: ignore[attr-defined]
+        rec_len = 24 if info.variant == "modified" else 16
+        return _PcapLayout(info.byte_order == "big-endian", rec_len, swap,
+                           1000 if info.ts_resolution == "us" else 1, limit, info.link_types[0])
+
+
+def pcap_batches(path: str | os.PathLike[str], max_records: int = BATCH_RECORDS
+                 ) -> Iterator[object]:
+    """The records of a classic pcap file (gzip/zstd too) as C batches, in order.
+
+    Stops where ``reassembly.pcap`` would report damage (a record over the caplen
+    limit, a cut record at the end); the reference reader says what it was.  Raises
+    ValueError for a capture that is not classic pcap."""
+    layout = _pcap_layout(path)
+    if layout is None:
+        raise ValueError(f"{os.fspath(path)}: not a classic pcap file")
+    source = ByteSource(path, digest=False)
+    try:
+        buf = source.read_at_least(FILE_HEADER_LEN + READ_CHUNK, READ_CHUNK)
+        pos, number = FILE_HEADER_LEN, 0
+        while True:
+            batch = _engine.walk_pcap(buf, pos, layout.big_endian, layout.rec_len, layout.swap,
+                                      layout.mult, layout.limit, layout.linktype, number,
+                                      max_records)
+            if len(batch):
+                number = batch.number
+                yield batch
+            if batch.stop:
+                return
+            pos = batch.end
+            if len(batch) == max_records:
+                continue
+            more = source.read_at_least(READ_CHUNK, READ_CHUNK)
+            if not more:
+                return
+            buf = buf[pos:] + more
+            pos = 0
+    finally:
+        source.close()
+
+
+def frame_batches(frames: Iterable[Frame], max_records: int = BATCH_RECORDS
+                  ) -> Iterator[object]:
+    """Frames from any reader (pcapng, a range of a file) as C batches of up to
+    ``max_records``: their bytes are copied once and decoded by the same C code."""
+    pending: list[Frame] = []
+    for frame in frames:
+        pending.append(frame)
+        if len(pending) == max_records:
+            yield _engine.batch_of(pending)
+            pending = []
+    if pending:
+        yield _engine.batch_of(pending)
+
+
+# -- the engine ------------------------------------------------------------------------
+
+
+def _half_state(half: TcpHalfStream, ack_shift: int) -> tuple:
+    """What the C core keeps of one direction (``_engine.Engine.register``)."""
+    recent = half.recent
+    held = recent.held if recent.__class__ is _Window else 0  # type: ignore[union-attr]
+    return (half.base, half.ref_off, half.next_off, half.acked_off, half.win_edge,
+            half.win_size, half.last_end, half.syn_seen, half.keep, len(recent), held,
+            ack_shift)
+
+
+def _ack_shifts(conn: _Tcp) -> tuple[int, int]:
+    """The shift ``_Tcp.window_bytes`` applies to each direction's window (no SYN)."""
+    if not all(h is not None and h.syn_seen for h in conn.halves):
+        return UNKNOWN_WSCALE, UNKNOWN_WSCALE
+    pair = conn.wscale
+    if None in pair:
+        return 0, 0
+    return pair[0], pair[1]  # type: ignore[return-value]
+
+
+class NativeReassembler:
+    """``Reassembler.process`` over C batches, with the common path taken by the C core;
+    the events are the reference's (``CoalescedData`` standing for runs of
+    ``StreamData``).  ``coalesce=False`` yields the ``StreamData`` one by one."""
+
+    def __init__(self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None,
+                 coalesce: bool = True, **options: object) -> None:
+        """``options``: the reference ``Reassembler``'s keyword options."""
+        self.ref = Reassembler(limits, owns, **options)  # type: ignore[arg-type]
+        # the C core keeps the capture clock's rule (``CaptureClock``); under any other
+        # clock it takes nothing (``_tell_clock``)
+        self._capture_clock = type(self.ref.clock) is CaptureClock
+        self.core = _engine.Engine()
+        self.coalesce = coalesce
+        self.counters = {"taken": 0, "reference": 0}
+        self._ticks_base = 0
+
+    # -- registration -------------------------------------------------------------------
+
+    def _clean(self, conn: _Tcp) -> bool:
+        """Whether the reference would treat the flow's next in-order ACK/data packet
+        as plain bookkeeping (the C core's condition to take it)."""
+        flows = self.ref.flows
+        if (not conn.owned or conn.closing or conn.rst
+                or flows._tcp_keys.get(conn.key) is not conn
+                or conn.info.flow_id not in flows._open):
+            return False
+        src, sport, dst, dport = conn.key
+        if (dst, dport, src, sport) in flows._tcp_keys:
+            return False  # another flow under the reversed key: lookups must not mix
+        for half in conn.halves:
+            if (half.__class__ is not TcpHalfStream or half.base is None or half.pieces
+                    or half.held or half.fin_seq_off is not None or half.alt_base is not None
+                    or half.stream_id is not None):
+                return False
+        return True
+
+    def _review(self, conn: _Tcp) -> None:
+        """Register the flow with its current state when clean, else drop it."""
+        src, sport, dst, dport = conn.key
+        info = conn.info
+        if not self._clean(conn):
+            self.core.unregister(src, sport, dst, dport, info.flow_id)
+            return
+        shifts = _ack_shifts(conn)
+        self.core.register(len(src) == 16, src, sport, dst, dport, info.flow_id, conn, info,
+                           info.ts_last_ns, info.frame_last, self.ref.limits.tcp_idle_timeout_ns,
+                           _half_state(conn.c2s, shifts[0]),  # type: ignore[arg-type]
+                           _half_state(conn.s2c, shifts[1]))  # type: ignore[arg-type]
+
+    def _review_all(self) -> None:
+        for _, conn in self.core.registered():
+            self._review(conn)
+
+    # -- sync ---------------------------------------------------------------------------
+
+    def _sync(self, runs: list) -> None:
+        """Write what the C core took into the reference's objects (module docstring)."""
+        frames, v4, v6, now_ns, flows = self.core.sync()
+        if not frames:
+            return
+        ref = self.ref
+        counters = ref.network.counters
+        counters["frames"] += frames
+        counters["ipv4"] += v4
+        counters["ipv6"] += v6
+        counters["l4_packets"] += frames
+        ref.clock.now_ns = now_ns  # type: ignore[attr-defined]  # a CaptureClock
+        table = ref.flows
+        base = table._ticks
+        table._ticks = base + frames
+        self.counters["taken"] += frames
+        opened = table._open
+        for conn, info, ts_last, frame_last, ordinal, c2s, s2c in flows:
+            info.ts_last_ns = ts_last
+            info.frame_last = frame_last
+            opened.move_to_end(info.flow_id)
+            conn.tick = base + ordinal
+            for direction, (packets, nbytes, mid, next_off, ref_off, last_end, acked, edge,
+                            wsize, _rlen) in enumerate((c2s, s2c)):
+                half = conn.s2c if direction else conn.c2s
+                info.packets[direction] += packets
+                if nbytes:
+                    info.payload_bytes[direction] += nbytes
+                    info.stream_bytes[direction] += nbytes
+                    half.next_off = next_off
+                    half.ref_off = ref_off
+                    half.started = half.had_data = True
+                    if mid:
+                        info.mid_stream[direction] = True
+                half.last_end = last_end
+                half.acked_off = acked
+                half.win_edge = edge
+                half.win_size = wsize
+        for _info, conn, direction, _off, data, _segs in runs:
+            half = conn.s2c if direction else conn.c2s
+            keep = half.keep
+            if keep:
+                recent = half.recent
+                recent += data
+                if len(recent) > keep:
+                    del recent[: len(recent) - keep]
+
+    # -- frames the reference handles -------------------------------------------------
+
+    def _reference_frame(self, frame: Frame) -> None:
+        """One frame through the reference (``Reassembler.process``'s loop body), then
+        the flows it may have changed are reviewed."""
+        ref = self.ref
+        out = ref._out
+        first = len(out)
+        clock = ref.clock
+        before = (getattr(clock, "last_sweep_ns", None), getattr(clock, "now_ns", 0))
+        pkt = ref.network.decode(frame)
+        touched = None
+        if pkt is not None:
+            missing = pkt.l4_len - len(pkt.payload) if pkt.truncated else 0
+            if pkt.proto == TCP:
+                ref.flows.tcp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans,
+                              missing)
+                if len(pkt.payload) >= 4:
+                    sport, dport = struct.unpack_from("!HH", pkt.payload)
+                    touched = (pkt.src, sport, pkt.dst, dport)
+            elif pkt.proto == UDP:
+                ref.flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
+            else:
+                ref.counters["other_proto"] += 1
+        clock.tick(ref, frame.ts_ns)
+        self.counters["reference"] += 1
+        if not self._capture_clock or before[0] != clock.last_sweep_ns or (  # type: ignore[attr-defined]
+                clock.now_ns and not before[1]):  # type: ignore[attr-defined]
+            self._review_all()  # a sweep or a restamp may change any flow
+        else:
+            seen = set()
+            for event in out[first:]:
+                flow = getattr(event, "flow", None)
+                if flow is not None and flow.flow_id not in seen:
+                    seen.add(flow.flow_id)
+                    self._review_flow(flow)
+        if touched is not None:
+            entry = ref.flows._entry(ref.flows._tcp_keys, touched)
+            if entry is not None:
+                self._review(entry[0])
+        self._tell_clock()
+
+    def _tell_clock(self) -> None:
+        """The reference's clock and link type, for the C core's tick rule."""
+        clock, lt_cur = self.ref.clock, self.ref.network._lt_cur
+        if self._capture_clock:
+            self.core.clock(clock.now_ns, clock.last_sweep_ns, SECOND_NS, lt_cur)  # type: ignore[attr-defined]
+        else:
+            self.core.clock(0, None, SECOND_NS, None)  # takes nothing
+    def _review_flow(self, info: FlowInfo) -> None:
+        """Review the TCP flow an event named (a close, an eviction, a budget anomaly)."""
+        if info.transport != Transport.TCP:
+            return
+        key = (_packed(info.client.ip), info.client.port, _packed(info.server.ip),
+               info.server.port)
+        conn = self.ref.flows._tcp_keys.get(key)
+        if conn is not None and conn.info is info:
+            self._review(conn)
+        else:
+            self.core.unregister(*key, info.flow_id)
+
+    # -- driving ------------------------------------------------------------------------
+
+    def _emit(self, runs: list) -> Iterator[Event | CoalescedData]:
+        for info, _conn, direction, offset, data, segs in runs:
+            chunk = CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
+            if self.coalesce and len(segs) > _SEG.size:
+                yield chunk
+            else:
+                yield from chunk.split()
+
+    def process(self, batches: Iterable[object]) -> Iterator[Event | CoalescedData]:
+        """The events of the batches' records, then the end-of-capture flush."""
+        core, out = self.core, self.ref._out
+        for batch in batches:
+            n = len(batch)  # type: ignore[arg-type]
+            i = 0
+            while i < n:
+                i, runs = core.run(batch, i)
+                self._sync(runs)
+                if runs:
+                    yield from self._emit(runs)
+                if i < n:
+                    self._reference_frame(Frame(*batch.frame(i)))  # type: ignore[attr-defined]
+                    i += 1
+                    if out:
+                        yield from out
+                        out.clear()
+        self._sync([])
+        yield from self.ref.finish()
+
+
+_packed_cache: dict[str, bytes] = {}
+
+
+def _packed(ip: str) -> bytes:
+    """An address's bytes from its text (``Endpoint.ip``)."""
+    raw = _packed_cache.get(ip)
+    if raw is None:
+        if len(_packed_cache) > 4096:
+            _packed_cache.clear()
+        raw = _packed_cache[ip] = ipaddress.ip_address(ip).packed
+    return raw

@@ -1,0 +1,401 @@
+"""The native packet engine (reassembly._engine via reassembly.native) against the
+Python reference (reassembly.network, reassembly.flows, reassembly.tcp).
+
+* decode: every record the C core calls fast is decoded by ``NetworkDecoder`` to the
+  same packet, with no anomaly and no counter but frames/ipv4|ipv6/l4_packets moved;
+* record walk: ``pcap_batches`` yields exactly the reference reader's frames;
+* engine: ``NativeReassembler`` gives the reference's events one for one (coalesced
+  chunks split by their segment table), the same final ``FlowInfo`` of every flow and
+  the same decoder and flow-table counters, over every capture of the corpus and over
+  hypothesis-generated segment streams (reordering, duplicates, overlaps with other
+  bytes, gaps, retransmissions, IPv4/IPv6, VLAN tags, idle pauses, small limits).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reassembly import native
+from reassembly.capture import CaptureFormatError, Frame, open_capture
+from reassembly.engine import Reassembler
+from reassembly.events import Anomaly
+from reassembly.limits import SECOND_NS, Limits
+from reassembly.network import NetworkDecoder
+from tests.conftest import SHARED
+from tests.reassembly.synth import PcapWriter
+from tests.reassembly.test_light_flows import SMALL, write_random_capture
+
+pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="reassembly._engine not built")
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = sorted(
+    p
+    for folder in (ROOT / "samples", SHARED / "captures", SHARED / "crafted")
+    for p in folder.rglob("*")
+    if p.is_file() and p.suffix in (".pcap", ".pcapng", ".cap", ".gz", ".zst")
+)
+_TCP = struct.Struct("!HHIIBBH")
+FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+T0 = 1_700_000_000 * SECOND_NS
+
+
+def _frames(path: Path) -> list:
+    try:
+        with open_capture(path) as reader:
+            return list(reader)
+    except CaptureFormatError:
+        return []
+
+
+def _is_pcap(path: Path) -> bool:
+    try:
+        with open_capture(path) as reader:
+            return reader.info.format == "pcap"
+    except CaptureFormatError:
+        return False
+
+
+# -- decode -----------------------------------------------------------------------------
+
+
+def _check_decode(frames: list) -> int:
+    """Every frame through the reference decoder in order; the ones C calls fast must
+    agree.  Returns how many were fast."""
+    reported: list[Anomaly] = []
+    dec = NetworkDecoder(Limits(), reported.append)
+    fast = 0
+    for frame in frames:
+        row = native.decode(frame.linktype, frame.data)
+        before = dict(dec.counters)
+        seen = len(reported)
+        pkt = dec.decode(frame)
+        if row is None:
+            continue
+        fast += 1
+        assert pkt is not None and len(reported) == seen, frame.number
+        moved = {k: v - before[k] for k, v in dec.counters.items() if v != before[k]}
+        ipkey = "ipv4" if row.ip_version == 4 else "ipv6"
+        assert moved == {"frames": 1, ipkey: 1, "l4_packets": 1}, (frame.number, moved)
+        payload = frame.data[row.l4_offset:row.l4_offset + row.l4_len]
+        assert (pkt.ip_version, pkt.src, pkt.dst, pkt.proto, pkt.payload, pkt.truncated,
+                pkt.vlans, pkt.l4_len) == (row.ip_version, row.src, row.dst, row.proto,
+                                           payload, False, row.vlans, row.l4_len)
+        if row.proto == 6:
+            sport, dport, seq, ack, doff, flags, window = _TCP.unpack_from(payload)
+            assert (sport, dport, seq, ack, flags, window, (doff >> 4) * 4) == (
+                row.sport, row.dport, row.seq, row.ack, row.flags, row.window, row.header_len)
+            assert 20 <= row.header_len <= len(payload)
+        else:
+            assert row.proto == 17 and len(payload) >= 8
+            assert struct.unpack_from("!HH", payload) == (row.sport, row.dport)
+    return fast
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_decode_agrees_with_the_reference(path: Path) -> None:
+    _check_decode(_frames(path))
+
+
+def test_decode_takes_the_common_records() -> None:
+    frames = _frames(ROOT / "samples" / "nats-basic.pcap")
+    assert _check_decode(frames) == len(frames)
+
+
+def _eth(payload: bytes, ethertype: int, vlans: tuple[int, ...]) -> bytes:
+    head = b"\x02" * 6 + b"\x04" * 6
+    if not vlans:
+        return head + struct.pack("!H", ethertype) + payload
+    inner = [0x8100] * (len(vlans) - 1) + [ethertype]  # each tag names what follows it
+    tags = b"".join(struct.pack("!HH", v, nxt) for v, nxt in zip(vlans, inner, strict=True))
+    return head + b"\x81\x00" + tags + payload
+
+
+def tcp_packet(v6: bool, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int,
+               flags: int, data: bytes = b"", window: int = 65535, options: bytes = b"",
+               vlans: tuple[int, ...] = ()) -> bytes:
+    """An Ethernet frame (VLAN tags if any) with an IPv4 or IPv6 TCP segment."""
+    options += b"\x00" * (-len(options) % 4)
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq % (1 << 32), ack % (1 << 32),
+                      (5 + len(options) // 4) << 4, flags, window, 0, 0) + options + data
+    if v6:
+        ip = struct.pack("!IHBB16s16s", 6 << 28, len(tcp), 6, 64, src, dst)
+        return _eth(ip + tcp, 0x86DD, vlans)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0, 64, 6, 0, src, dst)
+    return _eth(ip + tcp, 0x0800, vlans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_decode_of_damaged_frames_agrees(data) -> None:
+    """Frames cut, with bytes changed, odd header lengths, tags and versions."""
+    v6 = data.draw(st.booleans())
+    src = bytes(16 if v6 else 4)
+    vlans = tuple(data.draw(st.lists(st.integers(0, 4095), max_size=3)))
+    frame = tcp_packet(v6, src, src, 1, 2, 3, 4, ACK, data.draw(st.binary(max_size=40)),
+                       vlans=vlans)
+    raw = bytearray(frame)
+    for _ in range(data.draw(st.integers(0, 3))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    raw = raw[:data.draw(st.integers(0, len(raw)))]
+    lt = data.draw(st.sampled_from((1, 1, 1, 101, 228, 229, 113, 276, 0, 108, 9)))
+    if lt != 1:  # the same bytes after another link header (or none)
+        raw = raw[14 + 4 * len(vlans):]
+    _check_decode([Frame(1, T0, lt, bytes(raw), len(raw), 0)])
+
+
+# -- record walk --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [p for p in CORPUS if _is_pcap(p)],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_pcap_walk_gives_the_readers_frames(path: Path) -> None:
+    want = [tuple(f) for f in _frames(path)]
+    got = [batch.frame(i) for batch in native.pcap_batches(path, max_records=7)
+           for i in range(len(batch))]
+    assert got == want
+
+
+# -- engine -----------------------------------------------------------------------------
+
+
+def _key(event: object) -> tuple:
+    """An event as comparable values (its flow by id: the objects differ by run)."""
+    values = []
+    for name in type(event).__slots__:  # type: ignore[attr-defined]
+        value = getattr(event, name)
+        if name == "flow" and value is not None:
+            value = value.flow_id
+        values.append((name, value))
+    return (type(event).__name__, *values)
+
+
+def _expanded(events: list) -> list:
+    out: list = []
+    for event in events:
+        if isinstance(event, native.CoalescedData):
+            parts = event.split()
+            assert len(parts) > 1 and event.data == b"".join(p.data for p in parts)
+            out.extend(parts)
+        else:
+            out.append(event)
+    return out
+
+
+def _half_state(half: object) -> tuple:
+    """Everything a direction's state holds but its links to the flow and the run."""
+    if half is None:
+        return (None,)
+    values = []
+    for name in type(half).__slots__:  # type: ignore[attr-defined]
+        if name in ("flow", "limits", "emit"):
+            continue
+        value = getattr(half, name)
+        if name in ("pieces", "held"):
+            value = [(p.start, p.data, p.ts_ns, p.frame) for p in value]
+        elif name == "recent":
+            value = (bytes(value), getattr(value, "held", None))
+        values.append((name, value))
+    return (type(half).__name__, *values)
+
+
+def _table_state(ref: Reassembler) -> tuple:
+    """The flow table, every flow's TCP state and the clock, where the reference's own
+    decisions are read from (the end-of-capture flush is about to run)."""
+    flows = ref.flows
+    conns = sorted(flows._tcp_keys.values(), key=lambda c: c.info.flow_id)
+    return (
+        list(flows._open), list(flows._closing), list(flows._asleep), list(flows._udp),
+        flows._ticks, sorted(flows._young_keys), dict(ref.network.counters),
+        vars(ref.clock) if hasattr(ref, "clock") else None,
+        [(c.info.flow_id, repr(c.info), c.key, c.tick, c.fin, c.rst, c.closing, c.wscale,
+          _half_state(c.c2s), _half_state(c.s2c)) for c in conns],
+    )
+
+
+def _state_at_finish(ref: Reassembler, into: list) -> None:
+    """Record ``_table_state`` when ``ref.finish`` is called."""
+    finish = ref.finish
+
+    def snapshot():  # noqa: ANN202
+        into.append(_table_state(ref))
+        return finish()
+
+    ref.finish = snapshot  # type: ignore[method-assign]
+
+
+def assert_engine_equal(batches_of, frames: list, limits: Limits | None = None,
+                        coalesce: bool = True) -> native.NativeReassembler:
+    """The reference's events and state over ``frames`` equal the native engine's over
+    the batches ``batches_of()`` makes of them."""
+    ref = Reassembler(limits)
+    states: list = []
+    _state_at_finish(ref, states)
+    want = list(ref.process(frames))
+    nat = native.NativeReassembler(limits, coalesce=coalesce)
+    _state_at_finish(nat.ref, states)
+    raw = list(nat.process(batches_of()))
+    got = _expanded(raw)
+    assert [_key(e) for e in got] == [_key(e) for e in want]
+    assert states[1] == states[0]
+    flows_want = {e.flow.flow_id: e.flow for e in want if getattr(e, "flow", None) is not None}
+    flows_got = {e.flow.flow_id: e.flow for e in got if getattr(e, "flow", None) is not None}
+    assert flows_got == flows_want
+    assert nat.ref.network.counters == ref.network.counters
+    assert nat.ref.flows.counters == ref.flows.counters
+    assert nat.ref.counters == ref.counters
+    assert nat.ref.flows._ticks == ref.flows._ticks
+    if not coalesce:
+        assert not any(isinstance(e, native.CoalescedData) for e in raw)
+    return nat
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_engine_gives_the_reference_events(path: Path) -> None:
+    frames = _frames(path)
+    if _is_pcap(path):
+        assert_engine_equal(lambda: native.pcap_batches(path, max_records=64), frames)
+    assert_engine_equal(lambda: native.frame_batches(frames, max_records=50), frames,
+                        coalesce=False)
+
+
+def test_engine_takes_the_bulk_of_a_nats_capture() -> None:
+    path = ROOT / "samples" / "pulsar-client.pcap"
+    nat = assert_engine_equal(lambda: native.pcap_batches(path), _frames(path))
+    assert nat.counters["taken"] > 4 * nat.counters["reference"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_engine_on_random_flow_soups(tmp_path, seed: int) -> None:
+    """tests/reassembly/test_light_flows.py's soups: port reuse, eviction, idle expiry,
+    linger, bad headers, UDP, against small limits."""
+    path = tmp_path / "soup.pcap"
+    write_random_capture(path, seed, packets=400)
+    assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), _frames(path), SMALL)
+
+
+# -- hypothesis segment streams -----------------------------------------------------------
+
+_PERTURB = st.sampled_from(
+    ["none"] * 8 + ["swap", "duplicate", "overlap", "drop", "retransmit", "ack-only",
+                    "window", "pause", "untimed", "fin", "rst", "keepalive"])
+
+
+@st.composite
+def segment_streams(draw) -> tuple[list[bytes], list[int], Limits]:
+    """A few TCP connections, mostly in order, interleaved, each segment possibly
+    perturbed; returns the frames, their times and the limits to run them under."""
+    rng = random.Random(draw(st.integers(0, 1 << 30)))
+    nconn = draw(st.integers(1, 4))
+    conns = []
+    for i in range(nconn):
+        v6 = draw(st.booleans())
+        size = 16 if v6 else 4
+        conns.append({
+            "v6": v6,
+            "c": bytes([10] + [0] * (size - 2) + [1 + i]),
+            "s": bytes([10] + [0] * (size - 2) + [100]),
+            "cport": 40000 + i % 2,  # two connections may share a 4-tuple: port reuse
+            "vlans": tuple(draw(st.lists(st.integers(0, 4095), max_size=2))),
+            "seq": [draw(st.integers(0, (1 << 32) - 1)), draw(st.integers(0, (1 << 32) - 1))],
+            "wscale": draw(st.sampled_from([None, 0, 7])),
+            "handshake": draw(st.booleans()),
+        })
+    frames: list[bytes] = []
+    times: list[int] = []
+    t = T0
+
+    def put(conn: dict, d: int, seq: int, ack: int, flags: int, data: bytes = b"",
+            window: int = 65535, options: bytes = b"") -> None:
+        src, dst = (conn["c"], conn["s"]) if d == 0 else (conn["s"], conn["c"])
+        sp, dp = (conn["cport"], 4222) if d == 0 else (4222, conn["cport"])
+        frames.append(tcp_packet(conn["v6"], src, dst, sp, dp, seq, ack, flags, data, window,
+                                 options, conn["vlans"]))
+        times.append(t)
+
+    for conn in conns:
+        if conn["handshake"]:
+            opt = b"" if conn["wscale"] is None else bytes([1, 3, 3, conn["wscale"]])
+            put(conn, 0, conn["seq"][0] - 1, 0, SYN, options=opt)
+            put(conn, 1, conn["seq"][1] - 1, conn["seq"][0], SYN | ACK, options=opt)
+            put(conn, 0, conn["seq"][0], conn["seq"][1], ACK)
+    for _ in range(draw(st.integers(1, 60))):
+        conn = rng.choice(conns)
+        d = rng.randrange(2)
+        t += rng.choice((1, 1000, 50_000))
+        seq, ack = conn["seq"][d], conn["seq"][1 - d]
+        data = rng.randbytes(rng.choice((1, 5, 100, 1400)))
+        how = draw(_PERTURB)
+        if how == "swap" and len(frames) > 1:
+            put(conn, d, seq, ack, ACK | PSH, data)
+            frames[-1], frames[-2] = frames[-2], frames[-1]
+        elif how == "duplicate":
+            put(conn, d, seq, ack, ACK | PSH, data)
+            put(conn, d, seq, ack, ACK | PSH, data)
+        elif how == "overlap":
+            put(conn, d, seq, ack, ACK | PSH, data)
+            put(conn, d, seq + len(data) // 2, ack, ACK | PSH, rng.randbytes(len(data)))
+            conn["seq"][d] = seq + len(data) // 2 + len(data)
+            continue
+        elif how == "drop":
+            pass  # a gap: the bytes are never sent
+        elif how == "retransmit":
+            put(conn, d, seq - len(data), ack, ACK | PSH, data)
+            continue
+        elif how == "ack-only":
+            put(conn, d, seq, ack + rng.choice((0, 0, 10, 100_000)), ACK)
+            continue
+        elif how == "window":
+            put(conn, d, seq, ack, ACK, window=rng.choice((0, 1, 512)))
+            continue
+        elif how == "pause":
+            t += rng.choice((2, 6, 20)) * SECOND_NS
+            put(conn, d, seq, ack, ACK | PSH, data)
+        elif how == "untimed":
+            t_saved = t
+            t = 0
+            put(conn, d, seq, ack, ACK | PSH, data)
+            t = t_saved
+        elif how == "fin":
+            put(conn, d, seq, ack, FIN | ACK, data)
+            conn["seq"][d] = seq + len(data) + 1
+            continue
+        elif how == "rst":
+            put(conn, d, seq, ack, RST | ACK)
+            continue
+        elif how == "keepalive":
+            put(conn, d, seq - 1, ack, ACK, b"\x00")
+            continue
+        else:
+            put(conn, d, seq, ack, ACK | PSH, data)
+        conn["seq"][d] = seq + len(data)
+    limits = draw(st.sampled_from([
+        Limits(),
+        SMALL,
+        Limits(max_flows=2, overlap_check_bytes=64, tcp_idle_timeout_ns=5 * SECOND_NS),
+        Limits(overlap_check_bytes=0, max_buffered_segments=2),
+    ]))
+    return frames, times, limits
+
+
+def _write(path: Path, frames: list[bytes], times: list[int]) -> None:
+    w = PcapWriter(path)
+    for frame, t in zip(frames, times, strict=True):
+        w.write(t // 1000, frame)
+    w.close()
+
+
+@settings(max_examples=250, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(segment_streams(), st.integers(1, 40))
+def test_engine_on_generated_segment_streams(tmp_path, stream, batch) -> None:
+    frames, times, limits = stream
+    path = tmp_path / "stream.pcap"
+    _write(path, frames, times)
+    assert_engine_equal(lambda: native.pcap_batches(path, max_records=batch), _frames(path),
+                        limits)
