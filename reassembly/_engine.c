@@ -472,6 +472,8 @@ typedef struct {
     PyObject *info; /* its FlowInfo */
     int64_t ts_last, frame_last, idle_timeout;
     int64_t last_ord; /* ordinal of its last taken packet since the sync, -1: none */
+    int32_t cur_run;  /* build_runs, per flow: its latest run and that run's direction */
+    int cur_dir;
     Half h[2];
 } Flow;
 
@@ -864,61 +866,120 @@ static inline int tick_special(Engine *e, int64_t ts) {
     return now - e->last_sweep_ns >= e->sweep_ns;
 }
 
-/* Runs of adjacent taken payloads as (info, conn, direction, offset, data, segments) with
+/* Runs of taken payloads as (info, conn, direction, offset, data, segments) with
  * segments the packed int64 (end offset, ts_ns, frame) of each; the segments are
- * emptied. */
-static PyObject *build_runs(Engine *e, const uint8_t *d) {
+ * emptied.  A run joins payloads of one flow direction that are adjacent in the
+ * reference's event order, or (per_flow) adjacent in their own flow's event order (a
+ * run then ends where the flow's other direction sends; runs of different flows may
+ * be in another order than their segments were), placed where its first one was. */
+static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow) {
     PyObject *out = PyList_New(0);
-    Py_ssize_t i = 0, j;
+    Py_ssize_t i, nruns = 0, n = e->nsegs;
+    int32_t *run_of = NULL, *first = NULL, *count = NULL, *order = NULL;
+    Py_ssize_t *fill = NULL;
     if (out == NULL) return NULL;
-    while (i < e->nsegs) {
-        Seg *s = &e->segs[i];
-        Py_ssize_t total = 0, n;
-        PyObject *data, *segs, *t;
-        char *p;
-        int64_t *q;
-        for (j = i; j < e->nsegs && e->segs[j].flow == s->flow && e->segs[j].dir == s->dir; j++)
-            total += e->segs[j].len;
-        n = j - i;
-        data = PyBytes_FromStringAndSize(NULL, total);
-        segs = PyBytes_FromStringAndSize(NULL, n * 3 * (Py_ssize_t)sizeof(int64_t));
-        if (data == NULL || segs == NULL) {
-            Py_XDECREF(data);
-            Py_XDECREF(segs);
-            Py_DECREF(out);
-            return NULL;
-        }
-        p = PyBytes_AS_STRING(data);
-        q = (int64_t *)PyBytes_AS_STRING(segs);
-        for (j = i; j < i + n; j++) {
-            Seg *g = &e->segs[j];
-            memcpy(p, d + g->body, g->len);
-            p += g->len;
-            *q++ = g->off + g->len;
-            *q++ = g->ts;
-            *q++ = g->frame;
-        }
-        t = Py_BuildValue("(OOiLNN)", e->flows[s->flow].info, e->flows[s->flow].conn,
-                          (int)s->dir, (long long)s->off, data, segs);
-        if (t == NULL || PyList_Append(out, t) < 0) {
-            Py_XDECREF(t);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(t);
-        i += n;
+    if (n == 0) return out;
+    run_of = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+    first = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+    count = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+    order = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+    fill = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+    if (!run_of || !first || !count || !order || !fill) {
+        PyErr_NoMemory();
+        goto fail;
     }
+    for (i = 0; i < n; i++) e->flows[e->segs[i].flow].cur_run = -1;
+    for (i = 0; i < n; i++) { /* which run each segment joins */
+        Seg *s = &e->segs[i];
+        Flow *f = &e->flows[s->flow];
+        int32_t r;
+        if (per_flow) {
+            r = (f->cur_run >= 0 && f->cur_dir == s->dir) ? f->cur_run : -1;
+        } else {
+            r = (nruns > 0 && e->segs[first[nruns - 1]].flow == s->flow &&
+                 e->segs[first[nruns - 1]].dir == s->dir) ? (int32_t)(nruns - 1) : -1;
+        }
+        if (r < 0) {
+            r = (int32_t)nruns++;
+            first[r] = (int32_t)i;
+            count[r] = 0;
+            f->cur_run = r;
+            f->cur_dir = s->dir;
+        }
+        run_of[i] = r;
+        count[r]++;
+    }
+    { /* the segments grouped by run, each run's in their order */
+        Py_ssize_t at = 0;
+        for (i = 0; i < nruns; i++) {
+            fill[i] = at;
+            at += count[i];
+        }
+        for (i = 0; i < n; i++) order[fill[run_of[i]]++] = (int32_t)i;
+    }
+    {
+        Py_ssize_t at = 0, r;
+        for (r = 0; r < nruns; r++) {
+            Seg *s0 = &e->segs[first[r]];
+            Py_ssize_t total = 0, j, k = count[r];
+            PyObject *data, *segs, *t;
+            char *p;
+            int64_t *q;
+            for (j = at; j < at + k; j++) total += e->segs[order[j]].len;
+            data = PyBytes_FromStringAndSize(NULL, total);
+            segs = PyBytes_FromStringAndSize(NULL, k * 3 * (Py_ssize_t)sizeof(int64_t));
+            if (data == NULL || segs == NULL) {
+                Py_XDECREF(data);
+                Py_XDECREF(segs);
+                goto fail;
+            }
+            p = PyBytes_AS_STRING(data);
+            q = (int64_t *)PyBytes_AS_STRING(segs);
+            for (j = at; j < at + k; j++) {
+                Seg *g = &e->segs[order[j]];
+                memcpy(p, d + g->body, g->len);
+                p += g->len;
+                *q++ = g->off + g->len;
+                *q++ = g->ts;
+                *q++ = g->frame;
+            }
+            t = Py_BuildValue("(OOiLNN)", e->flows[s0->flow].info, e->flows[s0->flow].conn,
+                              (int)s0->dir, (long long)s0->off, data, segs);
+            if (t == NULL || PyList_Append(out, t) < 0) {
+                Py_XDECREF(t);
+                goto fail;
+            }
+            Py_DECREF(t);
+            at += k;
+        }
+    }
+    PyMem_Free(run_of);
+    PyMem_Free(first);
+    PyMem_Free(count);
+    PyMem_Free(order);
+    PyMem_Free(fill);
     e->nsegs = 0;
     return out;
+fail:
+    PyMem_Free(run_of);
+    PyMem_Free(first);
+    PyMem_Free(count);
+    PyMem_Free(order);
+    PyMem_Free(fill);
+    e->nsegs = 0;
+    Py_DECREF(out);
+    return NULL;
 }
 
-/* run(batch, start) -> (index, runs): take records from start until one the reference
- * must handle (index: that record, or len(batch)); runs: see build_runs. */
+/* run(batch, start, per_flow=False) -> (index, runs): take records from start until
+ * one the reference must handle (index: that record, or len(batch)); runs: see
+ * build_runs. */
 static PyObject *engine_run(Engine *e, PyObject *args) {
     Batch *b;
     Py_ssize_t i;
     const uint8_t *d;
-    if (!PyArg_ParseTuple(args, "O!n", &BatchType, &b, &i)) return NULL;
+    int per_flow = 0;
+    if (!PyArg_ParseTuple(args, "O!n|p", &BatchType, &b, &i, &per_flow)) return NULL;
     d = (const uint8_t *)b->buf.buf;
     {
         for (; i < b->n; i++) {
@@ -930,7 +991,11 @@ static PyObject *engine_run(Engine *e, PyObject *args) {
             if (!got) break;
         }
     }
-    return Py_BuildValue("(nN)", i, build_runs(e, d));
+    {
+        PyObject *runs = build_runs(e, d, per_flow);
+        if (runs == NULL) return NULL;
+        return Py_BuildValue("(nN)", i, runs);
+    }
 }
 
 /* sync() -> (frames, ipv4, ipv6, now_ns, [(conn, info, ts_last, frame_last, ordinal,
@@ -998,7 +1063,8 @@ static PyMethodDef engine_methods[] = {
      "registered() -> [(flow_id, conn)]"},
     {"clock", (PyCFunction)engine_clock, METH_VARARGS,
      "clock(now_ns, last_sweep_ns, sweep_ns, linktype): the reference's clock"},
-    {"run", (PyCFunction)engine_run, METH_VARARGS, "run(batch, start) -> (index, runs)"},
+    {"run", (PyCFunction)engine_run, METH_VARARGS,
+     "run(batch, start, per_flow=False) -> (index, runs)"},
     {"sync", (PyCFunction)engine_sync, METH_NOARGS,
      "sync() -> (frames, ipv4, ipv6, now_ns, flows): what was taken since the last sync"},
     {NULL}};

@@ -200,14 +200,26 @@ def _ack_shifts(conn: _Tcp) -> tuple[int, int]:
     return pair[0], pair[1]  # type: ignore[return-value]
 
 
+COALESCE_MODES = ("adjacent", "flow", "none")
+
+
 class NativeReassembler:
-    """``Reassembler.process`` over C batches, with the common path taken by the C core;
-    the events are the reference's (``CoalescedData`` standing for runs of
-    ``StreamData``).  ``coalesce=False`` yields the ``StreamData`` one by one."""
+    """``Reassembler.process`` over C batches, with the common path taken by the C core.
+
+    ``coalesce``: ``"adjacent"`` (default) yields the reference's events in the
+    reference's order, a ``CoalescedData`` standing for ``StreamData`` of one flow
+    direction that follow each other there; ``"none"`` yields those ``StreamData`` one
+    by one; ``"flow"`` also joins the taken payloads of a flow direction that follow
+    each other in *their flow's* events, among packets taken in one stretch (no frame
+    of the reference in between): each flow's events are the reference's, in its order,
+    but two flows' events may interleave otherwise (what a consumer with no state
+    shared across flows cannot tell apart; round-robin bulk traffic coalesces only so)."""
 
     def __init__(self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None,
-                 coalesce: bool = True, **options: object) -> None:
+                 coalesce: str = "adjacent", **options: object) -> None:
         """``options``: the reference ``Reassembler``'s keyword options."""
+        if coalesce not in COALESCE_MODES:
+            raise ValueError(f"coalesce must be one of {COALESCE_MODES}, not {coalesce!r}")
         self.ref = Reassembler(limits, owns, **options)  # type: ignore[arg-type]
         # the C core keeps the capture clock's rule (``CaptureClock``); under any other
         # clock it takes nothing (``_tell_clock``)
@@ -294,14 +306,33 @@ class NativeReassembler:
                 half.acked_off = acked
                 half.win_edge = edge
                 half.win_size = wsize
+        if runs:
+            self._slide_windows(runs)
+
+    @staticmethod
+    def _slide_windows(runs: list) -> None:
+        """Each direction's overlap-check window ends with the bytes delivered: once per
+        direction and sync (the reference slides it a segment at a time; the bytes kept
+        are the same)."""
+        taken: dict[int, tuple[TcpHalfStream, list[bytes]]] = {}
         for _info, conn, direction, _off, data, _segs in runs:
             half = conn.s2c if direction else conn.c2s
-            keep = half.keep
-            if keep:
-                recent = half.recent
-                recent += data
-                if len(recent) > keep:
-                    del recent[: len(recent) - keep]
+            if half.keep:
+                entry = taken.get(id(half))
+                if entry is None:
+                    taken[id(half)] = (half, [data])
+                else:
+                    entry[1].append(data)
+        for half, parts in taken.values():
+            keep, recent = half.keep, half.recent
+            new = parts[0] if len(parts) == 1 else b"".join(parts)
+            if len(new) >= keep:
+                recent[:] = new[len(new) - keep:]
+            else:
+                excess = len(recent) + len(new) - keep
+                if excess > 0:
+                    del recent[:excess]
+                recent += new
 
     # -- frames the reference handles -------------------------------------------------
 
@@ -367,21 +398,27 @@ class NativeReassembler:
     # -- driving ------------------------------------------------------------------------
 
     def _emit(self, runs: list) -> Iterator[Event | CoalescedData]:
+        split = self.coalesce == "none"
         for info, _conn, direction, offset, data, segs in runs:
+            if len(segs) == _SEG.size:
+                _, ts, frame = _SEG.unpack(segs)
+                yield StreamData(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
+                continue
             chunk = CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
-            if self.coalesce and len(segs) > _SEG.size:
-                yield chunk
-            else:
+            if split:
                 yield from chunk.split()
+            else:
+                yield chunk
 
     def process(self, batches: Iterable[object]) -> Iterator[Event | CoalescedData]:
         """The events of the batches' records, then the end-of-capture flush."""
         core, out = self.core, self.ref._out
+        per_flow = self.coalesce == "flow"
         for batch in batches:
             n = len(batch)  # type: ignore[arg-type]
             i = 0
             while i < n:
-                i, runs = core.run(batch, i)
+                i, runs = core.run(batch, i, per_flow)
                 self._sync(runs)
                 if runs:
                     yield from self._emit(runs)

@@ -229,8 +229,17 @@ def _state_at_finish(ref: Reassembler, into: list) -> None:
     ref.finish = snapshot  # type: ignore[method-assign]
 
 
+def _per_flow(events: list) -> dict:
+    """Each flow's events in order (None: those of no flow)."""
+    out: dict = {}
+    for event in events:
+        flow = getattr(event, "flow", None)
+        out.setdefault(None if flow is None else flow.flow_id, []).append(_key(event))
+    return out
+
+
 def assert_engine_equal(batches_of, frames: list, limits: Limits | None = None,
-                        coalesce: bool = True) -> native.NativeReassembler:
+                        coalesce: str = "adjacent") -> native.NativeReassembler:
     """The reference's events and state over ``frames`` equal the native engine's over
     the batches ``batches_of()`` makes of them."""
     ref = Reassembler(limits)
@@ -241,7 +250,10 @@ def assert_engine_equal(batches_of, frames: list, limits: Limits | None = None,
     _state_at_finish(nat.ref, states)
     raw = list(nat.process(batches_of()))
     got = _expanded(raw)
-    assert [_key(e) for e in got] == [_key(e) for e in want]
+    if coalesce == "flow":
+        assert _per_flow(got) == _per_flow(want)
+    else:
+        assert [_key(e) for e in got] == [_key(e) for e in want]
     assert states[1] == states[0]
     flows_want = {e.flow.flow_id: e.flow for e in want if getattr(e, "flow", None) is not None}
     flows_got = {e.flow.flow_id: e.flow for e in got if getattr(e, "flow", None) is not None}
@@ -250,7 +262,7 @@ def assert_engine_equal(batches_of, frames: list, limits: Limits | None = None,
     assert nat.ref.flows.counters == ref.flows.counters
     assert nat.ref.counters == ref.counters
     assert nat.ref.flows._ticks == ref.flows._ticks
-    if not coalesce:
+    if coalesce == "none":
         assert not any(isinstance(e, native.CoalescedData) for e in raw)
     return nat
 
@@ -261,7 +273,9 @@ def test_engine_gives_the_reference_events(path: Path) -> None:
     if _is_pcap(path):
         assert_engine_equal(lambda: native.pcap_batches(path, max_records=64), frames)
     assert_engine_equal(lambda: native.frame_batches(frames, max_records=50), frames,
-                        coalesce=False)
+                        coalesce="none")
+    assert_engine_equal(lambda: native.frame_batches(frames, max_records=300), frames,
+                        coalesce="flow")
 
 
 def test_engine_takes_the_bulk_of_a_nats_capture() -> None:
@@ -392,10 +406,33 @@ def _write(path: Path, frames: list[bytes], times: list[int]) -> None:
 
 @settings(max_examples=250, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(segment_streams(), st.integers(1, 40))
-def test_engine_on_generated_segment_streams(tmp_path, stream, batch) -> None:
+@given(segment_streams(), st.integers(1, 40), st.sampled_from(native.COALESCE_MODES))
+def test_engine_on_generated_segment_streams(tmp_path, stream, batch, coalesce) -> None:
     frames, times, limits = stream
     path = tmp_path / "stream.pcap"
     _write(path, frames, times)
     assert_engine_equal(lambda: native.pcap_batches(path, max_records=batch), _frames(path),
-                        limits)
+                        limits, coalesce)
+
+
+def test_flow_coalescing_joins_round_robin_flows(tmp_path) -> None:
+    """Two connections sending in turn: adjacent coalescing cannot join anything, per
+    flow it makes one chunk per flow direction and stretch."""
+    from tests.reassembly.synth import tcp_frame
+
+    path = tmp_path / "rr.pcap"
+    w = PcapWriter(path)
+    a, b, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 3]), bytes([10, 0, 0, 2])
+    for n in range(40):
+        c, port = (a, 40000) if n % 2 else (b, 40001)
+        seq = 1000 + (n // 2) * 10
+        w.write(1_700_000_000_000_000 + n, tcp_frame(c, s, port, 4222, seq, 7, ACK | PSH,
+                                                     b"0123456789"))
+    w.close()
+    frames = _frames(path)
+    adjacent = assert_engine_equal(lambda: native.pcap_batches(path), frames)
+    per_flow = assert_engine_equal(lambda: native.pcap_batches(path), frames, coalesce="flow")
+    assert adjacent.counters["taken"] == per_flow.counters["taken"] > 30
+    events = list(native.NativeReassembler(coalesce="flow").process(native.pcap_batches(path)))
+    coalesced = [e for e in events if isinstance(e, native.CoalescedData)]
+    assert len(coalesced) == 2 and sum(len(e.segments) for e in coalesced) // 24 > 30
