@@ -258,7 +258,12 @@ class _FollowedBytes:
                 from reassembly.quic.keylog import KeyLog
 
                 keylog = KeyLog.from_file(self.args.keylog)
-            events = capture_events(reader, keylog=keylog)
+            from analyzer.serverports import server_ports
+            from dissectors.registry import discover
+
+            # who is client decided as `msgcap dissect` decides it (the dissectors' ports)
+            ports = server_ports(discover(), parse_decode_as(self.args.decode_as))
+            events = capture_events(reader, keylog=keylog, server_ports=ports)
         for ev in wrap(events):
             t = type(ev)
             flow = getattr(ev, "flow", None)

@@ -45,6 +45,7 @@ import pyarrow as pa
 from analyzer.detect import Detector, FlowDispatch
 from analyzer.flowsummary import flow_row
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
+from analyzer.serverports import server_ports
 from analyzer.sink import CaptureLock, DatasetWriter, OutputError, OutputWriteError, Sink
 from dissectors.api import (
     DEFAULT_PAYLOAD_CAP,
@@ -174,6 +175,8 @@ class CaptureDissection:
         # one memory budget for the run: reassembly (``capture_events(job.limits)``) and
         # the sessions' buffers and decompressors (``options["memory_budget"]``) draw from it
         self.limits = options.limits.with_budget()
+        # the ports that mark a flow's server side for reassembly (every dissector's)
+        self.server_ports = server_ports(registry, options.decode_as)
         session_options: SessionOptions = {"payload_cap": options.payload_cap,
                                            "keep_secrets": options.keep_secrets,
                                            "memory_budget": self.limits.budget}
@@ -732,7 +735,7 @@ def run_dissection(
     with open_capture(path, digest=False) as reader:
         try:
             keylog = KeyLog.from_file(options.keylog) if options.keylog else None
-            events = capture_events(reader, job.limits, keylog, split)
+            events = capture_events(reader, job.limits, keylog, split, job.server_ports)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
         except OutputError:  # OUT cannot take more (disk full): the caller ends the run

@@ -16,12 +16,12 @@ shared across flows; ``FlowSplit.cross_flow`` names what of it was touched.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Protocol
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.events import Anomaly, Event
-from reassembly.flows import FlowTable
+from reassembly.flows import DEFAULT_SERVER_PORTS, FlowTable
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.network import FirstReports, NetworkDecoder
 from reassembly.quic.keylog import KeyLog
@@ -72,7 +72,9 @@ class Reassembler:
     ``owns(flow_id)``: the flows whose events come out (None: all; ``FlowTable``).
     ``clock``: when idle flows and fragments expire (default ``CaptureClock``);
     ``firsts``: which once-per-capture anomalies are reported (``FirstReports``).
-    Both exist for a reassembler that sees only part of a capture (a Spark task)."""
+    Both exist for a reassembler that sees only part of a capture (a Spark task).
+    ``server_ports``: ports that mark a flow's server when no handshake tells
+    (``FlowTable``; the analyzer passes its dissectors' ports)."""
 
     def __init__(
         self,
@@ -81,12 +83,13 @@ class Reassembler:
         *,
         clock: Clock | None = None,
         firsts: FirstReports | None = None,
+        server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
     ) -> None:
         # a run's limits carry its memory budget (``Limits.with_budget``)
         self.limits = (limits or Limits()).with_budget()
         self._out: list[Event] = []
         self.network = NetworkDecoder(self.limits, self._out.append, firsts)
-        self.flows = FlowTable(self.limits, self._out.append, owns)
+        self.flows = FlowTable(self.limits, self._out.append, owns, server_ports)
         self.clock: Clock = clock if clock is not None else CaptureClock()
         self.counters = {"other_proto": 0}
 
@@ -204,18 +207,21 @@ def capture_events(
     limits: Limits | None = None,
     keylog: KeyLog | None = None,
     split: FlowSplit | None = None,
+    server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
 ) -> Iterator[Event]:
     """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
     Secrets Blocks as they appear), and the capture's damage at the end.  ``split``:
-    only the events of the flows it owns and those tied to no flow (``FlowSplit``)."""
+    only the events of the flows it owns and those tied to no flow (``FlowSplit``).
+    ``server_ports``: as for ``Reassembler``."""
     # one memory budget shared by every layer of this run (``Limits.with_budget``)
     limits = (limits or Limits()).with_budget()
     if keylog is not None:
         # a key log file's own bad lines (pcapng DSBs are checked as they come)
         yield from keylog_problems(keylog)
     out: list[Event] = []
-    reassembler = Reassembler(limits, split.owns if split is not None else None)
+    reassembler = Reassembler(limits, split.owns if split is not None else None,
+                              server_ports=server_ports)
     quic = QuicLayer(limits, out.append, keylog, reassembler.flows.swap_roles)
     if split is not None:
         split.quic, split.flows = quic, reassembler.flows

@@ -35,7 +35,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from reassembly.events import (
     Anomaly,
@@ -95,19 +95,22 @@ HALF_OPEN_FLOW_BYTES = 320
 _ENDPOINT_CACHE = 4096
 
 # Ports on which a server listens, taken as proof of the server side when no handshake
-# was captured.  Ephemeral ports are never in here.
-SERVER_PORTS = frozenset(
-    {4222, 6222, 7422, 7522, 8222, 8080, 80, 443, 853, 6650, 6651, 9292, 53, 123, 25, 21, 22}
-)
+# was captured (``FlowTable(server_ports=...)``).  This package knows no broker: the
+# analyzer passes the ports its dissectors declare (``Dissector.default_ports``, plugins
+# included, and ``--decode-as`` ports) joined to this default, the well-known ports of
+# services the layers here read or meet themselves (TLS and WebSocket over HTTP(S),
+# QUIC, DNS over TLS) and of common services (FTP, SSH, SMTP, DNS, NTP).  Ephemeral
+# ports are never in here.
+DEFAULT_SERVER_PORTS = frozenset({21, 22, 25, 53, 80, 123, 443, 853, 8080})
 
 
 def _ip_text(raw: bytes) -> str:
     return str(ipaddress.ip_address(raw))
 
 
-def _server_by_port(sport: int, dport: int) -> bool | None:
+def _server_by_port(server_ports: frozenset[int], sport: int, dport: int) -> bool | None:
     """True if the *source* looks like the server, False if the destination does."""
-    s_known, d_known = sport in SERVER_PORTS, dport in SERVER_PORTS
+    s_known, d_known = sport in server_ports, dport in server_ports
     if s_known != d_known:
         return s_known
     if sport == dport:
@@ -115,9 +118,10 @@ def _server_by_port(sport: int, dport: int) -> bool | None:
     return sport < dport
 
 
-def _roles_by_port(sport: int, dport: int) -> tuple[bool, RoleSource]:
+def _roles_by_port(server_ports: frozenset[int], sport: int, dport: int
+                   ) -> tuple[bool, RoleSource]:
     """(source is the server, how we know) when no handshake tells."""
-    hint = _server_by_port(sport, dport)
+    hint = _server_by_port(server_ports, sport, dport)
     return bool(hint), RoleSource.FIRST_PACKET if hint is None else RoleSource.PORT
 
 
@@ -206,7 +210,9 @@ class FlowTable:
     """Turns L4 packets into stream / datagram events.
 
     ``owns(flow_id)``: whether this table reassembles the flow and emits its events
-    (None: every flow); see the module docstring."""
+    (None: every flow); see the module docstring.  ``server_ports``: ports that mark
+    the server side of a flow whose handshake was not captured (``DEFAULT_SERVER_PORTS``
+    says what the caller adds)."""
 
     # Hold a flow's first packet as a young record when it can be (module docstring).
     # False makes every flow full from its first packet: the same events, more memory
@@ -218,10 +224,12 @@ class FlowTable:
         limits: Limits,
         emit: Callable[[Event], None],
         owns: Callable[[int], bool] | None = None,
+        server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
     ) -> None:
         self.limits = limits
         self.emit = emit
         self.owns = owns
+        self.server_ports = frozenset(server_ports)
         # a flow's client-to-server 5-tuple -> its state: one key a flow; a packet
         # found under its reversed 5-tuple travels server to client (``_entry``); TCP
         # and UDP apart (the same 4-tuple may carry both)
@@ -307,7 +315,7 @@ class FlowTable:
         if flags & SYN:
             src_is_server, source = False, RoleSource.SYN
         else:
-            src_is_server, source = _roles_by_port(sport, dport)
+            src_is_server, source = _roles_by_port(self.server_ports, sport, dport)
         if len(self) >= self.limits.max_flows:
             self._evict(ts_ns, frame)
         flow_id = self._next_id
@@ -830,7 +838,7 @@ class FlowTable:
         elif flags & (SYN | ACK) == SYN | ACK:
             src_is_server, source = True, RoleSource.SYN_ACK
         else:
-            src_is_server, source = _roles_by_port(sport, dport)
+            src_is_server, source = _roles_by_port(self.server_ports, sport, dport)
         info, key, direction = self._create(
             Transport.TCP, (src, sport, dst, dport), src_is_server, source, ts_ns, frame, vlans
         )
@@ -889,7 +897,8 @@ class FlowTable:
         entry = self._stale_checked(self._entry(self._udp_keys, key), ts_ns)
         if entry is None:
             info, c2s, direction = self._create(
-                Transport.UDP, key, *_roles_by_port(sport, dport), ts_ns, frame, vlans
+                Transport.UDP, key, *_roles_by_port(self.server_ports, sport, dport), ts_ns,
+                frame, vlans
             )
             state = _Udp(info, c2s)
             self._register(state)
