@@ -24,6 +24,7 @@ every such process.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
 from dissectors.api import (
@@ -34,6 +35,7 @@ from dissectors.api import (
     Record,
     Verdict,
 )
+from dissectors.options import SessionOptions
 
 MAX_EXACT_BINDINGS = 100_000
 _SUBJECT_CACHE = 4096
@@ -74,7 +76,7 @@ def probe_first_bytes(probers: list[type[PayloadDissector]]) -> bytes:
 
 class ScopeDispatcher(Bindings):
     def __init__(
-        self, dissectors: list[type[PayloadDissector]], options: dict[str, Any], strict: bool
+        self, dissectors: list[type[PayloadDissector]], options: SessionOptions, strict: bool
     ) -> None:
         self.strict = strict
         self.states: dict[str, Any] = {}
@@ -98,8 +100,12 @@ class ScopeDispatcher(Bindings):
             for pattern, hint in d.subjects:
                 self.patterns.append((_tokens(pattern), d.name, hint))
         self._sort()
-        default_probe = PayloadDissector.probe_payload.__func__
-        self.probers = [d for d in dissectors if d.probe_payload.__func__ is not default_probe]
+        # the function behind each bound classmethod (typed as a plain callable, hence getattr)
+        default_probe = getattr(PayloadDissector.probe_payload, "__func__", None)
+        self.probers = [
+            d for d in dissectors
+            if getattr(d.probe_payload, "__func__", None) is not default_probe
+        ]
         self.probe_failed: set[str] = set()  # probers that raised (given "maybe" by probed)
         self._cache: dict[str, tuple[str, str] | None] = {}
         self.dropped_bindings = 0
@@ -236,26 +242,27 @@ class PayloadDispatcher:
     def __init__(
         self,
         dissectors: list[type[PayloadDissector]],
-        options: dict[str, Any] | None = None,
+        options: SessionOptions | None = None,
         strict: bool = False,
     ) -> None:
         self.dissectors = sorted(dissectors, key=lambda d: d.name)
-        self.options = options or {}
+        self.options: SessionOptions = options or {}
         self.strict = strict
-        self.scopes: dict[Any, ScopeDispatcher] = {}
+        # scope key: the carrier server endpoint, as the caller names it (ip, port)
+        self.scopes: dict[Hashable, ScopeDispatcher] = {}
 
     @property
     def decoded(self) -> int:
         """Messages given to a payload dissector's ``decode``, over all scopes."""
         return sum(sd.decoded for sd in self.scopes.values())
 
-    def scope(self, server: Any) -> ScopeDispatcher:
+    def scope(self, server: Hashable) -> ScopeDispatcher:
         sd = self.scopes.get(server)
         if sd is None:
             sd = self.scopes[server] = ScopeDispatcher(self.dissectors, self.options, self.strict)
         return sd
 
-    def carry(self, session: object, carrier: str, server: Any,
+    def carry(self, session: object, carrier: str, server: Hashable,
               flow_id: int) -> list[tuple[str, BaseException]]:
         """Hook a new session into payload dispatch when it is a ``CarrierSession`` and
         some payload dissector rides in ``carrier`` (the session's dissector name):

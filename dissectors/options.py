@@ -13,7 +13,10 @@ re-export it without a cycle.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # (for the type checker only: no import at run time)
+    from reassembly.limits import MemoryBudget
 
 __all__ = ["DEFAULT_PAYLOAD_CAP", "SessionOptions", "read_payload_cap", "session_option"]
 
@@ -32,7 +35,7 @@ class SessionOptions(TypedDict, total=False):
 
     payload_cap: int | None  # payload bytes kept per row; None keeps all
     keep_secrets: bool  # credentials kept in the rows instead of length + SHA-256
-    memory_budget: Any  # reassembly.limits.MemoryBudget shared by the run (or absent)
+    memory_budget: MemoryBudget | None  # shared by the run (None or absent: no budget)
     stream_id: int  # QUIC stream id of the session's stream (Felix)
 
 

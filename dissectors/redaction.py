@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any, BinaryIO, TextIO, TypeVar
+from typing import BinaryIO, TextIO, TypeVar
 
 __all__ = [
     "NATS_CONNECT_SECRETS",
@@ -84,7 +84,7 @@ def _decoded_string(body: str) -> bytes:
     """UTF-8 of a JSON string's content (``body`` without quotes); raw text if the
     escapes are invalid."""
     try:
-        value = json.loads(f'"{body}"')
+        value: str = json.loads(f'"{body}"')
     except ValueError:
         value = body
     return value.encode("utf-8", "surrogatepass")
@@ -137,7 +137,7 @@ def _secret_spans(s: str, secrets: frozenset[str]) -> list[tuple[int, int, bytes
     """Spans of the values of secret members: ``(start, end, decoded value)``."""
     spans: list[tuple[int, int, bytes]] = []
     # per open container: is it an object, and (object) are we before a member's ':'
-    stack: list[list] = []  # [is_object, state, key_is_secret, value_start, depth_of_value]
+    stack: list[list[int]] = []  # per container: [is_object, state, key_is_secret] (bools are 0/1)
     open_secret: tuple[int, int] | None = None  # (start, stack depth) of a secret container
     expect_value_for_secret = False
     for kind, a, b in _tokens(s):
@@ -168,7 +168,7 @@ def _secret_spans(s: str, secrets: frozenset[str]) -> list[tuple[int, int, bytes
             elif c == ":":
                 if top is not None and top[0] and top[1] == 1:
                     top[1] = 2
-                    expect_value_for_secret = top[2]
+                    expect_value_for_secret = bool(top[2])
             elif c == ",":
                 if top is not None and top[0]:
                     top[1] = 0
@@ -450,6 +450,7 @@ def _byte_tokens(data: bytes, in_string: bool) -> list[tuple[int, int, int, bool
     pos = 0
     if in_string:
         m = _STRING_REST.match(data)
+        assert m is not None  # every part of the pattern may match nothing: it always matches
         toks.append((_T_STR, -1, m.end(), bool(m.group(1))))
         pos = m.end()
     for m in _TOKEN.finditer(data, pos):
@@ -694,7 +695,7 @@ def redact(value: T) -> T:
     return redact_bytes(value) if isinstance(value, bytes) else redact_text(value)
 
 
-def redact_values(value: Any) -> Any:
+def redact_values(value: object) -> object:
     """A JSON-able value whose every string (keys too) and bytes passed the gate.
 
     Why not gate the JSON text afterwards: the gate reads raw bytes, and JSON escaping
@@ -808,7 +809,7 @@ class _GatedText:
         self.flush()
         return self._file.buffer
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._file, name)
 
 
@@ -823,7 +824,7 @@ def gated_output(keep: bool = False) -> Iterator[None]:
         return
     real_out, real_err = sys.stdout, sys.stderr
     gated = _GatedText(real_out, hold=True)
-    sys.stdout, sys.stderr = gated, _GatedText(real_err, hold=False)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = gated, _GatedText(real_err, hold=False)
     try:
         yield
     finally:

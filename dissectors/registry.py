@@ -51,8 +51,10 @@ class Registry:
             if clash:
                 self.errors.append((origin, clash))
                 return False
-        target = self.payload if issubclass(cls, PayloadDissector) else self.dissectors
-        target[cls.name] = cls  # type: ignore[assignment]
+        if issubclass(cls, PayloadDissector):
+            self.payload[cls.name] = cls
+        else:
+            self.dissectors[cls.name] = cls
         self.origins[cls.name] = origin
         self.distributions[cls.name] = distribution
         return True
@@ -63,7 +65,7 @@ class Registry:
         declared = {s.name: ("msgcap (core table)", s) for s in all_tables()}
         declared.update({
             spec.name: (name, spec)
-            for name, other in {**self.dissectors, **self.payload}.items()
+            for name, other in self._every().items()
             for spec in other.tables
         })
         for spec in cls.tables:
@@ -82,11 +84,15 @@ class Registry:
             known = ", ".join(sorted(self.dissectors)) or "none"
             raise KeyError(f"no dissector named {name!r} (known: {known})") from None
 
-    def tables(self, distribution: str | None = None) -> list:
+    def _every(self) -> dict[str, type[Dissector] | type[PayloadDissector]]:
+        """Both kinds by name (names are unique across the two: ``add`` checks)."""
+        return {**self.dissectors, **self.payload}
+
+    def tables(self, distribution: str | None = None) -> list[TableSpec]:
         """Table specs of every dissector, in dissector-name order; with
         ``distribution``, only of the dissectors that distribution installed."""
-        seen: dict[str, object] = {}
-        every = {**self.dissectors, **self.payload}
+        seen: dict[str, TableSpec] = {}
+        every = self._every()
         for name in sorted(every):
             if distribution is not None and self.distributions.get(name) != distribution:
                 continue

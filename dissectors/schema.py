@@ -279,7 +279,7 @@ def rows_to_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _without_surrogates(value: Any) -> Any:
+def _without_surrogates(value: object) -> object:
     """``value`` with lone surrogates in its strings replaced by U+FFFD.  Why: a JSON
     ``"\\ud800"`` escape (and invalid UTF-8 read by ``json.loads``, which decodes bytes
     with ``surrogatepass``, as nats-server's Go decoder accepts it) gives a Python string

@@ -14,6 +14,7 @@ first and last record.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -109,7 +110,8 @@ TLS_TABLE = register_table(
 )
 
 
-def _names(codes: tuple[int, ...], name) -> list[str]:
+def _names(codes: tuple[int, ...], name: Callable[[int], str | None]) -> list[str | None]:
+    # (`name` returns None only for a None code; reassembly.tls.records has no overloads)
     return [name(c) for c in codes if not is_grease(c)]
 
 

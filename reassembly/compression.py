@@ -26,9 +26,12 @@ import hashlib
 import io
 import os
 import zlib
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import zstandard
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -67,10 +70,12 @@ class HashingReader(io.RawIOBase):
             self.bytes_read += len(data)
         return data
 
-    def readinto(self, b) -> int:  # type: ignore[override]
-        data = self.read(len(b))
-        n = len(data)
-        b[:n] = data
+    def readinto(self, b: Buffer, /) -> int:
+        # io hands a bytearray or a byte memoryview; a view of either takes the slice
+        with memoryview(b) as view:
+            data = self.read(len(view))
+            n = len(data)
+            view[:n] = data
         return n
 
     def drain(self) -> None:

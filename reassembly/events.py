@@ -65,14 +65,14 @@ def _pair_counter(name: str) -> property:
     more than the rest of it (docs/robustness.md, memory budget)."""
     slot = "_" + name
 
-    def get(self: FlowInfo) -> list:
-        value = getattr(self, slot)
+    def get(self: FlowInfo) -> list[int]:
+        value: list[int] | None = getattr(self, slot)
         if value is None:
             value = [False, False] if name == "mid_stream" else [0, 0]
             setattr(self, slot, value)
         return value
 
-    def put(self: FlowInfo, value: list) -> None:
+    def put(self: FlowInfo, value: list[int]) -> None:
         setattr(self, slot, value)
 
     return property(get, put, doc=f"{name} per direction (c2s, s2c)")
@@ -126,13 +126,13 @@ class FlowInfo:
                "stream_bytes", "gap_bytes", "overlap_conflicts", "mid_stream",
                "close_reason", "vlan")
 
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self._FIELDS)
 
     def __eq__(self, other: object) -> bool:  # as the dataclass it was: by value
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self is other or self._values() == other._values()  # type: ignore[attr-defined]
+        return self is other or self._values() == other._values()
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 

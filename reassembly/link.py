@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Literal
 
 L3_IPV4 = 4
 L3_IPV6 = 6
@@ -242,7 +243,7 @@ def _nflog(data: bytes) -> Result:
         return SHORT, 0, _NO_VLANS
     family = data[0]
     off = 4
-    order = "little"
+    order: Literal["little", "big"] = "little"
     if n >= 8 and int.from_bytes(data[6:8], "little") > 0xFF:
         order = "big"
     while off + 4 <= n:

@@ -29,7 +29,7 @@ _HALF = 1 << 31
 # What one buffered piece costs beyond its bytes (the _Piece, its bytes object header,
 # its start in ``starts``, list slots), for the run's memory budget.
 PIECE_OVERHEAD_BYTES = 200
-_NO_PIECES: tuple = ()  # shared by every direction with nothing buffered (most of them)
+_NO_PIECES: tuple[()] = ()  # shared by every direction with nothing buffered (most of them)
 # Window rule: data may start this far past the receiver's advertised right edge (or a
 # whole window further, when the window is larger) before it is out of window -- room
 # for window updates the capture missed.  Out-of-window anomalies show this many bytes.
@@ -49,9 +49,11 @@ class _Window(bytearray):
     eight times, not once a segment."""
 
     __slots__ = ("half", "held")
+    half: TcpHalfStream  # the direction whose window this is
+    held: int  # bytes charged to the budget (a power of two)
 
     # a budget key by identity (a bytearray hashes by nothing and compares by content)
-    __hash__ = object.__hash__
+    __hash__ = object.__hash__  # type: ignore[assignment]  # typeshed: bytearray's is None
 
     def __eq__(self, other: object) -> bool:
         return self is other
@@ -129,8 +131,8 @@ class TcpHalfStream:
         # out-of-order pieces and their starts (parallel, for bisect); the shared empty
         # tuple until something is buffered, so a direction that never reorders (or a
         # half-open flow) allocates no list
-        self.pieces: list[_Piece] | tuple = _NO_PIECES
-        self.starts: list[int] | tuple = _NO_PIECES
+        self.pieces: list[_Piece] | tuple[()] = _NO_PIECES
+        self.starts: list[int] | tuple[()] = _NO_PIECES
         self.buffered = 0
         # tail of delivered bytes, ends at next_off (a _Window once data came), at most
         # ``keep`` bytes (0 once the memory budget took the window away)
@@ -148,7 +150,7 @@ class TcpHalfStream:
         self.win_edge: int | None = None
         self.win_size = 0
         # out-of-window segments awaiting an ACK or the end (a list once one is held)
-        self.held: list[_Piece] | tuple = _NO_PIECES
+        self.held: list[_Piece] | tuple[()] = _NO_PIECES
         self.alt_base: int | None = None  # ISN + 1 of a conflicting second SYN
         self.had_data = False  # a segment reached offset 0 or beyond (placed or held)
         self.fin_seq_off: int | None = None  # offset of the first FIN's sequence number
@@ -341,11 +343,12 @@ class TcpHalfStream:
             self.had_data = True
         if self._far_beyond(off):
             # held until an ACK or window covers it (then placed) or the stream ends
-            if not self.held:
-                self.held = []
-            self.held.append(_Piece(off, data, ts_ns, frame))  # type: ignore[union-attr]
-            if len(self.held) > OOW_HELD_SEGMENTS:
-                self._out_of_window(self.held.pop(0))
+            held = self.held
+            if not held:
+                held = self.held = []
+            held.append(_Piece(off, data, ts_ns, frame))
+            if len(held) > OOW_HELD_SEGMENTS:
+                self._out_of_window(held.pop(0))
             return
         self.place(off, data, ts_ns, frame)
 
@@ -433,21 +436,22 @@ class TcpHalfStream:
         keep = self.keep
         if keep:
             recent = self.recent
-            if recent.__class__ is bytes:
+            if not isinstance(recent, _Window):  # b"": the first data, or after a gap
                 self.recent = recent = _Window()
                 recent.half, recent.held = self, 0
-            recent += data  # type: ignore[operator]
+            recent.extend(data)
             if len(recent) > keep:
                 del recent[: len(recent) - keep]
-            if len(recent) > recent.held:  # type: ignore[union-attr]
-                self._hold_window(recent)  # type: ignore[arg-type]
+            if len(recent) > recent.held:
+                self._hold_window(recent)
 
     def _drain(self) -> None:
         """Deliver buffered pieces that became contiguous."""
-        pieces = self.pieces
-        while pieces and pieces[0].start <= self.next_off:
+        pieces, starts = self.pieces, self.starts
+        # (``starts`` is empty exactly when ``pieces`` is: tested for the type checker)
+        while pieces and starts and pieces[0].start <= self.next_off:
             p = pieces.pop(0)
-            self.starts.pop(0)
+            starts.pop(0)
             self.buffered -= len(p.data)
             if p.end <= self.next_off:
                 continue
@@ -478,15 +482,15 @@ class TcpHalfStream:
 
     def _enforce_limits(self, ts_ns: int, frame: int) -> None:
         lim = self.limits
-        if (
-            self.buffered <= lim.max_buffered_bytes
-            and len(self.pieces) <= lim.max_buffered_segments
+        pieces = self.pieces
+        if not pieces or (
+            self.buffered <= lim.max_buffered_bytes and len(pieces) <= lim.max_buffered_segments
         ):
             return
         self.emit(
             Anomaly(
                 "limit.reorder_buffer",
-                f"{self.buffered} bytes in {len(self.pieces)} out-of-order pieces exceed the "
+                f"{self.buffered} bytes in {len(pieces)} out-of-order pieces exceed the "
                 f"limit ({lim.max_buffered_bytes} bytes / {lim.max_buffered_segments} pieces); "
                 "the hole before them is declared a gap",
                 ts_ns,
@@ -494,7 +498,7 @@ class TcpHalfStream:
                 self.flow,
                 self.direction,
                 self.next_off,
-                self.pieces[0].start - self.next_off,
+                pieces[0].start - self.next_off,
             )
         )
         while self.pieces and (
@@ -543,7 +547,7 @@ class TcpHalfStream:
             self.recent = b""
             budget = self.limits.budget
             if budget is not None:
-                budget.hold(window, 0, TIER_WINDOWS)  # type: ignore[arg-type]
+                budget.hold(window, 0, TIER_WINDOWS)
 
     def drop_window(self) -> None:
         """The run's memory budget is reached and this direction's overlap-check window is
@@ -629,9 +633,9 @@ class TcpHalfStream:
 
     def _insert(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
         end = off + len(data)
-        if not self.pieces:
-            self.pieces, self.starts = [], []
         pieces, starts = self.pieces, self.starts
+        if not pieces or not starts:  # (both or neither: the type checker needs the two)
+            pieces, starts = self.pieces, self.starts = [], []
         i = bisect_right(starts, off)
         if i and pieces[i - 1].end > off:
             i -= 1

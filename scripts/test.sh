@@ -34,4 +34,5 @@ fi
 
 python3 -m pip install -q -e '.[test]'
 python3 -m ruff check .
+python3 -m mypy  # reassembly/ and dissectors/, strict ([tool.mypy] in pyproject.toml)
 python3 -m pytest "$@"

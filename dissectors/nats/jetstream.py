@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record
-from dissectors.options import read_payload_cap
+from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.redaction import redact_text
 from dissectors.tables import Field, TableSpec, register_table
 
@@ -246,13 +246,13 @@ class JetStreamApiDissector(PayloadDissector):
     flow_local: ClassVar[bool] = True  # a response counts only on its request's flow
 
     @classmethod
-    def new_state(cls, options: dict[str, Any]) -> Any:
+    def new_state(cls, options: SessionOptions) -> None:
         # no payload bytes are kept here, but a bad run option fails as in every session
         read_payload_cap(options, cls.name)
         return None
 
     @classmethod
-    def decode(cls, state: Any, bindings: Bindings, msg: CarriedMessage,
+    def decode(cls, state: None, bindings: Bindings, msg: CarriedMessage,
                hint: str) -> list[Record]:
         if hint.startswith(_RESPONSE):
             api, flow, req_subject = hint[len(_RESPONSE):].split(" ", 2)

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 from collections import deque
 from enum import IntEnum, StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import crc32c as _crc32c
 
 from dissectors.api import Span
+
+if TYPE_CHECKING:
+    from reassembly.limits import MemoryBudget
 
 __all__ = [
     "STREAM_IDENTIFIER",
@@ -118,7 +121,7 @@ def max_encoded_len(n: int) -> int:
     return 32 + n + n // 6
 
 
-def _uvarint(src: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _uvarint(src: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     for i in range(pos, min(pos + 5, len(src))):
         b = src[i]
@@ -134,7 +137,7 @@ def block_length(src: bytes | memoryview) -> int:
     return _uvarint(src, 0)[0]
 
 
-def decode_block(src: bytes | memoryview, max_len: int = MAX_BLOCK_BYTES) -> bytes:
+def decode_block(src: bytes | bytearray | memoryview, max_len: int = MAX_BLOCK_BYTES) -> bytes:
     """Decode one S2 (or Snappy) block; raises ``S2Error`` saying what is wrong.
 
     The output never exceeds the declared length, itself at most ``max_len``: a block
@@ -218,7 +221,7 @@ def decode_block(src: bytes | memoryview, max_len: int = MAX_BLOCK_BYTES) -> byt
     return bytes(dst)
 
 
-def decode_chunk_body(kind: int, body: bytes | memoryview,
+def decode_chunk_body(kind: int, body: bytes | bytearray | memoryview,
                       max_block: int) -> tuple[bytes, bool]:
     """(uncompressed bytes, CRC matches) of a data chunk's body; raises ``S2Error``."""
     if len(body) < 4:
@@ -242,7 +245,7 @@ class S2Stream:
     """
 
     def __init__(self, *, start_offset: int, max_block_bytes: int = MAX_BLOCK_BYTES,
-                 budget: Any = None, expect_identifier: bool = True) -> None:
+                 budget: MemoryBudget | None = None, expect_identifier: bool = True) -> None:
         self.max_block = max_block_bytes
         self.max_chunk = max_encoded_len(max_block_bytes) + 4
         self.budget = budget

@@ -15,11 +15,21 @@ them:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dissectors.proto._descriptors import FILES
 from dissectors.proto.wire import Decoded, FieldSpec, Kind, MessageSchema, decode
+
+if TYPE_CHECKING:  # the protobuf runtime itself is imported lazily, where it is used
+    from google.protobuf.descriptor_pb2 import (
+        DescriptorProto,
+        EnumDescriptorProto,
+        FileDescriptorProto,
+    )
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from google.protobuf.message import Message
 
 __all__ = [
     "FILES",
@@ -47,7 +57,7 @@ _TYPE_KIND = {
 _LABEL_REPEATED = 3
 
 
-def _file_protos() -> list[Any]:
+def _file_protos() -> list[FileDescriptorProto]:
     from google.protobuf import descriptor_pb2
 
     return [descriptor_pb2.FileDescriptorProto.FromString(b) for b in FILES.values()]
@@ -56,10 +66,12 @@ def _file_protos() -> list[Any]:
 @cache
 def _index() -> tuple[dict[str, MessageSchema], dict[str, dict[int, str]]]:
     """All message schemas and enums by full name (without the leading dot)."""
-    messages: dict[str, Any] = {}
+    messages: dict[str, DescriptorProto] = {}
     enums: dict[str, dict[int, str]] = {}
 
-    def walk(prefix: str, msgs: Any, enum_types: Any) -> None:
+    def walk(
+        prefix: str, msgs: Iterable[DescriptorProto], enum_types: Iterable[EnumDescriptorProto]
+    ) -> None:
         for e in enum_types:
             enums[f"{prefix}.{e.name}"] = {v.number: v.name for v in e.value}
         for m in msgs:
@@ -97,7 +109,7 @@ def enum_names(full_name: str) -> dict[int, str]:
 
 
 @cache
-def _pool() -> Any:
+def _pool() -> DescriptorPool:
     from google.protobuf import descriptor_pool
 
     pool = descriptor_pool.DescriptorPool()
@@ -107,7 +119,7 @@ def _pool() -> Any:
 
 
 @cache
-def message_class(full_name: str) -> Any:
+def message_class(full_name: str) -> type[Message]:
     """A protobuf message class for ``full_name`` (private pool; for encoding)."""
     from google.protobuf import message_factory
 

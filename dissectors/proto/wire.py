@@ -199,7 +199,7 @@ def _skip(buf: bytes, pos: int, end: int, wire_type: int, number: int, depth: in
     raise _Stop(f"invalid wire type {wire_type} for field {number}", pos, False)
 
 
-def _scalar(kind: Kind, v: int) -> Any:
+def _scalar(kind: Kind, v: int) -> int | bool:
     if kind is Kind.INT32 or kind is Kind.ENUM:
         v &= _U32
         return v - (1 << 32) if v >= 1 << 31 else v
@@ -254,16 +254,16 @@ def _decode_into(out: Decoded, buf: bytes, pos: int, end: int, base: int, depth:
         kind = spec.kind
         if wt == 0 and kind in _VARINT_KINDS:
             try:
-                v, pos = _varint(buf, pos, end)
+                raw, pos = _varint(buf, pos, end)
             except _Stop as stop:
                 raise _Stop(
                     f"{spec.name}: {stop.detail}", base + stop.offset, stop.truncated
                 ) from None
-            v = _scalar(kind, v)
+            scalar = _scalar(kind, raw)
             if spec.repeated:
-                values.setdefault(spec.name, []).append(v)
+                values.setdefault(spec.name, []).append(scalar)
             else:
-                values[spec.name] = v
+                values[spec.name] = scalar
             continue
         if wt != 2:
             raise _Stop(
@@ -283,6 +283,7 @@ def _decode_into(out: Decoded, buf: bytes, pos: int, end: int, base: int, depth:
         chunk = buf[pos : pos + n]
         start = pos
         pos += n
+        v: str | bytes
         if kind is Kind.STRING:
             try:
                 v = chunk.decode("utf-8")
@@ -294,16 +295,18 @@ def _decode_into(out: Decoded, buf: bytes, pos: int, end: int, base: int, depth:
         elif kind is Kind.MESSAGE or kind is Kind.MAP:
             if depth + 1 > MAX_DEPTH:
                 raise _Stop(f"messages nested deeper than {MAX_DEPTH}", base + start, False)
-            sub = decode(chunk, spec.message, base=base + start, depth=depth + 1)  # type: ignore[arg-type]
+            sub_schema = spec.message
+            assert sub_schema is not None  # FieldSpec: MESSAGE and MAP fields have one
+            sub = decode(chunk, sub_schema, base=base + start, depth=depth + 1)
             _merge_child(out, spec.name, sub)
             if kind is Kind.MAP:
                 entry = values.setdefault(spec.name, {})
                 key = sub.values.get("key")
                 if key is None:
-                    key = "" if spec.message.fields[1].kind is Kind.STRING else 0  # type: ignore[union-attr]
+                    key = "" if sub_schema.fields[1].kind is Kind.STRING else 0
                 val = sub.values.get("value")
                 if val is None:
-                    val = _default(spec.message.fields[2])  # type: ignore[union-attr]
+                    val = _default(sub_schema.fields[2])
                 entry[key] = val
             elif spec.repeated:
                 values.setdefault(spec.name, []).append(sub)
@@ -342,7 +345,7 @@ def _merge_child(out: Decoded, name: str, sub: Decoded) -> None:
     out.bad_utf8.extend(f"{name}.{b}" for b in sub.bad_utf8)
 
 
-def _default(spec: FieldSpec) -> Any:
+def _default(spec: FieldSpec) -> str | bytes | bool | int | None:
     if spec.kind is Kind.STRING:
         return ""
     if spec.kind is Kind.BYTES:

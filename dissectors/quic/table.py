@@ -255,7 +255,7 @@ class QuicLayer(LayerDissector):
 
     @classmethod
     def rows(cls, ev: QuicPacket | QuicHandshake, facts: LayerFacts) -> list[LayerRow]:
-        if type(ev) is QuicHandshake:
+        if isinstance(ev, QuicHandshake):  # (frozen event types: never subclassed)
             facts.values = quic_flow_values(ev)
             return []
         facts.inner_streams = True

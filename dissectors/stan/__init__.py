@@ -41,7 +41,8 @@ from typing import Any, ClassVar
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
 from dissectors.dispatch import subject_matches
-from dissectors.options import read_payload_cap
+from dissectors.options import SessionOptions, read_payload_cap
+from dissectors.proto import Decoded
 from dissectors.stan.decode import (
     FIRST_BYTES,
     KINDS,
@@ -94,7 +95,7 @@ def _static_kind(subject: str) -> str | None:
 class StanState:
     """Per-scope knowledge that the dispatcher's bindings do not hold."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: SessionOptions) -> None:
         self.payload_cap = read_payload_cap(options, "stan")
         # probe-found ConnectRequests: reply inbox → (discover prefix, heartbeat inbox)
         self.pending_discover: OrderedDict[str, tuple[str, Any]] = OrderedDict()
@@ -120,7 +121,7 @@ class StanDissector(PayloadDissector):
         return Verdict.YES if infer(payload, None) is not None else Verdict.NO
 
     @classmethod
-    def new_state(cls, options: dict[str, Any]) -> StanState:
+    def new_state(cls, options: SessionOptions) -> StanState:
         return StanState(options)
 
     @classmethod
@@ -168,13 +169,13 @@ class StanDissector(PayloadDissector):
         msg: CarriedMessage,
         kind: str,
         values: dict[str, Any],
-        decoded: Any,
+        decoded: Decoded | None,
         inferred: bool,
         typed_by: str,
     ) -> None:
         suffix = _INFERRED if inferred else _LEARNED
 
-        def bind(subject: Any, k: str, sfx: str = suffix) -> None:
+        def bind(subject: object, k: str, sfx: str = suffix) -> None:
             if plausible_subject(subject):
                 bindings.bind_subject(subject, NAME, f"{k}|{sfx}")
 

@@ -10,7 +10,7 @@ import hashlib
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from dissectors.proto import Decoded, Kind, decode, enum_names, schema
 from dissectors.proto.wire import field_keys, scan
@@ -154,7 +154,7 @@ def decode_kind(
     return values, d, problems
 
 
-def _default(kind: Kind) -> Any:
+def _default(kind: Kind) -> str | bytes | bool | int:
     if kind is Kind.STRING:
         return ""
     if kind is Kind.BYTES:
@@ -211,7 +211,7 @@ _NO_REPLY = ("ConnectResponse", "MsgProto", "SubscriptionResponse", "Ack", "PubA
              "CloseResponse", "PingResponse")
 
 
-def plausible_subject(s: Any, literal: bool = True) -> bool:
+def plausible_subject(s: object, literal: bool = True) -> TypeGuard[str]:
     """A NATS subject a STAN peer would use: non-empty tokens, no whitespace, and no
     wildcards when ``literal``."""
     if not isinstance(s, str) or not s or len(s) > 1024:
@@ -222,7 +222,7 @@ def plausible_subject(s: Any, literal: bool = True) -> bool:
     return not any(c.isspace() for c in s) and s.isprintable()
 
 
-def _token(s: Any, max_len: int = 128) -> bool:
+def _token(s: object, max_len: int = 128) -> bool:
     return isinstance(s, str) and 0 < len(s) <= max_len and s.isprintable() and " " not in s
 
 
@@ -299,6 +299,7 @@ def infer(payload: bytes, has_reply: bool | None) -> Decision | None:
     seen = scan(payload)  # one schema-free pass rules out most foreign payloads
     if seen is None:
         return None
+    kinds: tuple[str, ...]
     if has_reply is None:
         kinds = _WITH_REPLY + _NO_REPLY
     else:
@@ -307,7 +308,10 @@ def infer(payload: bytes, has_reply: bool | None) -> Decision | None:
     for kind in kinds:
         if not seen <= _KEYS[kind]:
             continue  # a field this type does not have: it would not decode cleanly
-        d = decode(payload, schema(KINDS[kind][0]))  # type: ignore[arg-type]
+        full = KINDS[kind][0]
+        if full is None:
+            continue  # (a heartbeat kind: no protobuf; none is a candidate)
+        d = decode(payload, schema(full))
         if not d.clean:
             continue
         s = score(kind, d)

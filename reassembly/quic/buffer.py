@@ -54,7 +54,8 @@ class Cursor:
         return self.data[self._need(1)]
 
     def pull_u16(self) -> int:
-        return _U16.unpack_from(self.data, self._need(2))[0]
+        value: int = _U16.unpack_from(self.data, self._need(2))[0]
+        return value
 
     def pull_u24(self) -> int:
         p = self._need(3)
@@ -62,7 +63,8 @@ class Cursor:
         return (d[p] << 16) | (d[p + 1] << 8) | d[p + 2]
 
     def pull_u32(self) -> int:
-        return _U32.unpack_from(self.data, self._need(4))[0]
+        value: int = _U32.unpack_from(self.data, self._need(4))[0]
+        return value
 
     def pull_bytes(self, n: int) -> bytes:
         p = self._need(n)
@@ -82,9 +84,12 @@ class Cursor:
         self._need(size - 1)
         if size == 2:
             return ((first & 0x3F) << 8) | d[p + 1]
+        value: int
         if size == 4:
-            return _U32.unpack_from(d, p)[0] & 0x3FFFFFFF
-        return _U64.unpack_from(d, p)[0] & 0x3FFFFFFFFFFFFFFF
+            value = _U32.unpack_from(d, p)[0] & 0x3FFFFFFF
+        else:
+            value = _U64.unpack_from(d, p)[0] & 0x3FFFFFFFFFFFFFFF
+        return value
 
     def pull_block(self, len_size: int) -> Cursor:
         """A sub-cursor over a block prefixed by a 1/2/3-byte big-endian length."""

@@ -30,13 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from enum import Enum
+from typing import TYPE_CHECKING, Final
 
 from reassembly.events import (
     Anomaly,
     Direction,
     Event,
     FlowInfo,
+    QuicEvent,
     QuicHandshake,
     QuicStreamEnd,
     StreamData,
@@ -90,7 +92,16 @@ _WANTED = {
     (SPACE_INITIAL, SERVER): HandshakeType.SERVER_HELLO,
     (SPACE_HANDSHAKE, SERVER): HandshakeType.ENCRYPTED_EXTENSIONS,
 }
-_DONE = object()  # a CRYPTO stream whose wanted message was read
+
+
+class _Done(Enum):
+    """The state of a CRYPTO stream whose wanted message was read (or given up): an enum
+    member rather than a bare ``object()`` so the type checker tells it from a stream."""
+
+    DONE = 0
+
+
+_DONE: Final = _Done.DONE
 # What a CRYPTO stream being read costs besides the bytes of the handshake message it
 # holds (its reader, its reassembler, the entry): charged to the run's memory budget.
 CRYPTO_HOLD_OVERHEAD_BYTES = 512
@@ -196,7 +207,7 @@ class QuicConnection:
         self,
         flow: FlowInfo,
         limits: Limits,
-        emit: Callable[[Event], None],
+        emit: Callable[[Event | QuicEvent], None],
         keylog: KeyLog,
         register_cid: Callable[[QuicConnection, bytes, int], None],
     ) -> None:
@@ -223,7 +234,7 @@ class QuicConnection:
         self.server_hello: ServerHello | None = None
         self.alpn_selected: str | None = None
         self.hello_retry = False
-        self._crypto: dict[tuple[int, int], object] = {}
+        self._crypto: dict[tuple[int, int], TcpHalfStream | _Done] = {}
         # in-order CRYPTO bytes held per stream, drawn from the run's budget
         self._crypto_held: dict[tuple[int, int], _CryptoHold] = {}
         self._crypto_limits = replace(
@@ -236,7 +247,8 @@ class QuicConnection:
         self._refused: set[tuple[int, Direction]] = set()
         self.close_seen: tuple[int, int, int | None, str] | None = None
         self._reported: set[str] = set()
-        self._undecryptable: list | None = None  # first packet, counts per packet type
+        # first packet (ts, frame, flow, direction), counts per packet type
+        self._undecryptable: tuple[int, int, FlowInfo, Direction, dict[str, int]] | None = None
         self.last_ts_ns = flow.ts_last_ns
         # facts found while processing the current packet (read by the layer)
         self.pkt_sni: str | None = None
@@ -333,8 +345,8 @@ class QuicConnection:
         packets came before it."""
         if reason in ("no-keys", "no-client-hello"):
             if self._undecryptable is None:
-                self._undecryptable = [self._pkt_ts, self._pkt_frame, self._pkt_flow,
-                                       self._pkt_dir, {}]
+                self._undecryptable = (self._pkt_ts, self._pkt_frame, self._pkt_flow,
+                                       self._pkt_dir, {})
             counts = self._undecryptable[4]
             counts[ptype] = counts.get(ptype, 0) + 1
         elif reason == "no-initial-dcid":
@@ -479,13 +491,14 @@ class QuicConnection:
                 self._early = got
             prots = self._early
         else:
-            prots = self._hs[role]
-            if prots is None:
+            hs = self._hs[role]
+            if hs is None:
                 label = Labels.CLIENT_HANDSHAKE if role == CLIENT else Labels.SERVER_HANDSHAKE
                 got = self._secret_prots(label, hdr.version)
                 if isinstance(got, str):
                     return Failed(role, got)
-                prots = self._hs[role] = got
+                hs = self._hs[role] = got
+            prots = hs
         res = self._try(
             prots, data, hdr.start, hdr.pn_offset, hdr.end, True, self.largest_pn[role][space]
         )
@@ -533,7 +546,7 @@ class QuicConnection:
         # keys from the DCID the Initial keys come from; failing that, from this
         # packet's own DCID (derived only then: most client Initials carry the
         # server's connection id once the server has answered)
-        res: tuple[int, int, int, bytes] | str = "no-initial-dcid"
+        res = "no-initial-dcid"
         own = False
         if self.initial_dcid is not None:
             prot = self._initial(version, self.initial_dcid)[0]
@@ -607,7 +620,8 @@ class QuicConnection:
 
     def _opened(self, role: int, space: int, pn: int, phase: int | None, plain: bytes) -> Opened:
         largest = self.largest_pn[role]
-        if largest[space] is None or pn > largest[space]:
+        known = largest[space]
+        if known is None or pn > known:
             largest[space] = pn
         return Opened(role, pn, phase, parse_frames(plain))
 
@@ -690,7 +704,9 @@ class QuicConnection:
             reader = HandshakeReader(self.limits.quic_max_crypto_bytes)
             direction = self.flow_direction(role)
 
-            def crypto_emit(ev: Event, key=key, reader=reader) -> None:
+            def crypto_emit(
+                ev: Event, key: tuple[int, int] = key, reader: HandshakeReader = reader
+            ) -> None:
                 if isinstance(ev, StreamData):
                     self.flow.stream_bytes[ev.direction] -= len(ev.data)
                     self._tls_bytes(key, reader, ev.data)
@@ -711,11 +727,11 @@ class QuicConnection:
                 self.flow, direction, self._crypto_limits, crypto_emit, None, "quic.crypto"
             )
             state = self._crypto[key] = half
-        state.place(off, data, self._pkt_ts, self._pkt_frame)  # type: ignore[attr-defined]
+        state.place(off, data, self._pkt_ts, self._pkt_frame)
         if self._crypto.get(key) is not state and self.limits.budget is not None:
             # read (or given up) while placing: what it still buffers is dropped
             self.limits.budget.hold(state, 0)
-            state.forget_recent()  # type: ignore[attr-defined]
+            state.forget_recent()
 
     def _tls_bytes(self, key: tuple[int, int], reader: HandshakeReader, data: bytes) -> None:
         if self._crypto.get(key) is _DONE:
@@ -743,7 +759,7 @@ class QuicConnection:
                 del self._crypto_held[key]
                 budget.hold(hold, 0)
 
-    def _end_crypto(self, key: tuple[int, int], state: object = _DONE) -> None:
+    def _end_crypto(self, key: tuple[int, int], state: _Done | None = _DONE) -> None:
         """Stop reading a CRYPTO stream (its message read, lost, given up: ``_DONE``; or
         to be read afresh: None).  What it held goes back to the run's budget."""
         old = self._crypto.pop(key, None)

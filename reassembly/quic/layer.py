@@ -47,6 +47,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from typing import TypedDict
 
 from reassembly.events import (
     Anomaly,
@@ -55,6 +56,7 @@ from reassembly.events import (
     Event,
     FlowEnd,
     FlowInfo,
+    QuicEvent,
     QuicPacket,
     RoleSource,
 )
@@ -87,13 +89,41 @@ __all__ = [
 TLS_KEY_LOG_SECRETS = 0x544C534B  # pcapng DSB secrets type "TLSK"
 
 
+class _PacketFields(TypedDict, total=False):
+    """What a ``QuicPacket`` says beyond its datagram, gathered by the steps that read the
+    packet (header, decryption, frames) before it is built; see ``QuicPacket``."""
+
+    conn_flow_id: int
+    version: int
+    packet_type: str
+    dcid: str
+    scid: str | None
+    packet_number: int | None
+    token_length: int | None
+    length: int
+    datagram_offset: int
+    coalesced_index: int
+    frame_types: tuple[str, ...]
+    stream_ids: tuple[int, ...]
+    decrypted: bool | None
+    undecrypted_reason: str | None
+    key_phase: int | None
+    supported_versions: tuple[int, ...]
+    retry_integrity: str | None
+    sni: str | None
+    alpn: tuple[str, ...] | None
+    close_error_code: int | None
+    close_frame_type: int | None
+    close_reason: str | None
+
+
 class QuicLayer:
     """Datagram → QUIC events adapter (see the module docstring)."""
 
     def __init__(
         self,
         limits: Limits,
-        emit: Callable[[Event], None],
+        emit: Callable[[Event | QuicEvent], None],
         keylog: KeyLog | None = None,
         swap_roles: Callable[[FlowInfo, RoleSource], None] | None = None,
     ) -> None:
@@ -103,7 +133,7 @@ class QuicLayer:
         self.limits = limits
         self._emit = emit
         self.keylog = keylog if keylog is not None else KeyLog()
-        self._pending: list[Event] = []
+        self._pending: list[Event | QuicEvent] = []
         self._by_flow: dict[int, QuicConnection] = {}
         self._conns: OrderedDict[int, QuicConnection] = OrderedDict()
         self._cid_map: dict[bytes, tuple[QuicConnection, int]] = {}
@@ -211,7 +241,9 @@ class QuicLayer:
             self._close(conn, ts, self._last_frame, "flow-end")
         self._drain()
 
-    def process(self, events: Iterable[Event], out: list[Event]) -> Iterator[Event]:
+    def process(
+        self, events: Iterable[Event], out: list[Event | QuicEvent]
+    ) -> Iterator[Event | QuicEvent]:
         """Wrap an event stream: Datagrams the layer takes are replaced by its events.
 
         ``out`` must be the list this layer's ``emit`` appends to (the engine owns it)."""
@@ -411,7 +443,7 @@ class QuicLayer:
         data = ev.data
         conn.begin_packet(ev.flow, ev.direction, ev.ts_ns, ev.frame)
         ptype = hdr.packet_type
-        fields = {
+        fields: _PacketFields = {
             "version": hdr.version,
             "packet_type": ptype,
             "dcid": hdr.dcid.hex(),
@@ -456,7 +488,7 @@ class QuicLayer:
         if role is None:
             role = conn.role_of(ev.direction)
         receiver = SERVER if role == CLIENT else CLIENT
-        fields: dict = {
+        fields: _PacketFields = {
             "version": conn.version,
             "packet_type": "1rtt",
             "scid": None,
@@ -479,7 +511,7 @@ class QuicLayer:
         self._emit_packet(conn, ev, fields)
 
     def _packet_result(
-        self, conn: QuicConnection, res: Opened | Failed, ptype: str, fields: dict
+        self, conn: QuicConnection, res: Opened | Failed, ptype: str, fields: _PacketFields
     ) -> None:
         if isinstance(res, Failed):
             fields["decrypted"] = False
@@ -509,7 +541,7 @@ class QuicLayer:
             fields["sni"] = conn.pkt_sni
             fields["alpn"] = conn.pkt_alpn
 
-    def _emit_packet(self, conn: QuicConnection, ev: Datagram, f: dict) -> None:
+    def _emit_packet(self, conn: QuicConnection, ev: Datagram, f: _PacketFields) -> None:
         c = self.counters
         c["packets"] += 1
         if f.get("decrypted"):
