@@ -7,14 +7,16 @@ or reads control lines and asks for "exactly N more bytes" after one (``LineFram
 Everything else is done once, here, and tested once:
 
 * **need more** is a first-class answer: ``next_event()`` returns ``NEED_MORE``;
-* **bounded memory**: bytes live in one ``bytearray`` with a read index; the consumed
-  prefix is dropped on the next ``feed`` (CPython deletes a bytearray's front in O(1)).
+* **bounded memory**: bytes live in one ``reassembly.provenance.ProvenanceBuffer`` (a
+  ``bytearray`` with a read index; the consumed prefix is dropped on the next ``feed``).
   Oversize units and long bodies stream past without being buffered; a body keeps at most
   ``keep_bytes`` and hashes the rest incrementally;
-* **provenance**: every buffered chunk remembers its ``Span``.  A unit gets
+* **provenance**: the same buffer remembers every buffered chunk's ``Span``.  A unit gets
   ``ts_first``/``frame_first`` of the chunk holding its first byte and ``ts_last``/
   ``frame_last`` of the chunk holding its last byte.  When the pipeline merged several
-  packets into one chunk, the per-byte packet is unknown; these values then bracket it;
+  packets into one chunk, the per-byte packet is unknown; these values then bracket it.
+  A unit read in pieces (a streamed body, a resync episode, an oversize unit skipped)
+  keeps the ``Extent`` of its first piece and joins it to its last (``Extent.through``);
 * **gaps**: ``gap()`` drops the partial unit (reported as a ``Dropped`` event, its bytes
   counted undecoded).  If that unit's end was known (declared length), parsing resumes
   exactly there, skipping the rest of it; otherwise the framer resynchronises with the
@@ -39,7 +41,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from dissectors.api import Span
+from reassembly.provenance import Chunk, Extent, ProvenanceBuffer, Span
 
 __all__ = [
     "NEED_MORE",
@@ -66,6 +68,8 @@ MAX_RESYNC_HOLD_BYTES = 64 * 1024
 # First window of buffered bytes a resync rule is shown (``_Framer._resync_scan``); it
 # grows 4x per look while nothing is found.
 RESYNC_FIRST_WINDOW = 1024
+# provenance of a unit not begun yet
+_NOWHERE = Extent(0, 0, 0, 0, 0, 0)
 
 
 class _NeedMore:
@@ -321,23 +325,17 @@ class _Framer:
     """Buffer, provenance, accounting, resync/skip/abandon: everything but the unit rule."""
 
     def __init__(self, resync: ResyncFn | None, start_offset: int | None) -> None:
-        self._buf = bytearray()
-        self._pos = 0
-        self._base = start_offset  # stream offset of _buf[0]; None until first feed/gap
+        # the unresolved bytes and their packets (base: None until the first feed/gap)
+        self._b = ProvenanceBuffer(start_offset)
         self._scan = 0  # LineFramer: where the LF search resumes inside a partial line
-        # chunks still (partly) buffered: (end_offset, ts_first, ts_last, frame_first, frame_last)
-        self._chunks: deque[tuple[int, int, int, int, int]] = deque()
-        self._last_chunk: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
-        self._prev_byte: int | None = None  # stream byte before _buf[0]
+        self._prev_byte: int | None = None  # stream byte before _b.data[0]
         self._events: deque = deque()
         self._resync = resync
         self._mode = 0
         self._normal = 0
         self._closed = False
-        # resync episode
-        self._rs_start: int | None = None
-        self._rs_first: tuple[int, int] = (0, 0)
-        self._rs_last: tuple[int, int] = (0, 0)
+        # resync episode: the bytes skipped so far (None: no episode open)
+        self._rs: Extent | None = None
         self._rs_prev: int | None = None
         # skip-to-known-end after a gap
         self._skip_end = 0
@@ -355,23 +353,21 @@ class _Framer:
     @property
     def next_offset(self) -> int | None:
         """Stream offset the next ``feed`` must start at (None before the first call)."""
-        if self._base is None:
-            return None
-        return self._base + len(self._buf)
+        return self._b.end
 
     @property
     def offset(self) -> int:
         """Stream offset of the next unresolved byte."""
-        return (self._base or 0) + self._pos
+        return self._b.offset
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buf) - self._pos
+        return self._b.held
 
     @property
     def pending_bytes(self) -> int:
         """Fed bytes not yet counted decoded or undecoded."""
-        return len(self._buf) - self._pos + self._inflight()
+        return self._b.held + self._inflight()
 
     @property
     def abandoned(self) -> bool:
@@ -379,16 +375,18 @@ class _Framer:
 
     def peek(self, n: int) -> bytes:
         """Up to ``n`` unresolved bytes at the read position (no copy kept)."""
-        return bytes(self._buf[self._pos : self._pos + n])
+        b = self._b
+        return bytes(b.data[b.pos : b.pos + n])
 
     def feed(self, data: bytes, span: Span) -> None:
         if self._closed:
             raise ValueError("feed after close")
-        if self._base is None:
-            self._base = span.offset
-        elif span.offset != self._base + len(self._buf):
+        b = self._b
+        if b.base is None:
+            b.base = span.offset
+        elif span.offset != b.base + len(b.data):
             raise ValueError(
-                f"non-contiguous feed at {span.offset}, expected {self._base + len(self._buf)}"
+                f"non-contiguous feed at {span.offset}, expected {b.base + len(b.data)}"
                 " (announce missing bytes with gap())"
             )
         self._waiting = False
@@ -396,35 +394,30 @@ class _Framer:
         if not n:
             return
         self.fed_bytes += n
-        buf = self._buf
-        pos = self._pos
+        pos = b.pos
         if pos:
-            self._prev_byte = buf[pos - 1]
-            del buf[:pos]
-            self._base += pos
-            self._scan -= pos
-            self._pos = 0
+            self._prev_byte = b.data[pos - 1]
+            self._scan -= pos  # (the buffer drops the resolved prefix)
         if self._mode == _DEAD:
             self.undecoded_bytes += n
-            self._base += n
+            b.reset(span.offset + n)
             return
-        buf += data
-        chunk = (self._base + len(buf), span.ts_first_ns, span.ts_last_ns, span.frame_first,
-                 span.frame_last)
-        self._chunks.append(chunk)
-        self._last_chunk = chunk
+        b.feed(data, span)
+
+    def _forget_resolved(self) -> None:
+        """Drop the resolved prefix of the buffer now (``feed`` does it anyway)."""
+        pos = self._b.pos
+        if pos:
+            self._prev_byte = self._b.data[pos - 1]
+            self._scan -= pos
+            self._b.compact()
 
     def release_memory(self, need: int) -> None:
         """The run's memory budget is reached and this buffer is the oldest holder: give
         back the bytes already resolved (nothing is lost); a framer that can (see
         ``LengthPrefixedFramer``) also gives up the partial unit it holds."""
-        pos = self._pos
-        if pos and self._mode != _DEAD:
-            self._prev_byte = self._buf[pos - 1]
-            del self._buf[:pos]
-            self._base += pos
-            self._scan -= pos
-            self._pos = 0
+        if self._mode != _DEAD:
+            self._forget_resolved()
         self._release_partial()
         if self.budget is not None:
             self.budget.hold(self, self._budget_bytes())
@@ -434,7 +427,7 @@ class _Framer:
 
     def _budget_bytes(self) -> int:
         """What this framer tells the budget it holds: the bytes left buffered."""
-        return len(self._buf) - self._pos
+        return self._b.held
 
     def hold_budget(self) -> None:
         """Tell the run's budget what this framer holds now.  ``next_event`` does it when
@@ -470,17 +463,17 @@ class _Framer:
         if self._mode == _DEAD:
             return
         self._mode = _RESYNC
-        self._rs_prev = self._buf[self._pos - 1] if self._pos else self._prev_byte
+        self._rs_prev = self._b.data[self._b.pos - 1] if self._b.pos else self._prev_byte
 
     def abandon(self) -> None:
         """Give up on this direction: everything from here on is undecoded, silently."""
         if self._mode == _DEAD:
             return
         self._drop_partial()
-        self.undecoded_bytes += len(self._buf) - self._pos
+        self.undecoded_bytes += self._b.held
         self._clear()
         self._events.clear()
-        self._rs_start = None
+        self._rs = None
         self._mode = _DEAD
         if self.budget is not None:
             self.budget.hold(self, 0)
@@ -489,27 +482,28 @@ class _Framer:
         """``nbytes`` at ``offset`` were never captured.  Returns the events this causes."""
         if self._closed:
             raise ValueError("gap after close")
-        if self._base is None:
-            self._base = offset + nbytes
+        expected = self._b.end
+        if expected is None:
+            self._b.reset(offset + nbytes)
             self._prev_byte = None
             if self._mode != _DEAD:
                 self._mode = _RESYNC
                 self._rs_prev = None
             return []
-        if offset != self._base + len(self._buf):
-            raise ValueError(f"gap at {offset}, expected {self._base + len(self._buf)}")
+        if offset != expected:
+            raise ValueError(f"gap at {offset}, expected {expected}")
         out = list(self._events)
         self._events.clear()
         gap_end = offset + nbytes
         if self._mode == _DEAD:
-            self._base = gap_end
+            self._b.reset(gap_end)
             return out
         known_end = self._flush_partial(out, offset)
-        self.undecoded_bytes += len(self._buf) - self._pos
+        self.undecoded_bytes += self._b.held
         self._clear()
         if self.budget is not None:
             self.budget.hold(self, 0)
-        self._base = gap_end
+        self._b.reset(gap_end)
         self._prev_byte = None
         if known_end is not None and known_end > gap_end:
             self._mode = _SKIP
@@ -529,7 +523,7 @@ class _Framer:
         self._events.clear()
         if self._mode != _DEAD:
             self._flush_partial(out, self.next_offset or 0)
-            self.undecoded_bytes += len(self._buf) - self._pos
+            self.undecoded_bytes += self._b.held
             out = [ev._replace(resume_at=None) if type(ev) is Dropped else ev for ev in out]
         self._clear()
         self._mode = _DEAD
@@ -541,12 +535,9 @@ class _Framer:
     # ---- internals -----------------------------------------------------------------
 
     def _clear(self) -> None:
-        if self._base is not None:
-            self._base += len(self._buf)
-        self._buf = bytearray()
-        self._pos = 0
+        """Give up every byte buffered (the caller counts them)."""
+        self._b.clear()
         self._scan = 0
-        self._chunks.clear()
 
     def _inflight(self) -> int:
         return 0
@@ -565,39 +556,33 @@ class _Framer:
             return self._skip_end
         return None
 
-    def _prov(self, off: int) -> tuple[int, int, int, int, int]:
-        """The chunk holding stream offset ``off`` (chunks before it are forgotten)."""
-        ch = self._chunks
-        while len(ch) > 1 and ch[0][0] <= off:
-            ch.popleft()
-        return ch[0] if ch else self._last_chunk
-
     def _resync_flush(self, out: list, end: int) -> None:
         """Close a resync episode cut by a gap/close (the undecided tail counts too)."""
-        pending = len(self._buf) - self._pos
+        pending = self._b.held
         if pending:
-            self._note_skip(self._pos, pending)
-            self._pos += pending
+            self._note_skip(self._b.pos, pending)
+            self._b.pos += pending
             self.undecoded_bytes += pending
-        if self._rs_start is not None:
-            out.append(Resynced(False, self._rs_start, end, self._rs_first[0],
-                                self._rs_last[0], self._rs_first[1], self._rs_last[1]))
-            self._rs_start = None
+        if self._rs is not None:
+            out.append(self._resynced(self._rs, False, end))
 
     def _note_skip(self, pos: int, n: int) -> None:
-        off = self._base + pos
-        if self._rs_start is None:
-            c = self._prov(off)
-            self._rs_start = off
-            self._rs_first = (c[1], c[3])
-        c = self._prov(off + n - 1)
-        self._rs_last = (c[2], c[4])
+        """``n`` buffered bytes at ``pos`` are skipped by the open resync episode."""
+        off = self._b.base + pos
+        skipped = self._b.extent(off, off + n)
+        self._rs = skipped if self._rs is None else self._rs.through(skipped)
+
+    def _resynced(self, rs: Extent, found: bool, end: int) -> Resynced:
+        """The ``Resynced`` event closing the episode that skipped ``rs`` (up to ``end``)."""
+        self._rs = None
+        return Resynced(found, rs.start, end, rs.ts_first_ns, rs.ts_last_ns, rs.frame_first,
+                        rs.frame_last)
 
     def _resync_step(self) -> bool:
         """Run the resync rule once on the buffered bytes.  True when a start was found
         (the read position is then on it)."""
-        buf = self._buf
-        pos = self._pos
+        buf = self._b.data
+        pos = self._b.pos
         avail = len(buf) - pos
         if not avail:
             return False
@@ -610,11 +595,11 @@ class _Framer:
         if skip:
             self._note_skip(pos, skip)
             self._rs_prev = buf[pos + skip - 1]
-            self._pos = pos + skip
+            self._b.pos = pos + skip
             self.undecoded_bytes += skip
         if found:
             self._mode = self._normal
-            self._scan = self._pos
+            self._scan = self._b.pos
             self._on_found()
             return True
         return False
@@ -645,23 +630,17 @@ class _Framer:
 
     def _end_episode(self) -> None:
         """Queue the ``Resynced`` event of a finished episode (if bytes were skipped)."""
-        if self._rs_start is not None:
-            end = self._base + self._pos
-            self._events.append(Resynced(True, self._rs_start, end, self._rs_first[0],
-                                         self._rs_last[0], self._rs_first[1],
-                                         self._rs_last[1]))
-            self._rs_start = None
+        if self._rs is not None:
+            self._events.append(self._resynced(self._rs, True, self._b.offset))
 
     def _skip_step(self) -> bool:
         """Skip toward ``_skip_end``; True once it is reached."""
-        avail = len(self._buf) - self._pos
-        left = self._skip_end - (self._base + self._pos)
-        take = avail if avail < left else left
-        self._pos += take
+        left = self._skip_end - self._b.offset
+        take = self._b.discard_to(self._skip_end)
         self.undecoded_bytes += take
         if take == left:
             self._mode = self._normal
-            self._scan = self._pos
+            self._scan = self._b.pos
             return True
         return False
 
@@ -694,9 +673,8 @@ class LineFramer(_Framer):
         self.max_line_bytes = max_line_bytes
         self._mode = self._normal = _LINE
         # oversize line being skipped
-        self._long_start = 0
+        self._long: Extent = _NOWHERE  # where it began (its first byte's packet)
         self._long_head = b""
-        self._long_first: tuple[int, int] = (0, 0)
         self._long_quiet = False  # skipping the rest of a line given up for the budget
         # block being read
         self._blk_n = 0
@@ -706,8 +684,7 @@ class LineFramer(_Framer):
         self._blk_kept = 0
         self._blk_hash = None
         self._blk_start = 0
-        self._blk_first: tuple[int, int] | None = None
-        self._blk_last: tuple[int, int] = (0, 0)
+        self._blk: Extent | None = None  # the block's bytes consumed so far
         self._blk_trailer = b""
         self._blk_lenient: tuple[bytes, ...] = ()
 
@@ -718,17 +695,21 @@ class LineFramer(_Framer):
         """Between units in line mode: the next buffered byte starts a line."""
         return self._mode == _LINE and not self._events
 
-    def scan_view(self) -> tuple[bytearray, int, int, deque]:
+    def scan_view(self) -> tuple[bytearray, int, int, deque[Chunk]]:
         """``(buffer, read position, stream offset of buffer[0], provenance chunks)``
         for a scanner that parses whole units in place; it reports back with
-        ``consumed``.  Valid until the next ``feed``."""
-        return self._buf, self._pos, self._base or 0, self._chunks
+        ``consumed``.  Valid until the next ``feed``.  These are the
+        ``ProvenanceBuffer``'s own ``data``, ``pos``, ``base`` and ``chunks`` (its
+        ``Chunk`` tuples are what ``dissectors/nats/_speedups.c`` reads)."""
+        b = self._b
+        return b.data, b.pos, b.base or 0, b.chunks
 
     def consumed(self, nbytes: int) -> None:
         """A scanner decoded ``nbytes`` of whole units at the read position."""
         self.decoded_bytes += nbytes
-        self._pos = self._scan = self._pos + nbytes
-        self._prov(self._base + self._pos)  # forget the chunks wholly before it
+        b = self._b
+        b.pos = self._scan = b.pos + nbytes
+        b.chunk_at(b.base + b.pos)  # forget the chunks wholly before it
 
     def read_exact(
         self,
@@ -755,8 +736,8 @@ class LineFramer(_Framer):
         self._blk_parts = []
         self._blk_kept = 0
         self._blk_hash = hashlib.sha256() if sha256 else None
-        self._blk_start = self._base + self._pos if self._base is not None else 0
-        self._blk_first = None
+        self._blk_start = self._b.base + self._b.pos if self._b.base is not None else 0
+        self._blk = None
         self._blk_trailer = trailer
         self._blk_lenient = lenient_trailers
 
@@ -773,8 +754,8 @@ class LineFramer(_Framer):
         framer's to give up and is not counted."""
         if self._mode != _LINE or self._events:
             return 0
-        buf = self._buf
-        pos = self._pos
+        buf = self._b.data
+        pos = self._b.pos
         n = len(buf) - pos
         scan = self._scan
         if n and scan < len(buf):
@@ -792,17 +773,13 @@ class LineFramer(_Framer):
         n = self._budget_bytes() if self._waiting else 0
         if not n:
             return
-        start = self._base + self._pos
-        c1, c2 = self._prov(start), self._last_chunk
+        given_up = self._b.skip(n)
         limit = self.budget.limit_bytes if self.budget is not None else 0
-        self._events.append(Released(limit, None, start, start + n, c1[1], c2[2], c1[3],
-                                     c2[4], "line"))
-        self._pos += n
+        self._events.append(Released(limit, None, *given_up, "line"))
         self.undecoded_bytes += n
         self._clear()
-        self._long_start = start
+        self._long = given_up
         self._long_head = b""
-        self._long_first = (c1[1], c1[3])
         self._long_quiet = True
         self._mode = _LONG
 
@@ -814,8 +791,9 @@ class LineFramer(_Framer):
         while True:
             mode = self._mode
             if mode == _LINE:
-                buf = self._buf
-                pos = self._pos
+                b = self._b
+                buf = b.data
+                pos = b.pos
                 scan = self._scan
                 i = buf.find(b"\n", scan if scan > pos else pos)
                 if i < 0:
@@ -828,20 +806,19 @@ class LineFramer(_Framer):
                 end = i + 1
                 cr = i > pos and buf[i - 1] == 13
                 j = i - 1 if cr else i
-                base = self._base
+                base = b.base
                 if j - pos > self.max_line_bytes:
-                    c1 = self._prov(base + pos)
-                    c2 = self._prov(base + i)
-                    ev = Oversize(end - pos, bytes(buf[pos : pos + HEAD_BYTES]), base + pos,
-                                  base + end, c1[1], c2[2], c1[3], c2[4])
+                    ev = Oversize(end - pos, bytes(buf[pos : pos + HEAD_BYTES]),
+                                  *b.extent(base + pos, base + end))
                     self.undecoded_bytes += end - pos
                 else:
-                    c1 = self._prov(base + pos)
-                    c2 = c1 if base + i < c1[0] else self._prov(base + i)
+                    # (the hot path: ``ProvenanceBuffer.extent`` written out, no Extent)
+                    c1 = b.chunk_at(base + pos)
+                    c2 = c1 if base + i < c1[0] else b.chunk_at(base + i)
                     ev = Line(bytes(buf[pos:j]), not cr, base + pos, base + end, c1[1], c2[2],
                               c1[3], c2[4])
                     self.decoded_bytes += end - pos
-                self._pos = self._scan = end
+                b.pos = self._scan = end
                 return ev
             if mode == _BLOCK:
                 ev = self._block_step()
@@ -849,14 +826,15 @@ class LineFramer(_Framer):
                     return NEED_MORE
                 return ev
             if mode == _LONG:
-                buf = self._buf
-                pos = self._pos
+                b = self._b
+                buf = b.data
+                pos = b.pos
                 i = buf.find(b"\n", pos)
                 stop = len(buf) if i < 0 else i + 1
                 room = HEAD_BYTES - len(self._long_head)
                 if room > 0:
                     self._long_head += buf[pos : min(stop, pos + room)]
-                self._pos = stop
+                b.pos = stop
                 self.undecoded_bytes += stop - pos
                 if i < 0:
                     return NEED_MORE
@@ -864,11 +842,9 @@ class LineFramer(_Framer):
                 self._scan = stop
                 if self._long_quiet:  # the rest of a line given up (``Released``)
                     continue
-                base = self._base
-                c2 = self._prov(base + i)
-                return Oversize(base + stop - self._long_start, self._long_head,
-                                self._long_start, base + stop, self._long_first[0], c2[2],
-                                self._long_first[1], c2[4])
+                base = b.base
+                line = self._long.through(b.extent(base + i, base + stop))
+                return Oversize(line.end - line.start, self._long_head, *line)
             if mode == _RESYNC:
                 if not self._resync_step():
                     return NEED_MORE
@@ -882,19 +858,17 @@ class LineFramer(_Framer):
             return NEED_MORE  # _DEAD
 
     def _start_long(self) -> None:
-        pos = self._pos
-        off = self._base + pos
-        c = self._prov(off)
-        self._long_start = off
+        off = self._b.offset
+        self._long = self._b.extent(off, off + 1)
         self._long_head = b""
-        self._long_first = (c[1], c[3])
         self._long_quiet = False
         self._mode = _LONG
 
     def _block_step(self) -> Block | None:
-        buf = self._buf
-        pos = self._pos
-        base = self._base
+        b = self._b
+        buf = b.data
+        pos = b.pos
+        base = b.base
         left = self._blk_left
         avail = len(buf) - pos
         trailer = self._blk_trailer
@@ -916,9 +890,10 @@ class LineFramer(_Framer):
             else:
                 digest = None
             end = pos + n + len(trailer)
-            c1 = self._prov(base + pos)
-            c2 = c1 if (base + end - 1 < c1[0] or end == pos) else self._prov(base + end - 1)
-            self._pos = end
+            # (the hot path: ``ProvenanceBuffer.extent`` written out, no Extent)
+            c1 = b.chunk_at(base + pos)
+            c2 = c1 if (base + end - 1 < c1[0] or end == pos) else b.chunk_at(base + end - 1)
+            b.pos = end
             self.decoded_bytes += end - pos
             self._mode = _LINE
             self._scan = end
@@ -929,9 +904,7 @@ class LineFramer(_Framer):
             if not avail:
                 return None
             take = avail if avail < left else left
-            if self._blk_first is None:
-                c = self._prov(base + pos)
-                self._blk_first = (c[1], c[3])
+            self._blk_piece(base + pos, take)
             room = self._blk_keep - self._blk_kept
             if room > 0:
                 piece = bytes(buf[pos : pos + min(room, take)])
@@ -940,10 +913,8 @@ class LineFramer(_Framer):
             if self._blk_hash is not None:
                 with memoryview(buf) as mv, mv[pos : pos + take] as part:
                     self._blk_hash.update(part)
-            c = self._prov(base + pos + take - 1)
-            self._blk_last = (c[2], c[4])
             pos += take
-            self._pos = pos
+            b.pos = pos
             left -= take
             self._blk_left = left
             if left:
@@ -977,30 +948,32 @@ class LineFramer(_Framer):
                     status = TrailerStatus.BAD
         return self._emit_block(status, found, used)
 
+    def _blk_piece(self, start: int, n: int) -> None:
+        """Bytes ``[start, start + n)`` of the block being read (or of its trailer) were
+        consumed: they extend its provenance (an empty piece counts only as the first)."""
+        piece = self._b.extent(start, start + n)
+        blk = self._blk
+        if blk is None:
+            self._blk = piece
+        elif n:
+            self._blk = blk.through(piece)
+
     def _emit_block(self, status: TrailerStatus, found: bytes, used: int) -> Block:
-        base = self._base
-        pos = self._pos
-        if used:
-            if self._blk_first is None:
-                c = self._prov(base + pos)
-                self._blk_first = (c[1], c[3])
-            c = self._prov(base + pos + used - 1)
-            self._blk_last = (c[2], c[4])
-            self._pos = pos + used
-        elif self._blk_first is None:  # empty block, nothing consumed at all
-            c = self._prov(base + pos)
-            self._blk_first = (c[1], c[3])
-            self._blk_last = (c[2], c[4])
+        b = self._b
+        if used or self._blk is None:  # (an empty block: its provenance is where it is)
+            self._blk_piece(b.offset, used)
+            b.pos += used
         self.decoded_bytes += self._blk_n + used
         h = self._blk_hash
-        end = base + self._pos
+        end = b.offset
         self._mode = _LINE
-        self._scan = self._pos
-        first, last = self._blk_first, self._blk_last
+        self._scan = b.pos
+        blk = self._blk
         data = b"".join(self._blk_parts)
         self._blk_parts = []
         return Block(data, self._blk_n, h.hexdigest() if h is not None else None, status,
-                     found, self._blk_start, end, first[0], last[0], first[1], last[1])
+                     found, self._blk_start, end, blk.ts_first_ns, blk.ts_last_ns,
+                     blk.frame_first, blk.frame_last)
 
     def _drop_partial(self) -> None:
         if self._mode == _BLOCK:
@@ -1009,23 +982,18 @@ class LineFramer(_Framer):
 
     def _flush_partial(self, out: list, end: int) -> int | None:
         mode = self._mode
-        base = self._base
-        pos = self._pos
+        base = self._b.base
+        pos = self._b.pos
         if mode == _LINE:
-            n = len(self._buf) - pos
-            if n:
-                c1 = self._prov(base + pos)
-                c2 = self._prov(base + pos + n - 1)
-                out.append(Dropped("line", None, None, base + pos, end, c1[1], c2[2],
-                                   c1[3], c2[4]))
+            n = len(self._b.data) - pos
+            if n:  # (``end`` is where the bytes buffered end)
+                out.append(Dropped("line", None, None, *self._b.extent(base + pos, end)))
             return None
         if mode == _LONG:
             if self._long_quiet:  # already reported (``Released``)
                 return None
-            c2 = self._prov(end - 1)
-            out.append(Dropped("long_line", None, None,
-                               self._long_start, end, self._long_first[0], c2[2],
-                               self._long_first[1], c2[4]))
+            got = self._long.through(self._b.extent(end - 1, end))
+            out.append(Dropped("long_line", None, None, *got))
             return None
         if mode == _BLOCK:
             block_end = self._blk_start + self._blk_n
@@ -1037,15 +1005,12 @@ class LineFramer(_Framer):
                 return known
             got = self._blk_n - self._blk_left
             self.undecoded_bytes += got
-            if self._blk_first is None:
-                first = self._last_chunk[1], self._last_chunk[3]
-                last = self._last_chunk[2], self._last_chunk[4]
-            else:
-                first, last = self._blk_first, self._blk_last
+            blk = self._blk if self._blk is not None else Extent.of(0, 0, self._b.last,
+                                                                    self._b.last)
             self._blk_parts = []
             self._mode = _LINE
-            out.append(Dropped("block", known, None, self._blk_start, end,
-                               first[0], last[0], first[1], last[1]))
+            out.append(Dropped("block", known, None, self._blk_start, end, blk.ts_first_ns,
+                               blk.ts_last_ns, blk.frame_first, blk.frame_last))
             return known
         return super()._flush_partial(out, end)
 
@@ -1094,10 +1059,9 @@ class LengthPrefixedFramer(_Framer):
         self.max_pdu_bytes = max_pdu_bytes
         self._mode = self._normal = _HEADER
         self._want = -1  # length of the unit at the read position, once known
-        self._ov_start = 0
-        self._ov_end = 0
+        self._ov: Extent = _NOWHERE  # the oversize unit's first byte
+        self._ov_end = 0  # where it ends (declared)
         self._ov_head = b""
-        self._ov_first: tuple[int, int] = (0, 0)
         self._hunting = False  # a resync episode is open until a valid length confirms it
 
     def start_resync(self) -> None:
@@ -1115,8 +1079,9 @@ class LengthPrefixedFramer(_Framer):
         while True:
             mode = self._mode
             if mode == _HEADER:
-                buf = self._buf
-                pos = self._pos
+                b = self._b
+                buf = b.data
+                pos = b.pos
                 avail = len(buf) - pos
                 if not avail:
                     return NEED_MORE
@@ -1144,30 +1109,29 @@ class LengthPrefixedFramer(_Framer):
                     continue
                 if avail < n:
                     return NEED_MORE
-                base = self._base
-                c1 = self._prov(base + pos)
-                c2 = c1 if base + pos + n - 1 < c1[0] else self._prov(base + pos + n - 1)
-                self._pos = pos + n
+                base = b.base
+                # (the hot path: ``ProvenanceBuffer.take`` written out, no Extent)
+                c1 = b.chunk_at(base + pos)
+                c2 = c1 if base + pos + n - 1 < c1[0] else b.chunk_at(base + pos + n - 1)
+                b.pos = pos + n
                 self._want = -1
                 self.decoded_bytes += n
                 return Pdu(bytes(buf[pos : pos + n]), base + pos, base + pos + n, c1[1], c2[2],
                            c1[3], c2[4])
             if mode == _OVERSIZE:
-                avail = len(self._buf) - self._pos
-                left = self._ov_end - (self._base + self._pos)
-                take = avail if avail < left else left
-                if take:
-                    room = HEAD_BYTES - len(self._ov_head)
-                    if room > 0:
-                        self._ov_head += self._buf[self._pos : self._pos + min(room, take)]
-                    self._pos += take
-                    self.undecoded_bytes += take
+                b = self._b
+                left = self._ov_end - b.offset
+                room = HEAD_BYTES - len(self._ov_head)
+                if room > 0:
+                    self._ov_head += b.data[b.pos : b.pos + min(room, left)]
+                take = b.discard_to(self._ov_end)
+                self.undecoded_bytes += take
                 if take < left:
                     return NEED_MORE
-                c2 = self._prov(self._ov_end - 1)
+                end = self._ov_end
+                unit = self._ov.through(self._b.extent(end - 1, end))
                 self._mode = _HEADER
-                return Oversize(self._ov_end - self._ov_start, self._ov_head, self._ov_start,
-                                self._ov_end, self._ov_first[0], c2[2], self._ov_first[1], c2[4])
+                return Oversize(end - unit.start, self._ov_head, *unit)
             if mode == _RESYNC:
                 if not self._resync_step():
                     return NEED_MORE
@@ -1179,7 +1143,7 @@ class LengthPrefixedFramer(_Framer):
             return NEED_MORE  # _DEAD
 
     def _ask_length(self, pos: int) -> int | None:
-        mv = memoryview(self._buf)
+        mv = memoryview(self._b.data)
         view = mv[pos:]
         try:
             n = self._pdu_length(view)
@@ -1195,13 +1159,12 @@ class LengthPrefixedFramer(_Framer):
         if self._hunting:
             self._note_skip(pos, 1)
         else:
-            base = self._base
-            c = self._prov(base + pos)
-            ev = Invalid(bytes(self._buf[pos : pos + self._decisive(pos)]), base + pos,
-                         base + pos + 1, c[1], c[2], c[3], c[4])
+            off = self._b.base + pos
+            ev = Invalid(bytes(self._b.data[pos : pos + self._decisive(pos)]),
+                         *self._b.extent(off, off + 1))
         self.undecoded_bytes += 1
-        self._rs_prev = self._buf[pos]
-        self._pos = pos + 1
+        self._rs_prev = self._b.data[pos]
+        self._b.pos = pos + 1
         self._mode = _RESYNC
         self._hunting = True
         return ev
@@ -1210,8 +1173,8 @@ class LengthPrefixedFramer(_Framer):
         """How many bytes an ``Invalid`` shows: the shortest prefix at ``pos`` on which
         ``pdu_length`` decides (at most ``HEAD_BYTES``), not whatever happens to be
         buffered, so the same stream cut differently gives the same event."""
-        avail = min(len(self._buf) - pos, HEAD_BYTES)
-        mv = memoryview(self._buf)
+        avail = min(len(self._b.data) - pos, HEAD_BYTES)
+        mv = memoryview(self._b.data)
         try:
             for k in range(1, avail + 1):
                 with mv[pos : pos + k] as view:
@@ -1227,61 +1190,55 @@ class LengthPrefixedFramer(_Framer):
         undecoded, the rest is skipped as it streams past, and a ``Released`` event
         says so.  A header still incomplete, or a resync in progress, holds little and
         is kept; so is a unit whose bytes are all there (it is read next)."""
-        pos = self._pos
-        pending = len(self._buf) - pos
+        pos = self._b.pos
+        pending = len(self._b.data) - pos
         if self._mode != _HEADER or self._hunting or not 0 < pending < self._want:
             return  # (a whole unit buffered is read at the next call: kept)
-        start = self._base + pos
-        end = start + pending
-        c1, c2 = self._prov(start), self._last_chunk
+        given_up = self._b.skip(pending)
         limit = self.budget.limit_bytes if self.budget is not None else 0
-        self._events.append(Released(limit, start + self._want, start, end, c1[1], c2[2],
-                                     c1[3], c2[4]))
+        self._events.append(Released(limit, given_up.start + self._want, *given_up))
         self._mode = _SKIP
-        self._skip_end = start + self._want
+        self._skip_end = given_up.start + self._want
         self._want = -1
-        self._pos += pending
         self.undecoded_bytes += pending
         self._clear()
 
     def _start_oversize(self, pos: int, n: int) -> None:
-        off = self._base + pos
-        c = self._prov(off)
-        self._ov_start = off
+        off = self._b.base + pos
+        self._ov = self._b.extent(off, off + 1)
         self._ov_end = off + n
         self._ov_head = b""
-        self._ov_first = (c[1], c[3])
         self._mode = _OVERSIZE
 
     def _flush_partial(self, out: list, end: int) -> int | None:
         mode = self._mode
         if mode == _HEADER:
-            pos = self._pos
-            n = len(self._buf) - pos
+            pos = self._b.pos
+            n = len(self._b.data) - pos
             known = None
             if n and self._hunting:
                 # an unconfirmed candidate: part of the resync episode
                 self._resync_flush(out, end)
             elif n:
-                base = self._base
+                base = self._b.base
                 if self._want < 0:
                     w = self._ask_length(pos)
                     if w is not None and 0 < w <= self.max_pdu_bytes:
                         self._want = w
                 if self._want > 0:
                     known = base + pos + self._want
-                c1 = self._prov(base + pos)
-                c2 = self._prov(base + pos + n - 1)
-                out.append(Dropped("pdu", known, None, base + pos, end, c1[1], c2[2],
-                                   c1[3], c2[4]))
+                # (``end`` is where the bytes buffered end)
+                out.append(Dropped("pdu", known, None, *self._b.extent(base + pos, end)))
             elif self._hunting:
                 self._resync_flush(out, end)
             self._want = -1
             return known
         if mode == _OVERSIZE:
-            c2 = self._prov(end - 1) if end > self._ov_start else self._last_chunk
-            out.append(Dropped("oversize", self._ov_end, None, self._ov_start, end,
-                               self._ov_first[0], c2[2], self._ov_first[1], c2[4]))
+            b = self._b
+            # (nothing of it received yet: the latest packet's provenance)
+            last = b.extent(end - 1, end) if end > self._ov.start else Extent.of(
+                end - 1, end, b.last, b.last)
+            out.append(Dropped("oversize", self._ov_end, None, *self._ov.through(last)))
             self._mode = _HEADER
             return self._ov_end
         return super()._flush_partial(out, end)

@@ -59,6 +59,7 @@ from reassembly.events import (
     TlsConnection,
 )
 from reassembly.limits import Limits
+from reassembly.provenance import Extent, ProvenanceBuffer, Span
 from reassembly.quic.keylog import KeyLog, Labels
 from reassembly.tls.records import (
     HEADER_BYTES,
@@ -136,27 +137,12 @@ def _find_server_hello(data: bytes) -> int:
     return -1
 
 
-class _Prov:
-    """Provenance of a stretch of TCP bytes: [start, end) came in packets at these
-    times/frames."""
-
-    __slots__ = ("start", "end", "ts_first", "ts_last", "frame_first", "frame_last")
-
-    def __init__(self, start, end, ts_first, ts_last, frame_first, frame_last) -> None:
-        self.start = start
-        self.end = end
-        self.ts_first = ts_first
-        self.ts_last = ts_last
-        self.frame_first = frame_first
-        self.frame_last = frame_last
-
-
 class _Side:
     """One direction of a TLS flow."""
 
     __slots__ = (
         "direction", "mode", "start", "tcp_end", "out_off", "held", "held_bytes",
-        "buf", "pos", "buf_off", "prov", "skip_to", "lost_sync", "observing", "hs",
+        "buf", "skip_to", "lost_sync", "observing", "hs",
         "seq", "keys12", "ccs", "epochs", "ep", "app_ep", "pending_gap", "gap_ts",
         "gap_frame", "gap_reason", "records", "record_bytes", "app_bytes",
         "undecrypted", "lost_bytes", "key_updates", "auth_reported", "probe",
@@ -171,10 +157,8 @@ class _Side:
         self.out_off: int | None = None  # next offset in the plaintext space
         self.held: list[Event] = []  # raw events held until the decision
         self.held_bytes = 0
-        self.buf = bytearray()  # TLS bytes not yet read as records, from buf_off
-        self.pos = 0  # read position in buf
-        self.buf_off = 0
-        self.prov: list[_Prov] = []
+        # TLS bytes not yet read as records, in TCP offsets, with their packets
+        self.buf = ProvenanceBuffer(0)
         self.skip_to: int | None = None  # TCP offset up to which bytes are dropped
         self.lost_sync = False
         self.observing = True  # records are read (False: framing lost while transparent)
@@ -412,7 +396,7 @@ class TlsLayer:
     def _begin_tls(self, conn: _Conn, side: _Side, ev: StreamData) -> None:
         side.mode = _TLS
         side.start = ev.offset
-        side.buf_off = ev.offset
+        side.buf.reset(ev.offset)
         if side.out_off is None:
             side.out_off = ev.offset
         if conn.decided and not conn.decrypt:
@@ -473,52 +457,28 @@ class TlsLayer:
     def _add_bytes(self, side: _Side, ev: StreamData) -> None:
         data = ev.data
         off = ev.offset
+        b = side.buf
         if side.skip_to is not None:
             if off + len(data) <= side.skip_to:
-                side.buf_off = off + len(data)
+                b.reset(off + len(data))
                 return
             if off < side.skip_to:
                 data = data[side.skip_to - off :]
                 off = side.skip_to
             side.skip_to = None
-        if not side.buf or side.pos >= len(side.buf):
-            side.buf.clear()
-            side.pos = 0
-            side.prov.clear()
-            side.buf_off = off
-        side.buf += data
-        side.prov.append(_Prov(off, off + len(data), ev.ts_first_ns, ev.ts_last_ns,
-                               ev.frame_first, ev.frame_last))
+        if not b.held or b.end != off:  # (the TCP stream is contiguous: only the former)
+            b.reset(off)
+        b.feed(data, Span(off, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last))
 
-    def _span(self, side: _Side, start: int, end: int) -> tuple[int, int, int, int]:
-        """(ts_first, ts_last, frame_first, frame_last) of TCP bytes [start, end)."""
-        first = last = None
-        for p in side.prov:
-            if first is None and p.end > start:
-                first = p
-            if p.start < end:
-                last = p
-        if first is None:
-            first = side.prov[-1] if side.prov else _Prov(0, 0, side.last_ts, side.last_ts,
-                                                          side.last_frame, side.last_frame)
-        if last is None:
-            last = first
-        return first.ts_first, last.ts_last, first.frame_first, last.frame_last
-
-    def _compact(self, side: _Side) -> None:
-        pos = side.pos
-        if not pos:
-            return
-        del side.buf[:pos]
-        side.buf_off += pos
-        side.pos = 0
-        keep = side.buf_off
-        prov = side.prov
-        i = 0
-        while i < len(prov) and prov[i].end <= keep:
-            i += 1
-        if i:
-            del prov[:i]
+    def _at(self, side: _Side, offset: int) -> Extent:
+        """Provenance of the TCP byte at ``offset`` (a whole record's comes from
+        ``ProvenanceBuffer.skip``).  Ask in stream order: the buffer forgets the packets
+        of bytes before ``offset``.  With no bytes buffered: the side's latest packet (a
+        gap's, when a gap came last)."""
+        if not side.buf.data:
+            ts, frame = side.last_ts, side.last_frame
+            return Extent(offset, offset + 1, ts, ts, frame, frame)
+        return side.buf.extent(offset, offset + 1)
 
     def _read_records(self, conn: _Conn, side: _Side) -> None:
         key = id(side)
@@ -531,11 +491,12 @@ class TlsLayer:
             self._reading.discard(key)
 
     def _read_loop(self, conn: _Conn, side: _Side) -> None:
-        buf = side.buf
+        b = side.buf
         while True:
             if side.lost_sync and not self._resync(conn, side):
                 break
-            pos = side.pos
+            buf = b.data
+            pos = b.pos
             if len(buf) - pos < HEADER_BYTES:
                 break
             if not is_plausible_header(buf, pos):
@@ -550,16 +511,15 @@ class TlsLayer:
                 break  # protected record before the decision: wait for the ServerHello
             header = bytes(buf[pos : pos + HEADER_BYTES])
             fragment = bytes(buf[pos + HEADER_BYTES : end])
-            start_off = side.buf_off + pos
-            side.pos = end
+            rec = b.skip(end - pos)
             side.records += 1
             side.record_bytes += end - pos
             self.counters["records"] += 1
-            self._record(conn, side, ctype, header, fragment, start_off, side.buf_off + end)
+            self._record(conn, side, ctype, header, fragment, rec)
             if side.mode == _OPAQUE and not side.observing:
                 break
-        if side.pos > 65536 or side.pos >= len(buf):
-            self._compact(side)
+        if b.pos > 65536 or not b.held:
+            b.compact()
 
     def _needs_keys(self, conn: _Conn, side: _Side, ctype: int) -> bool:
         if ctype == ContentType.APPLICATION_DATA:
@@ -567,16 +527,17 @@ class TlsLayer:
         return side.ccs and conn.version != 0x0304
 
     def _bad_record(self, conn: _Conn, side: _Side) -> None:
-        buf, pos = side.buf, side.pos
-        off = side.buf_off + pos
-        ts, _, frame, _ = self._span(side, off, off + 1)
+        buf, pos = side.buf.data, side.buf.pos
+        off = side.buf.offset
+        at = self._at(side, off)
+        ts, frame = at.ts_first_ns, at.frame_first
         self._anomaly(conn, side, "tls.bad_record",
                       f"{side.direction.short} bytes at TCP offset {off} are not a TLS record "
                       f"header ({bytes(buf[pos:pos + HEADER_BYTES]).hex()}); looking for the "
                       "next record", ts, frame, off)
         if side.mode == _OPAQUE or not conn.decided:
             side.observing = False
-            side.pos = len(buf)
+            side.buf.pos = len(buf)
             if not conn.decided:
                 self._decide(conn, False, "bad-record", ts, frame)
             return
@@ -585,7 +546,9 @@ class TlsLayer:
     # -- records --------------------------------------------------------------------------
 
     def _record(self, conn: _Conn, side: _Side, ctype: int, header: bytes, fragment: bytes,
-                start: int, end: int) -> None:
+                rec: Extent) -> None:
+        """One whole record; ``rec``: where it is and which packets carried it."""
+        start = rec.start
         decrypting = conn.decided and conn.decrypt
         tls13 = conn.version == 0x0304
         if ctype == ContentType.CHANGE_CIPHER_SPEC:
@@ -596,7 +559,7 @@ class TlsLayer:
                 if side.ccs and decrypting:
                     self._once(conn, side, "tls.renegotiation",
                                "a second ChangeCipherSpec (renegotiation): its new keys cannot "
-                               "be derived; the following records stay encrypted", start)
+                               "be derived; the following records stay encrypted", rec)
                 side.ccs = True
                 side.seq = 0
                 if decrypting:
@@ -605,7 +568,7 @@ class TlsLayer:
         protected = ctype == ContentType.APPLICATION_DATA or (not tls13 and side.ccs)
         if not protected:
             if ctype == ContentType.HANDSHAKE:
-                self._handshake_bytes(conn, side, fragment, start)
+                self._handshake_bytes(conn, side, fragment, rec)
             elif ctype == ContentType.ALERT:
                 self._alert(conn, side, alert_text(fragment))
             return
@@ -616,7 +579,7 @@ class TlsLayer:
         if not tls13 and not side.ccs:
             self._once(conn, side, "tls.bad_record",
                        f"application data before the handshake protected it "
-                       f"({side.direction.short}, TCP offset {start})", start)
+                       f"({side.direction.short}, TCP offset {start})", rec)
             return
         if tls13:
             opened = self._open13(side, header, fragment)
@@ -625,7 +588,7 @@ class TlsLayer:
                     return  # a handshake record whose secret the key log lacks: skipped
                 # a record of the handshake epoch carries no application data
                 plain = len(fragment) - 17 if side.ep >= side.app_ep else 0
-                self._undecrypted(conn, side, plain, start, end)
+                self._undecrypted(conn, side, plain, rec)
                 return
             inner, content = opened
         else:
@@ -636,24 +599,24 @@ class TlsLayer:
                 over = keys.overhead() if keys is not None else 24
                 # the first protected record after ChangeCipherSpec is the Finished
                 lost = len(fragment) - over if side.seq else 0
-                self._undecrypted(conn, side, lost, start, end)
+                self._undecrypted(conn, side, lost, rec)
                 return
             side.seq += 1
             inner, content = ctype, plain
         if inner == ContentType.APPLICATION_DATA:
             if content:
-                self._deliver(conn, side, content, start, end)
+                self._deliver(conn, side, content, rec)
         elif inner == ContentType.HANDSHAKE:
-            self._handshake_bytes(conn, side, content, start)
+            self._handshake_bytes(conn, side, content, rec)
         elif inner == ContentType.ALERT:
             self._alert(conn, side, alert_text(content))
         elif inner == ContentType.HEARTBEAT:
             self._once(conn, side, "tls.heartbeat",
                        f"TLS heartbeat record ({len(content)} bytes) {side.direction.short}",
-                       start)
+                       rec)
         else:
             self._once(conn, side, "tls.bad_record",
-                       f"decrypted record of unknown content type {inner}", start)
+                       f"decrypted record of unknown content type {inner}", rec)
 
     def _open13(self, side: _Side, header: bytes, fragment: bytes) -> tuple[int, bytes] | None:
         epochs = side.epochs
@@ -666,11 +629,11 @@ class TlsLayer:
                 return got
         return None
 
-    def _undecrypted(self, conn: _Conn, side: _Side, plain_len: int, start: int,
-                     end: int) -> None:
+    def _undecrypted(self, conn: _Conn, side: _Side, plain_len: int, rec: Extent) -> None:
         side.undecrypted += 1
         side.seq += 1
-        ts, _, frame, _ = self._span(side, start, end)
+        start, end = rec.start, rec.end
+        ts, frame = rec.ts_first_ns, rec.frame_first
         if not side.auth_reported:
             side.auth_reported = True
             self._anomaly(conn, side, "tls.auth_failed",
@@ -699,11 +662,11 @@ class TlsLayer:
         conn.flow.gap_bytes[d] += n
         side.out_off += n  # type: ignore[operator]
 
-    def _deliver(self, conn: _Conn, side: _Side, content: bytes, start: int, end: int) -> None:
+    def _deliver(self, conn: _Conn, side: _Side, content: bytes, rec: Extent) -> None:
         self._flush_gap(conn, side)
-        ts1, ts2, f1, f2 = self._span(side, start, end)
         d = side.direction
-        self._emit(StreamData(conn.flow, d, side.out_off, content, ts1, ts2, f1, f2))
+        self._emit(StreamData(conn.flow, d, side.out_off, content, rec.ts_first_ns,
+                              rec.ts_last_ns, rec.frame_first, rec.frame_last))
         conn.flow.stream_bytes[d] += len(content)
         side.out_off += len(content)  # type: ignore[operator]
         side.app_bytes += len(content)
@@ -714,27 +677,28 @@ class TlsLayer:
 
     # -- handshake ------------------------------------------------------------------------
 
-    def _handshake_bytes(self, conn: _Conn, side: _Side, data: bytes, start: int) -> None:
+    def _handshake_bytes(self, conn: _Conn, side: _Side, data: bytes, rec: Extent) -> None:
         reader = side.hs
         if reader.error:
             return
         for mtype, body in reader.feed(data):
-            self._handshake(conn, side, mtype, body, start)
+            self._handshake(conn, side, mtype, body, rec)
         if reader.error:
-            ts, _, frame, _ = self._span(side, start, start + 1)
-            self._anomaly(conn, side, "limit.tls_handshake", reader.error, ts, frame, start)
+            self._anomaly(conn, side, "limit.tls_handshake", reader.error, rec.ts_first_ns,
+                          rec.frame_first, rec.start)
 
-    def _handshake(self, conn: _Conn, side: _Side, mtype: int, body: bytes, start: int) -> None:
+    def _handshake(self, conn: _Conn, side: _Side, mtype: int, body: bytes, rec: Extent) -> None:
+        """One handshake message of the record ``rec``."""
         d = side.direction
         if mtype == HandshakeType.CLIENT_HELLO and d == _CLIENT:
             ch, err = safe_parse(parse_client_hello, body)
             if ch is None:
                 self._once(conn, side, "tls.handshake_error", f"malformed ClientHello: {err}",
-                           start)
+                           rec)
                 return
             if conn.decided:  # a renegotiation ClientHello (TLS 1.2, encrypted)
                 self._once(conn, side, "tls.renegotiation",
-                           "ClientHello after the handshake (renegotiation)", start)
+                           "ClientHello after the handshake (renegotiation)", rec)
             else:  # the first, or the second after a HelloRetryRequest
                 conn.ch = ch
             return
@@ -742,9 +706,9 @@ class TlsLayer:
             sh, err = safe_parse(parse_server_hello, body)
             if sh is None:
                 self._once(conn, side, "tls.handshake_error", f"malformed ServerHello: {err}",
-                           start)
+                           rec)
                 if not conn.decided:
-                    ts, _, frame, _ = self._span(side, start, start + 1)
+                    ts, frame = rec.ts_first_ns, rec.frame_first
                     self._decide(conn, False, "bad-server-hello", ts, frame)
                 return
             if sh.hello_retry:
@@ -758,7 +722,7 @@ class TlsLayer:
             if sh.alpn is not None:
                 conn.alpn_selected = sh.alpn
             if not conn.decided:
-                ts, _, frame, _ = self._span(side, start, start + 1)
+                ts, frame = rec.ts_first_ns, rec.frame_first
                 ok, reason = self._setup_keys(conn)
                 self._decide(conn, ok, reason, ts, frame)
             return
@@ -900,18 +864,18 @@ class TlsLayer:
 
     def _tcp_gap(self, conn: _Conn, side: _Side, ev: StreamGap) -> None:
         """A TCP gap in a decrypted direction."""
-        buf, pos = side.buf, side.pos
+        buf, pos, start = side.buf.data, side.buf.pos, side.buf.offset
         gap_end = ev.offset + ev.nbytes
         side.lost_bytes += ev.nbytes
         lost_known = False
         if not side.lost_sync and len(buf) - pos >= HEADER_BYTES and is_plausible_header(buf, pos):
-            rec_end = side.buf_off + pos + HEADER_BYTES + _u16(buf, pos + 3)
+            rec_end = start + HEADER_BYTES + _u16(buf, pos + 3)
             if gap_end <= rec_end:
                 # the gap is inside this record: it is lost, the next one starts at rec_end
                 over = 17 if conn.version == 0x0304 else (
                     side.keys12.overhead() if side.keys12 else 24)
                 side.records += 1
-                side.record_bytes += rec_end - (side.buf_off + pos)
+                side.record_bytes += rec_end - start
                 side.undecrypted += 1
                 side.seq += 1
                 side.skip_to = rec_end
@@ -925,16 +889,14 @@ class TlsLayer:
             self._once(conn, side, "tls.lost_sync",
                        f"a TCP gap of {ev.nbytes} bytes at offset {ev.offset} "
                        f"({side.direction.short}) crosses TLS record boundaries; decryption "
-                       "resumes at the next record that authenticates", ev.offset)
-        buf.clear()
-        side.pos = 0
-        side.prov.clear()
-        side.buf_off = gap_end
+                       "resumes at the next record that authenticates",
+                       self._at(side, ev.offset))
+        side.buf.reset(gap_end)
 
     def _resync(self, conn: _Conn, side: _Side) -> bool:
         """Find the next record after lost framing; True when found (pos is there)."""
-        buf = side.buf
-        pos = side.pos
+        buf = side.buf.data  # (``_drop`` compacts it in place)
+        pos = side.buf.pos
         while True:
             cand = buf.find(b"\x17\x03\x03", pos)
             if cand < 0:
@@ -950,8 +912,8 @@ class TlsLayer:
                 continue
             if len(buf) - cand < HEADER_BYTES + length:
                 self._drop(side, cand)
-                if len(buf) - side.pos > RESYNC_WINDOW_BYTES:
-                    self._drop(side, side.pos + 1)
+                if side.buf.held > RESYNC_WINDOW_BYTES:
+                    self._drop(side, side.buf.pos + 1)
                 return False
             header = bytes(buf[cand : cand + HEADER_BYTES])
             fragment = bytes(buf[cand + HEADER_BYTES : cand + HEADER_BYTES + length])
@@ -987,15 +949,14 @@ class TlsLayer:
         return None
 
     def _drop(self, side: _Side, upto: int) -> None:
-        """Bytes before buf[upto] are skipped while resynchronising."""
-        n = upto - side.pos
-        if n > 0:
+        """Bytes before ``side.buf.data[upto]`` are skipped while resynchronising."""
+        b = side.buf
+        if upto > b.pos:
+            at = self._at(side, b.offset)
+            n = b.discard_to(b.base + upto)
             side.lost_bytes += n
-            off = side.buf_off + side.pos
-            ts, _, frame, _ = self._span(side, off, off + 1)
-            self._lose(side, n, ts, frame, "tls-resync")
-            side.pos = upto
-        self._compact(side)
+            self._lose(side, n, at.ts_first_ns, at.frame_first, "tls-resync")
+        b.compact()
 
     # -- end ------------------------------------------------------------------------------
 
@@ -1008,21 +969,19 @@ class TlsLayer:
             self._decide(conn, False, reason, conn.first_ts, conn.first_frame)
         for side in conn.sides:
             if conn.decrypt and side.mode == _TLS:
-                rest = len(side.buf) - side.pos
+                rest = side.buf.held
                 if rest and not side.lost_sync:
-                    off = side.buf_off + side.pos
-                    ts, _, frame, _ = self._span(side, off, off + 1)
+                    at = self._at(side, side.buf.offset)
                     self._once(conn, side, "tls.truncated_record",
-                               f"{rest} bytes of an unfinished TLS record at TCP offset {off} "
-                               f"({side.direction.short}) when the flow ended", off)
+                               f"{rest} bytes of an unfinished TLS record at TCP offset "
+                               f"{at.start} ({side.direction.short}) when the flow ended", at)
                     side.lost_bytes += rest
-                    self._lose(side, max(rest - HEADER_BYTES - 17, 0), ts, frame,
-                               "tls-truncated-record")
+                    self._lose(side, max(rest - HEADER_BYTES - 17, 0), at.ts_first_ns,
+                               at.frame_first, "tls-truncated-record")
                 elif rest:
                     self._lose(side, rest, side.last_ts, side.last_frame, "tls-resync")
                 self._flush_gap(conn, side)
-            side.buf = bytearray()
-            side.prov.clear()
+            side.buf.clear()
         self._emit(self._summary(conn, ts_ns))
 
     def _summary(self, conn: _Conn, ts_ns: int) -> TlsConnection:
@@ -1089,13 +1048,13 @@ class TlsLayer:
         self._emit(Anomaly(kind, detail, ts or None, frame or None, conn.flow, side.direction,
                            offset))
 
-    def _once(self, conn: _Conn, side: _Side, kind: str, detail: str, offset: int) -> None:
+    def _once(self, conn: _Conn, side: _Side, kind: str, detail: str, at: Extent) -> None:
+        """An anomaly reported once per direction, about the bytes at ``at``."""
         key = f"{kind}:{side.direction}"
         if key in conn.reported:
             return
         conn.reported.add(key)
-        ts, _, frame, _ = self._span(side, offset, offset + 1)
-        self._anomaly(conn, side, kind, detail, ts, frame, offset)
+        self._anomaly(conn, side, kind, detail, at.ts_first_ns, at.frame_first, at.start)
 
 
 def _u16(b: bytes | bytearray, pos: int) -> int:
