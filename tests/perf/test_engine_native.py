@@ -239,14 +239,14 @@ def _per_flow(events: list) -> dict:
 
 
 def assert_engine_equal(batches_of, frames: list, limits: Limits | None = None,
-                        coalesce: str = "adjacent") -> native.NativeReassembler:
+                        coalesce: str = "adjacent", owns=None) -> native.NativeReassembler:
     """The reference's events and state over ``frames`` equal the native engine's over
     the batches ``batches_of()`` makes of them."""
-    ref = Reassembler(limits)
+    ref = Reassembler(limits, owns)
     states: list = []
     _state_at_finish(ref, states)
     want = list(ref.process(frames))
-    nat = native.NativeReassembler(limits, coalesce=coalesce)
+    nat = native.NativeReassembler(limits, owns, coalesce=coalesce)
     _state_at_finish(nat.ref, states)
     raw = list(nat.process(batches_of()))
     got = _expanded(raw)
@@ -290,7 +290,10 @@ def test_engine_on_random_flow_soups(tmp_path, seed: int) -> None:
     linger, bad headers, UDP, against small limits."""
     path = tmp_path / "soup.pcap"
     write_random_capture(path, seed, packets=400)
-    assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), _frames(path), SMALL)
+    frames = _frames(path)
+    assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL)
+    assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL,
+                        owns=lambda flow_id: flow_id % 2 == 1)
 
 
 # -- hypothesis segment streams -----------------------------------------------------------
@@ -393,6 +396,8 @@ def segment_streams(draw) -> tuple[list[bytes], list[int], Limits]:
         SMALL,
         Limits(max_flows=2, overlap_check_bytes=64, tcp_idle_timeout_ns=5 * SECOND_NS),
         Limits(overlap_check_bytes=0, max_buffered_segments=2),
+        # the budget reached: windows dropped, buffers flushed, flows evicted
+        Limits(memory_limit_bytes=6_000, overlap_check_bytes=2048),
     ]))
     return frames, times, limits
 
@@ -406,13 +411,16 @@ def _write(path: Path, frames: list[bytes], times: list[int]) -> None:
 
 @settings(max_examples=250, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(segment_streams(), st.integers(1, 40), st.sampled_from(native.COALESCE_MODES))
-def test_engine_on_generated_segment_streams(tmp_path, stream, batch, coalesce) -> None:
+@given(segment_streams(), st.integers(1, 40), st.sampled_from(native.COALESCE_MODES),
+       st.sampled_from([None, 2, 3]))
+def test_engine_on_generated_segment_streams(tmp_path, stream, batch, coalesce, split) -> None:
+    """``split``: a worker's share (``flow_id % split == 0``): the other flows are light."""
     frames, times, limits = stream
     path = tmp_path / "stream.pcap"
     _write(path, frames, times)
+    owns = None if split is None else (lambda flow_id: flow_id % split == 0)
     assert_engine_equal(lambda: native.pcap_batches(path, max_records=batch), _frames(path),
-                        limits, coalesce)
+                        limits, coalesce, owns)
 
 
 def test_flow_coalescing_joins_round_robin_flows(tmp_path) -> None:
