@@ -42,6 +42,7 @@ from analyzer.cliutil import (
     stdin_spooled,
     time_label,
 )
+from analyzer.runoptions import add_payload_decoding_args  # light, like cliutil
 from dissectors.options import DEFAULT_PAYLOAD_CAP  # no imports of its own
 
 if TYPE_CHECKING:
@@ -661,6 +662,7 @@ def _add_spark_parser(sub) -> None:
     p.add_argument("--payload-cap", type=_non_negative, default=DEFAULT_PAYLOAD_CAP,
                    metavar="BYTES",
                    help="payload bytes kept per message (length and SHA-256 always kept)")
+    add_payload_decoding_args(p)  # --decode, --schema: as `dissect`
     p.add_argument("--keylog", metavar="FILE", help=KEYLOG_HELP)
     p.add_argument("--overwrite", action="store_true",
                    help="replace a capture already present in OUT")
@@ -798,12 +800,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="payload bytes kept per message (length and SHA-256 always kept)",
     )
-    p.add_argument("--decode", action="store_true",
-                   help="decode payloads (JSON, MessagePack, CBOR, text, gzip/zstd/snappy) "
-                   "into the payload_decoded columns")
-    p.add_argument("--schema", action="append", default=[], metavar="PATTERN=FILE",
-                   help="decode payloads of subjects/topics matching PATTERN with a .proto "
-                   "(FILE#pkg.Message), descriptor set, .avsc or JSON Schema (implies --decode)")
+    add_payload_decoding_args(p)  # --decode, --schema
     p.add_argument(
         "--workers",
         type=_positive,

@@ -121,6 +121,7 @@ from analyzer.sink import (
     remove_stale_parts,
 )
 from dissectors.core_tables import ANOMALIES, FLOWS
+from dissectors.payload.writer import DecodingWriter
 from dissectors.registry import Registry, discover
 from dissectors.schema import register_table
 from dissectors.tables import TableSpec
@@ -337,10 +338,14 @@ def run_worker(task: _Task) -> WorkerResult:
     split = FlowSplit(_owner(task.worker, task.workers)) if task.light else None
     cross_flow: list[str] = []
 
+    learned = job.writer.engine if isinstance(job.writer, DecodingWriter) else None
+
     def touched() -> bool:
-        """State shared across flows was used (named in ``cross_flow``)."""
+        """State shared across flows was used (named in ``cross_flow``): also a Pulsar
+        schema announced, which may decode another connection's messages."""
         assert split is not None
-        cross_flow[:] = split.cross_flow() + (["payload"] if job.payloads.decoded else [])
+        cross_flow[:] = split.cross_flow() + (["payload"] if job.payloads.decoded else []) + (
+            ["payload schema"] if learned is not None and learned.learned_from else [])
         return bool(cross_flow)
 
     wrap = _SplitEvents(task.wrap, touched) if split is not None else task.wrap

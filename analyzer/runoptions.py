@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from analyzer.pipeline import Options
     from dissectors.registry import Registry
 
-__all__ = ["build_options", "options_from_args"]
+__all__ = ["add_payload_decoding_args", "build_options", "options_from_args"]
 
 
 def options_from_args(args: argparse.Namespace, registry: Registry) -> Options:
@@ -91,13 +91,26 @@ def build_options(
 
 def _payload_schemas(decode: bool, schemas: Sequence[str]) -> tuple[str, ...] | None:
     """``--decode`` / ``--schema`` as ``Options.payload_schemas``, each spec checked now
-    (a bad one is the user's mistake: error + fix, exit 2)."""
+    (a bad one is the user's mistake: error + fix, exit 2) and its file made absolute
+    (worker processes and Spark executors read it from another working directory)."""
     if not decode and not schemas:
         return None
-    from dissectors.payload.schemas import SchemaSpecError, decoding_for
+    from dissectors.payload.schemas import SchemaSpecError, absolute_spec, decoding_for
 
     try:
         decoding_for(list(schemas))
     except SchemaSpecError as e:
         raise UserError(str(e), e.fix) from None
-    return tuple(schemas)
+    return tuple(absolute_spec(s) for s in schemas)
+
+
+def add_payload_decoding_args(p: argparse.ArgumentParser) -> None:
+    """``--decode`` and ``--schema``, declared once for every command that writes a
+    dataset (``dissect``, ``spark ingest``); ``options_from_args`` reads them."""
+    p.add_argument("--decode", action="store_true",
+                   help="decode payloads (JSON, MessagePack, CBOR, text, gzip/zstd/snappy) "
+                   "into the payload_decoded columns")
+    p.add_argument("--schema", action="append", default=[], metavar="PATTERN=FILE",
+                   help="decode payloads of subjects/topics matching PATTERN with a .proto "
+                   "(FILE#pkg.Message), descriptor set, .avsc or JSON Schema (implies "
+                   "--decode); FILE must be readable where the run's tasks run")

@@ -85,6 +85,7 @@ from analyzer.spark.task import (
     range_stats,
     sweep_schedule,
 )
+from dissectors.payload.writer import DecodingWriter
 from dissectors.registry import Registry, discover
 from dissectors.schema import register_table, rows_to_batch
 from dissectors.tables import PARTITION_KEY, TableSpec
@@ -168,21 +169,36 @@ SHIP_FIX = (
 )
 
 
-def check_executors(spark: SparkSession) -> None:
-    """At job start: every executor slot runs Python and imports msgcap, or a
-    ``UserError`` says so (instead of a ``ModuleNotFoundError`` traceback after four
+SCHEMA_FIX = (
+    "put the --schema files where every executor reads them at the same path (shared "
+    "storage, or installed on every node), or give the path the executors see"
+)
+
+
+def check_executors(spark: SparkSession, schemas: Sequence[str] | None = None) -> None:
+    """At job start: every executor slot runs Python, imports msgcap and (``schemas``:
+    ``Options.payload_schemas``) loads the ``--schema`` files, or a ``UserError`` says
+    so (instead of a ``ModuleNotFoundError`` or ``SchemaSpecError`` traceback after four
     task attempts).  The probe is a nested function, so it is shipped by value and needs
-    nothing of msgcap to run; it catches the import error itself, so nothing retries."""
+    nothing of msgcap to run; it catches its errors itself, so nothing retries."""
     from analyzer.cliutil import UserError
 
-    def probe(_i: int) -> str | None:
+    specs = list(schemas or ())
+
+    def probe(_i: int) -> tuple[str, str] | None:
         import importlib
         import sys
 
         try:
             importlib.import_module("analyzer.pipeline")
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc} (Python {sys.executable})"
+            return "import", f"{type(exc).__name__}: {exc} (Python {sys.executable})"
+        if not specs:
+            return None
+        try:  # the driver checked them: what fails here is the executor's view
+            importlib.import_module("dissectors.payload.schemas").decoding_for(specs)
+        except Exception as exc:
+            return "schema", f"{exc}"
         return None
 
     sc = spark.sparkContext
@@ -193,8 +209,12 @@ def check_executors(spark: SparkSession) -> None:
         lines = [ln.strip() for ln in str(exc).splitlines() if "Error" in ln]
         raise UserError(f"the Spark executors could not run Python ({lines[-1] if lines else exc})",
                         SHIP_FIX) from None
+    for kind, text in errors:
+        if kind == "import":
+            raise UserError(f"the Spark executors cannot import msgcap: {text}", SHIP_FIX)
     if errors:
-        raise UserError(f"the Spark executors cannot import msgcap: {errors[0]}", SHIP_FIX)
+        raise UserError(f"the Spark executors cannot load a --schema file: {errors[0][1]}",
+                        SCHEMA_FIX)
 
 
 OutDir = Path | Store  # OUT: a local (or shared) directory, or a URI (storage.Store)
@@ -316,7 +336,7 @@ def ingest(
     options = options or Options()
     progress = progress or _NoProgress()
     registry = discover()
-    check_executors(spark)
+    check_executors(spark, options.payload_schemas)
     out_path = _resolve_out(out)
     if isinstance(out_path, Store):
         out_path.mkdirs()
@@ -694,11 +714,14 @@ def _raw_endpoint(ip: str, port: int) -> bytes:
 
 def _scopes_used(job: CaptureDissection, sink: RunSink) -> set[bytes]:
     """Server endpoints whose connections shared state in this task: a payload dissector
-    decoded a message in the server's scope (bindings cross connections) or the QUIC
-    layer took the flow (connection ids cross 5-tuples)."""
+    decoded a message in the server's scope (bindings cross connections), the QUIC
+    layer took the flow (connection ids cross 5-tuples), or payload decoding learned a
+    schema there (a Pulsar producer's schema decodes a consumer's messages)."""
     used = {_raw_endpoint(*server) for server, sd in job.payloads.scopes.items()
             if sd.decoded}
     used |= {_raw_endpoint(ip, port) for ip, port in sink.quic_servers}
+    if isinstance(job.writer, DecodingWriter):
+        used |= {_raw_endpoint(ip, port) for ip, port in job.writer.engine.learned_from}
     return used
 
 

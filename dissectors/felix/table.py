@@ -215,7 +215,7 @@ FELIX = register_table(
 FELIX_MESSAGES = register_table(
     TableSpec(
         "felix_messages",
-        2,  # 2: timestamps in microseconds + exact `_ns` columns
+        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: payload_decoded columns
         "One row per application message in a Felix frame: JSON publish / event (one), "
         "publish_batch / publish_idempotent / event_batch (one per base64 entry) and every "
         "binary publish or event batch (one per entry, in order). `parent_record_id` is the "

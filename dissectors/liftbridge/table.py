@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from dissectors.payload import decoded_fields
 from dissectors.tables import TS, Field, TableSpec, register_table
 
 __all__ = ["ENTRIES_TABLE", "LIFTBRIDGE_TABLE", "MSG_TYPES"]
@@ -56,7 +57,7 @@ _VALUE_COLUMNS = (
 LIFTBRIDGE_TABLE = register_table(
     TableSpec(
         "liftbridge",
-        2,  # 2: timestamps in microseconds + exact `_ns` columns
+        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: payload_decoded columns
         "One row per Liftbridge envelope (magic B9 0E 43 B4) carried in a NATS message "
         "payload, and one per plain (non-envelope) message on a subject known to be a "
         "Liftbridge stream subject (`magic_ok` = false, `msg_type` null). `parent_record_id` "
@@ -124,6 +125,7 @@ LIFTBRIDGE_TABLE = register_table(
             ),
             Field("key", _BIN, "Publish: Message.key."),
             *_VALUE_COLUMNS,
+            *decoded_fields("liftbridge", payload="value", truncated="value_truncated"),
             Field(
                 "timestamp", TS,
                 "Publish: Message.timestamp (Unix ns on the wire), UTC; null when not set "
@@ -228,7 +230,7 @@ LIFTBRIDGE_TABLE = register_table(
 ENTRIES_TABLE = register_table(
     TableSpec(
         "liftbridge_entries",
-        2,  # 2: timestamps in microseconds + exact `_ns` columns
+        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: payload_decoded columns
         "One row per message-set entry of a Liftbridge ReplicationResponse (envelope type 3: "
         "leader epoch, high watermark, then entries of a 28-byte header and a serialized "
         "commit-log message). `parent_record_id` is the `liftbridge` row of the response; "
@@ -254,6 +256,7 @@ ENTRIES_TABLE = register_table(
             Field("attributes", _I32, "Message: attributes byte (0)."),
             Field("key", _BIN, "Message key; null for a null key (length -1)."),
             *_VALUE_COLUMNS,
+            *decoded_fields("liftbridge_entries", payload="value", truncated="value_truncated"),
             Field(
                 "headers", _HEADERS,
                 "Message headers (the server always adds `subject` and `reply`).",

@@ -304,6 +304,10 @@ class PayloadDecoding:
         # sources that learn them from rows (``observe``)
         self.announced: dict[tuple[str, bytes | None], Binding] = {}
         self.observers: list[Any] = []
+        # server endpoints (ip, port) on whose connections a schema was announced: state
+        # their other connections' messages may be decoded with (the Spark split path
+        # keeps such a server's connections in one task, ``analyzer.spark.ingest``)
+        self.learned_from: set[tuple[str, int]] = set()
 
     def bind(self, binding: Binding) -> None:
         if binding.decoder not in self.decoders:

@@ -176,18 +176,21 @@ class PulsarSchemaSource:
         topic = body.get("topic")
         if cmd in ("PRODUCER", "SUBSCRIBE") and isinstance(body.get("schema"), dict) \
                 and isinstance(topic, str):
+            _learned_on(engine, row)
             self._register(engine, topic, None, body["schema"])
             if cmd == "PRODUCER" and len(self._producers) < MAX_PENDING:
                 self._producers[(flow, rid)] = (topic, body["schema"])
         elif cmd == "PRODUCER_SUCCESS":
             known = self._producers.pop((flow, rid), None)
             if known is not None and isinstance(body.get("schema_version"), str):
+                _learned_on(engine, row)
                 self._register(engine, known[0], body["schema_version"], known[1])
         elif cmd == "GET_SCHEMA" and isinstance(topic, str) and len(self._gets) < MAX_PENDING:
             self._gets[(flow, rid)] = topic
         elif cmd == "GET_SCHEMA_RESPONSE":
             topic = self._gets.pop((flow, rid), None)
             if topic is not None and isinstance(body.get("schema"), dict):
+                _learned_on(engine, row)
                 self._register(engine, topic, body.get("schema_version"), body["schema"])
 
     def _register(self, engine: PayloadDecoding, topic: str, version_hex: str | None,
@@ -218,3 +221,13 @@ class PulsarSchemaSource:
         if version is not None or (topic, None) not in engine.announced:
             # the topic's latest: for messages whose version was never announced
             engine.announced[(topic, None)] = b
+
+
+def _learned_on(engine: PayloadDecoding, row: dict) -> None:
+    """Note the server of the connection ``row`` came on (``engine.learned_from``): the
+    schema it announces may decode messages of that server's other connections."""
+    c2s = row.get("direction") == "c2s"
+    ip, port = (row.get("dst_ip"), row.get("dst_port")) if c2s else (
+        row.get("src_ip"), row.get("src_port"))
+    if isinstance(ip, str) and isinstance(port, int):
+        engine.learned_from.add((ip, port))

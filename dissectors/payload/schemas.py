@@ -33,6 +33,7 @@ __all__ = [
     "AvroDecoder",
     "ProtobufDecoder",
     "SchemaSpecError",
+    "absolute_spec",
     "avro_schema",
     "check_json_schema",
     "decoding_for",
@@ -203,13 +204,33 @@ def check_json_schema(value: Any, schema: Any) -> None:
 _NAMED = {"json", "msgpack", "cbor", "text", "protobuf", "avro"}
 
 
-def load_schema_spec(spec: str) -> Binding:
-    """``PATTERN=FILE[#Message]`` (or ``PATTERN=DECODER`` to force a decoder by name) as a
-    ``Binding``.  Raises ``SchemaSpecError`` with a fix for a user mistake."""
+def _split_spec(spec: str) -> tuple[str, str]:
+    """``PATTERN=TARGET`` split at the first ``=``; ``SchemaSpecError`` unless both are
+    there."""
     pattern, sep, target = spec.partition("=")
     if not sep or not pattern or not target:
         raise SchemaSpecError(f"--schema {spec!r} is not PATTERN=FILE",
                               "write it as --schema 'orders.*=orders.proto#shop.Order'")
+    return pattern, target
+
+
+def absolute_spec(spec: str) -> str:
+    """``spec`` with its FILE made absolute (a decoder name is left as it is).
+
+    Why: the spec is read again wherever the run's ``Options`` go -- ``--workers``
+    processes, Spark executors, whose working directory is not the user's -- so a
+    relative path must name the file the user meant when the command was parsed."""
+    pattern, target = _split_spec(spec)
+    if target in _NAMED:
+        return spec
+    file, sep, message = target.partition("#")
+    return f"{pattern}={Path(file).absolute()}{sep}{message}"
+
+
+def load_schema_spec(spec: str) -> Binding:
+    """``PATTERN=FILE[#Message]`` (or ``PATTERN=DECODER`` to force a decoder by name) as a
+    ``Binding``.  Raises ``SchemaSpecError`` with a fix for a user mistake."""
+    pattern, target = _split_spec(spec)
     if "://" in pattern:
         try:
             re.compile(pattern)

@@ -214,7 +214,7 @@ PULSAR_COMMANDS = register_table(
 PULSAR_MESSAGES = register_table(
     TableSpec(
         "pulsar_messages",
-        2,  # 2: timestamps in microseconds + exact `_ns` columns
+        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: payload_decoded columns
         "One row per application message in SEND (c2s) and MESSAGE (s2c) frames: a "
         "non-batched message is one row, a batch one row per entry (batch_index and the "
         "SingleMessageMetadata fields), a chunked message one row once all its chunks are "

@@ -44,7 +44,7 @@ _BIN = pa.binary()
 STAN_TABLE = register_table(
     TableSpec(
         "stan",
-        2,  # 2: timestamps in microseconds + exact `_ns` columns
+        3,  # 2: timestamps in microseconds + exact `_ns` columns; 3: payload_decoded columns
         "One row per NATS Streaming (STAN) protocol message, decoded from the payload of a "
         "NATS PUB/HPUB/MSG/HMSG (`parent_record_id` = that `nats` row; a message published "
         "once and delivered to a subscriber gives two rows, one per NATS operation). STAN "

@@ -47,6 +47,7 @@ def test_builtins_are_registered_as_entry_points() -> None:
 
 def test_message_tables_carry_the_family() -> None:
     import dissectors.felix.table  # noqa: F401 - registers
+    import dissectors.liftbridge.table  # noqa: F401
     import dissectors.nats.table  # noqa: F401
     import dissectors.pulsar.table  # noqa: F401
     import dissectors.stan.table  # noqa: F401
@@ -55,6 +56,8 @@ def test_message_tables_carry_the_family() -> None:
     assert decoded_source("pulsar_messages") == ("payload", "payload_truncated", "topic")
     assert decoded_source("stan") == ("data", "data_truncated", "channel")
     assert decoded_source("felix_messages") == ("payload", "payload_truncated", "stream")
+    for lb in ("liftbridge", "liftbridge_entries"):
+        assert decoded_source(lb) == ("value", "value_truncated", "subject")
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,25 @@ def test_manifest_records_the_decoding_options(tmp_path: Path) -> None:
     off = json.loads((tmp_path / "off" / "manifest.json").read_text())
     assert on["inputs"][0]["options"]["payload_schemas"] == ["a.*=text"]
     assert "payload_schemas" not in off["inputs"][0]["options"]
+
+
+def test_workers_with_a_schema_from_another_connection(tmp_path: Path) -> None:
+    """A light --workers run would decode the consumer's messages without the schema its
+    producer announced on another connection (not its worker's): the worker that learned
+    a schema says so and the run is made again exactly, as one process decodes it."""
+    from tests.payload.pulsar_capture import write_two_connection_capture
+
+    cap = tmp_path / "two.pcap"
+    values = write_two_connection_capture(cap)
+    cols = ["record_id", "flow_id", "payload_schema_id", "payload_decoded"]
+    out = {}
+    for n in (1, 2):
+        result = dissect_capture(cap, tmp_path / str(n), Options(payload_schemas=()),
+                                 workers=n)
+        out[n] = pq.read_table(tmp_path / str(n) / "pulsar_messages",
+                               columns=cols).sort_by("record_id").to_pylist()
+    assert result.split == "exact"
+    assert any("payload schema" in why for why in result.fallback)
+    assert out[1] == out[2]
+    assert [json.loads(r["payload_decoded"]) for r in out[2]] == values * 2
+    assert len({r["flow_id"] for r in out[2]}) == 2

@@ -63,18 +63,21 @@ def _ip(src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 1, frag
 
 
 class _Conn:
-    def __init__(self, w: _Writer, client: bytes, cport: int) -> None:
+    def __init__(self, w: _Writer, client: bytes, cport: int, sport: int = 4222) -> None:
         self.w = w
         self.client = client
         self.cport = cport
+        self.sport = sport
         self.cseq = random.getrandbits(32)
         self.sseq = random.getrandbits(32)
 
     def _seg(self, ts: int, c2s: bool, flags: int, data: bytes = b"") -> None:
         if c2s:
-            src, dst, sp, dp, seq, ack = self.client, SERVER, self.cport, 4222, self.cseq, self.sseq
+            src, dst, sp, dp = self.client, SERVER, self.cport, self.sport
+            seq, ack = self.cseq, self.sseq
         else:
-            src, dst, sp, dp, seq, ack = SERVER, self.client, 4222, self.cport, self.sseq, self.cseq
+            src, dst, sp, dp = SERVER, self.client, self.sport, self.cport
+            seq, ack = self.sseq, self.cseq
         tcp = _TCP.pack(sp, dp, seq % (1 << 32), ack % (1 << 32), 5 << 4, flags, 65535, 0, 0)
         self.w.frame(ts, _ip(src, dst, 6, tcp + data), data=bool(data))
         adv = len(data) + (1 if flags & (SYN | FIN) else 0)
