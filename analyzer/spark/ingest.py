@@ -676,7 +676,8 @@ def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unk
     sink = RunSink(staging, piece, validate=options.validate)
     job = CaptureDissection(capture_id, sink, registry, options)
     reasm = TaskReassembler(options.limits, schedule, snaplen_first=snaplen_first,
-                            unknown_first=unknown_first, frag_max=frag_max)
+                            unknown_first=unknown_first, frag_max=frag_max,
+                            server_ports=job.server_ports)
 
     def chained():
         yield first

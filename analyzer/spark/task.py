@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import struct
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,6 +37,7 @@ from dissectors.tables import TableSpec
 from reassembly.capture import Frame
 from reassembly.engine import Reassembler
 from reassembly.events import Event
+from reassembly.flows import DEFAULT_SERVER_PORTS
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.link import L3_IP, L3_IPV4, L3_IPV6, decode_link
 from reassembly.network import FirstReports, NetworkDecoder
@@ -309,9 +310,11 @@ class TaskReassembler(Reassembler):
         snaplen_first: int | None = None,
         unknown_first: Mapping[int, int] | None = None,
         frag_max: int | None = None,
+        server_ports: Collection[int] = DEFAULT_SERVER_PORTS,  # as for ``Reassembler``
     ) -> None:
         super().__init__(limits, clock=ScheduleClock(),
-                         firsts=GlobalFirsts(snaplen_first, unknown_first or {}))
+                         firsts=GlobalFirsts(snaplen_first, unknown_first or {}),
+                         server_ports=server_ports)
         self.events = list(schedule)
         self.applied = 0  # events of ``schedule`` applied so far
         self.frag_max = frag_max
