@@ -436,10 +436,10 @@ class TcpHalfStream:
         keep = self.keep
         if keep:
             recent = self.recent
-            if not isinstance(recent, _Window):  # b"": the first data, or after a gap
+            if recent.__class__ is not _Window:  # b"": the first data, or after a gap
                 self.recent = recent = _Window()
                 recent.half, recent.held = self, 0
-            recent.extend(data)
+            recent += data
             if len(recent) > keep:
                 del recent[: len(recent) - keep]
             if len(recent) > recent.held:
