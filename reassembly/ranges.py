@@ -28,7 +28,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import BinaryIO
+from typing import IO
 
 from .capture import CaptureInfo, CaptureReader, Frame
 from .pcap import FILE_HEADER_LEN, PCAP_MAGICS, PcapHeader, PcapReader, read_header
@@ -112,7 +112,7 @@ class Window:
     """Random access to a seekable file through one read-ahead window (the caller
     opened ``f`` and closes it)."""
 
-    def __init__(self, f: BinaryIO, size: int) -> None:
+    def __init__(self, f: IO[bytes], size: int) -> None:
         self.f = f
         self.size = size
         self.base = 0
@@ -141,7 +141,7 @@ class RangeSource:
 
     compression = "none"
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: IO[bytes]) -> None:
         self._f = f
         self.error: str | None = None
         self.bytes_read = 0
@@ -172,7 +172,7 @@ class RangeSource:
 
 
 def open_range(
-    f: BinaryIO,
+    f: IO[bytes],
     fmt: FileFormat,
     start: int,
     stop: int | None = None,

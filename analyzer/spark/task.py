@@ -278,10 +278,10 @@ class GlobalFirsts(FirstReports):
         self.unknown_first = dict(unknown_first)
 
     def snaplen_cut(self, frame: Any) -> bool:
-        return frame.number == self.snaplen_first
+        return bool(frame.number == self.snaplen_first)
 
     def unknown_linktype(self, frame: Any) -> bool:
-        return self.unknown_first.get(frame.linktype) == frame.number
+        return bool(self.unknown_first.get(frame.linktype) == frame.number)
 
 
 class ScheduleClock:
