@@ -13,6 +13,7 @@ Python reference (reassembly.network, reassembly.flows, reassembly.tcp).
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from pathlib import Path
@@ -161,6 +162,40 @@ def test_pcap_walk_gives_the_readers_frames(path: Path) -> None:
     assert got == want
 
 
+def test_pcap_walk_reads_compressed_captures(tmp_path) -> None:
+    """gzip and zstd captures are walked from their decompressed bytes, in batches that
+    straddle the reads."""
+    import gzip
+
+    import zstandard
+
+    path = ROOT / "samples" / "nats-basic.pcap"
+    raw = path.read_bytes()
+    gz, zst = tmp_path / "c.pcap.gz", tmp_path / "c.pcap.zst"
+    gz.write_bytes(gzip.compress(raw))
+    zst.write_bytes(zstandard.ZstdCompressor().compress(raw))
+    want = [tuple(f) for f in _frames(path)]
+    for packed in (gz, zst):
+        got = [b.frame(i) for b in native.pcap_batches(packed, max_records=5)
+               for i in range(len(b))]
+        assert got == want
+
+
+def test_pcap_walk_stops_where_the_reader_reports_damage(tmp_path) -> None:
+    """A record claiming a caplen over the limit, then a record cut at the end: the walk
+    yields the good frames before each and stops (the reader reports the damage)."""
+    raw = (ROOT / "samples" / "nats-basic.pcap").read_bytes()
+    first = 24 + 16 + struct.unpack_from("<I", raw, 24 + 8)[0]  # end of record 1
+    bad = bytearray(raw)
+    struct.pack_into("<II", bad, first + 8, 300_000_000, 300_000_000)
+    for data in (bytes(bad), raw[:-3]):
+        path = tmp_path / "damaged.pcap"
+        path.write_bytes(data)
+        want = [tuple(f) for f in _frames(path)]
+        got = [b.frame(i) for b in native.pcap_batches(path) for i in range(len(b))]
+        assert got == want and want
+
+
 # -- engine -----------------------------------------------------------------------------
 
 
@@ -282,6 +317,15 @@ def test_engine_takes_the_bulk_of_a_nats_capture() -> None:
     path = ROOT / "samples" / "pulsar-client.pcap"
     nat = assert_engine_equal(lambda: native.pcap_batches(path), _frames(path))
     assert nat.counters["taken"] > 4 * nat.counters["reference"]
+
+
+@pytest.mark.skipif(not os.environ.get("MSGCAP_BULK_CAPTURE"),
+                    reason="MSGCAP_BULK_CAPTURE=path adds a bulk recording")
+def test_engine_on_a_bulk_recording() -> None:
+    path = Path(os.environ["MSGCAP_BULK_CAPTURE"])
+    frames = _frames(path)
+    for mode in ("adjacent", "flow"):
+        assert_engine_equal(lambda: native.pcap_batches(path), frames, coalesce=mode)
 
 
 @pytest.mark.parametrize("seed", range(12))
