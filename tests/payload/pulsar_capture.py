@@ -29,13 +29,13 @@ def _avro(value: dict) -> bytes:
     return buf.getvalue()
 
 
-def write_two_connection_capture(path: Path) -> list[dict]:
-    """Producer (10.0.0.1) announces the schema, gets version 5 and sends; a consumer
-    (10.0.0.2) subscribes without a schema and receives the messages.  Returns the values."""
+def write_two_connection_capture(path: Path, n: int = 3) -> list[dict]:
+    """Producer (10.0.0.1) announces the schema, gets version 5 and sends ``n`` messages; a
+    consumer (10.0.0.2) subscribes without a schema and receives them.  Returns the values."""
     random.seed(24)
     w = _Writer(path)
     avro = message_class("Schema").Type.Value("Avro")
-    values = [{"id": i, "sku": f"sku-{i}"} for i in range(3)]
+    values = [{"id": i, "sku": f"sku-{i}"} for i in range(n)]
     prod = _Conn(w, bytes([10, 0, 0, 1]), 40000, 6650)
     cons = _Conn(w, bytes([10, 0, 0, 2]), 40001, 6650)
     t = 1_700_000_000_000_000

@@ -6,7 +6,8 @@ file).  The Pulsar recording is one connection, so a synthetic capture
 announces an Avro schema on one connection, a consumer that announced none receives the
 messages on another, one process decodes them with the producer's schema, and so must
 the split run (the server is dissected again with its connections in one task).  Options
-come from the CLI's own parser (``analyzer.runoptions``)."""
+come from the CLI's own parser (``analyzer.runoptions``); a schema file the executors
+cannot read and a bad spec are refused before any task."""
 
 from __future__ import annotations
 
@@ -42,31 +43,40 @@ def _options(*argv: str) -> Options:
 
 
 def test_spark_ingest_decodes_as_dissect(spark, tmp_path: Path) -> None:
+    """One ingest (one Spark application's worth of jobs) for the three captures: the two
+    recordings one task each, the synthetic capture split into two ranges."""
     proto = tmp_path / "shop.proto"  # a copy: the spec's relative path is made absolute
     shutil.copy(SAMPLES / "payloads" / "shop.proto", proto)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
         options = _options("--decode", "--schema", "shop.events.*=shop.proto#shop.OrderEvent")
     assert options.payload_schemas == (f"shop.events.*={proto}#shop.OrderEvent",)
-    for cap in (NATS, PULSAR):
+    two = tmp_path / "pulsar-two-connections.pcap"
+    values = write_two_connection_capture(two, 80)
+    assert two.stat().st_size > PULSAR.stat().st_size > NATS.stat().st_size  # 33 > 22 > 13 KB
+    for cap in (NATS, PULSAR, two):
         dissect_capture(cap, tmp_path / "local", options)
-    # one task per file (the split path: test_schema_announced_on_another_connection)
-    report = ingest(spark, [NATS, PULSAR], tmp_path / "spark", options=options)
-    assert set(report.how.values()) == {"file"}
+    report = ingest(spark, [NATS, PULSAR, two], tmp_path / "spark", options=options,
+                    split_bytes=max(PULSAR.stat().st_size, two.stat().st_size // 2 + 1),
+                    partitions=4)
+    assert report.how == {str(NATS): "file", str(PULSAR): "file",
+                          str(two): "split:2 (dissected again with 1 endpoint(s) merged)"}
     assert_same_dataset(tmp_path / "local", tmp_path / "spark")
+
     tables = read_tables(tmp_path / "spark")
     nats = [r for r in tables["nats"].select(["op", *DECODED]).to_pylist()
             if r["op"] in ("PUB", "MSG")]
     assert len(nats) == 38 and all(r["payload_decoded"] for r in nats)
     assert sum(r["payload_schema_id"] == "user:shop.proto#shop.OrderEvent" for r in nats) > 0
-    pulsar = tables["pulsar_messages"].select(DECODED).to_pylist()
-    assert len(pulsar) == 32 and all(r["payload_decoded"] for r in pulsar)
-    assert {r["payload_schema_id"].split(":")[0] for r in pulsar} == {"pulsar"}
-    # the fields can be read where Spark reads the dataset
-    got = (spark.read.parquet(str(tmp_path / "spark" / "nats"))
-           .where("payload_decoder = 'protobuf'")
-           .selectExpr("get_json_object(payload_decoded, '$.order_id') AS id").collect())
-    assert got and all(r.id for r in got)
+    pulsar = tables["pulsar_messages"].select(["capture_id", "direction", *DECODED]).to_pylist()
+    recorded = [r for r in pulsar if r["capture_id"] != report.results[2].capture_id]
+    assert len(recorded) == 32 and all(r["payload_decoded"] for r in recorded)
+    assert {r["payload_schema_id"].split(":")[0] for r in recorded} == {"pulsar"}
+    # split by connection, the consumer's task alone would not know the producer's schema
+    synthetic = [r for r in pulsar if r["capture_id"] == report.results[2].capture_id]
+    assert [(r["direction"], json.loads(r["payload_decoded"])) for r in synthetic] == [
+        (d, v) for d in ("c2s", "s2c") for v in values]
+    assert {r["payload_schema_id"] for r in synthetic} == {f"pulsar:{TOPIC}@5"}
 
 
 def test_schema_file_the_executors_cannot_read(spark, tmp_path: Path) -> None:
@@ -91,22 +101,3 @@ def test_bad_schema_refused_before_spark_starts(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "error: " in proc.stderr and "fix: give the path of a .proto" in proc.stderr
     assert not (tmp_path / "o").exists()
-
-
-def test_schema_announced_on_another_connection(spark, tmp_path: Path) -> None:
-    """Split by connection, the consumer's connection would not see the producer's
-    schema: the task that learned it names the server and the pass runs again with the
-    server's connections in one task; the rows are those of one process."""
-    cap = tmp_path / "pulsar-two-connections.pcap"
-    values = write_two_connection_capture(cap)
-    options = _options("--decode")
-    dissect_capture(cap, tmp_path / "local", options)
-    rows = read_tables(tmp_path / "local")["pulsar_messages"].to_pylist()
-    assert [(r["direction"], json.loads(r["payload_decoded"])) for r in rows] == [
-        (d, v) for d in ("c2s", "s2c") for v in values]
-    assert {r["payload_schema_id"] for r in rows} == {f"pulsar:{TOPIC}@5"}
-    assert len({r["flow_id"] for r in rows}) == 2
-    report = ingest(spark, [cap], tmp_path / "spark", options=options,
-                    split_bytes=cap.stat().st_size // 2 + 1, partitions=4)
-    assert report.how[str(cap)] == "split:2 (dissected again with 1 endpoint(s) merged)"
-    assert_same_dataset(tmp_path / "local", tmp_path / "spark")
