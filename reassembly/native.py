@@ -130,7 +130,7 @@ def _pcap_layout(path: str | os.PathLike[str]) -> _PcapLayout | None:
 
 
 def pcap_batches(path: str | os.PathLike[str], max_records: int = BATCH_RECORDS
-                 ) -> Iterator[object]:
+                 ) -> Iterator[_engine.Batch]:
     """The records of a classic pcap file (gzip/zstd too) as C batches, in order.
 
     Stops where ``reassembly.pcap`` would report damage (a record over the caplen
@@ -165,7 +165,7 @@ def pcap_batches(path: str | os.PathLike[str], max_records: int = BATCH_RECORDS
 
 
 def frame_batches(frames: Iterable[Frame], max_records: int = BATCH_RECORDS
-                  ) -> Iterator[object]:
+                  ) -> Iterator[_engine.Batch]:
     """Frames from any reader (pcapng, a range of a file) as C batches of up to
     ``max_records``: their bytes are copied once and decoded by the same C code."""
     pending: list[Frame] = []
@@ -181,13 +181,21 @@ def frame_batches(frames: Iterable[Frame], max_records: int = BATCH_RECORDS
 # -- the engine ------------------------------------------------------------------------
 
 
-def _half_state(half: TcpHalfStream, ack_shift: int) -> tuple:
+def _half_state(half: TcpHalfStream, ack_shift: int) -> _engine.HalfState:
     """What the C core keeps of one direction (``_engine.Engine.register``)."""
     recent = half.recent
-    held = recent.held if recent.__class__ is _Window else 0  # type: ignore[union-attr]
+    held = recent.held if isinstance(recent, _Window) else 0
+    assert half.base is not None  # a condition of registration (``_clean``)
     return (half.base, half.ref_off, half.next_off, half.acked_off, half.win_edge,
             half.win_size, half.last_end, half.syn_seen, half.keep, len(recent), held,
             ack_shift)
+
+
+def _stream(conn: _Tcp, direction: int) -> TcpHalfStream:
+    """A registered flow's direction: a ``TcpHalfStream`` (a condition of ``_clean``)."""
+    half = conn.s2c if direction else conn.c2s
+    assert isinstance(half, TcpHalfStream)
+    return half
 
 
 def _ack_shifts(conn: _Tcp) -> tuple[int, int]:
@@ -259,8 +267,8 @@ class NativeReassembler:
         shifts = _ack_shifts(conn)
         self.core.register(len(src) == 16, src, sport, dst, dport, info.flow_id, conn, info,
                            info.ts_last_ns, info.frame_last, self.ref.limits.tcp_idle_timeout_ns,
-                           _half_state(conn.c2s, shifts[0]),  # type: ignore[arg-type]
-                           _half_state(conn.s2c, shifts[1]))  # type: ignore[arg-type]
+                           _half_state(_stream(conn, 0), shifts[0]),
+                           _half_state(_stream(conn, 1), shifts[1]))
 
     def _review_all(self) -> None:
         for _, conn in self.core.registered():
@@ -268,7 +276,7 @@ class NativeReassembler:
 
     # -- sync ---------------------------------------------------------------------------
 
-    def _sync(self, runs: list) -> None:
+    def _sync(self, runs: list[_engine.Run]) -> None:
         """Write what the C core took into the reference's objects (module docstring)."""
         frames, v4, v6, now_ns, flows = self.core.sync()
         if not frames:
@@ -292,7 +300,7 @@ class NativeReassembler:
             conn.tick = base + ordinal
             for direction, (packets, nbytes, mid, next_off, ref_off, last_end, acked, edge,
                             wsize, _rlen) in enumerate((c2s, s2c)):
-                half = conn.s2c if direction else conn.c2s
+                half = _stream(conn, direction)
                 info.packets[direction] += packets
                 if nbytes:
                     info.payload_bytes[direction] += nbytes
@@ -310,13 +318,13 @@ class NativeReassembler:
             self._slide_windows(runs)
 
     @staticmethod
-    def _slide_windows(runs: list) -> None:
+    def _slide_windows(runs: list[_engine.Run]) -> None:
         """Each direction's overlap-check window ends with the bytes delivered: once per
         direction and sync (the reference slides it a segment at a time; the bytes kept
         are the same)."""
         taken: dict[int, tuple[TcpHalfStream, list[bytes]]] = {}
         for _info, conn, direction, _off, data, _segs in runs:
-            half = conn.s2c if direction else conn.c2s
+            half = _stream(conn, direction)
             if half.keep:
                 entry = taken.get(id(half))
                 if entry is None:
@@ -325,6 +333,7 @@ class NativeReassembler:
                     entry[1].append(data)
         for half, parts in taken.values():
             keep, recent = half.keep, half.recent
+            assert isinstance(recent, _Window)  # the C core took no data before it was one
             new = parts[0] if len(parts) == 1 else b"".join(parts)
             if len(new) >= keep:
                 recent[:] = new[len(new) - keep:]
@@ -397,7 +406,7 @@ class NativeReassembler:
 
     # -- driving ------------------------------------------------------------------------
 
-    def _emit(self, runs: list) -> Iterator[Event | CoalescedData]:
+    def _emit(self, runs: list[_engine.Run]) -> Iterator[Event | CoalescedData]:
         split = self.coalesce == "none"
         for info, _conn, direction, offset, data, segs in runs:
             if len(segs) == _SEG.size:
@@ -410,12 +419,12 @@ class NativeReassembler:
             else:
                 yield chunk
 
-    def process(self, batches: Iterable[object]) -> Iterator[Event | CoalescedData]:
+    def process(self, batches: Iterable[_engine.Batch]) -> Iterator[Event | CoalescedData]:
         """The events of the batches' records, then the end-of-capture flush."""
         core, out = self.core, self.ref._out
         per_flow = self.coalesce == "flow"
         for batch in batches:
-            n = len(batch)  # type: ignore[arg-type]
+            n = len(batch)
             i = 0
             while i < n:
                 i, runs = core.run(batch, i, per_flow)
@@ -423,7 +432,7 @@ class NativeReassembler:
                 if runs:
                     yield from self._emit(runs)
                 if i < n:
-                    self._reference_frame(Frame(*batch.frame(i)))  # type: ignore[attr-defined]
+                    self._reference_frame(Frame(*batch.frame(i)))
                     i += 1
                     if out:
                         yield from out
