@@ -45,6 +45,46 @@ def test_builtins_are_registered_as_entry_points() -> None:
         "pulsar_primitive", "snappy", "text", "zstd"]
 
 
+class _Ep:
+    """An entry point as ``load_decoders`` sees one: a name and ``load()``."""
+
+    def __init__(self, name: str, load) -> None:
+        self.name, self._load = name, load
+
+    def load(self):
+        return self._load()
+
+
+def test_a_plugin_decoder_is_used_and_a_broken_one_skipped(monkeypatch) -> None:
+    """A third party's decoder (entry-point group msgcap.payload_decoders) takes part in
+    detection like the built-ins; one that fails to load costs only its own decoder."""
+    import dissectors.payload as payload
+    from dissectors.payload import PayloadDecoder, Strength
+
+    class Upper(PayloadDecoder):
+        name = "upper"
+
+        def sniff(self, data: bytes) -> Strength:
+            return Strength.STRONG if data[:3] == b"\xffUP" else Strength.NO
+
+        def decode(self, data: bytes, schema=None):
+            return {"upper": data[3:].decode("ascii").upper()}
+
+    def broken():
+        raise ImportError("no module named msgcap_bson")
+
+    builtin = list(payload.entry_points(group=payload.ENTRY_POINT_GROUP))
+    monkeypatch.setattr(payload, "entry_points", lambda group: [
+        *builtin, _Ep("upper", lambda: Upper), _Ep("bson", broken)])
+    monkeypatch.setattr(load_decoders, "errors", {})
+    engine = PayloadDecoding()
+    assert "upper" in engine.decoders and "bson" not in engine.decoders
+    assert "msgcap_bson" in load_decoders.errors["bson"]
+    out = cols(b"\xffUPabc", engine=engine)  # not text: plugins come after the built-ins
+    assert (out["payload_decoder"], out["payload_decoded"]) == ("upper", '{"upper":"ABC"}')
+    assert cols(json.dumps(DOC).encode(), engine=engine)["payload_decoder"] == "json"
+
+
 def test_message_tables_carry_the_family() -> None:
     import dissectors.felix.table  # noqa: F401 - registers
     import dissectors.liftbridge.table  # noqa: F401
