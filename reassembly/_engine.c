@@ -498,6 +498,11 @@ typedef struct {
     int has_sweep;
     int lt_cur;
     int64_t taken, taken_v4, taken_v6; /* frames taken since the sync */
+    /* the memory budget's room (limit - used) and the overlap-check windows that grew
+     * into it since the sync, in order: (flow, direction, bytes now held) */
+    int64_t headroom;
+    struct Hold { int32_t flow; int dir; int64_t held; } *holds;
+    Py_ssize_t nholds, holdcap;
     int32_t *dirty;
     int32_t ndirty;
 } Engine;
@@ -608,6 +613,7 @@ static void engine_dealloc(Engine *e) {
     PyMem_Free(e->buckets);
     PyMem_Free(e->segs);
     PyMem_Free(e->dirty);
+    PyMem_Free(e->holds);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -753,13 +759,15 @@ static PyObject *engine_registered(Engine *e, PyObject *unused) {
     return out;
 }
 
-/* clock(now_ns, last_sweep_ns|None, sweep_ns, linktype|None): the reference's clock and
- * current link type, after a frame it handled. */
+/* clock(now_ns, last_sweep_ns|None, sweep_ns, linktype|None, headroom): the reference's
+ * clock, current link type and memory budget room, after a frame it handled. */
 static PyObject *engine_clock(Engine *e, PyObject *args) {
     long long now, sweep;
     PyObject *last, *lt;
     int64_t v;
-    if (!PyArg_ParseTuple(args, "LOLO", &now, &last, &sweep, &lt)) return NULL;
+    long long headroom;
+    if (!PyArg_ParseTuple(args, "LOLOL", &now, &last, &sweep, &lt, &headroom)) return NULL;
+    e->headroom = headroom;
     e->now_ns = now;
     e->sweep_ns = sweep;
     if (opt_i64(last, &v, &e->has_sweep) < 0) return NULL;
@@ -784,7 +792,7 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
     Flow *f;
     Half *mine, *peer;
     uint32_t dlen = r->l4len - r->hlen;
-    int64_t off = 0, aoff, wb, newlen = 0, now;
+    int64_t off = 0, aoff, wb, newlen = 0, now, grown = 0;
     if ((r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) != F_ACK) return 0;
     make_key(k, v6, src, dst, r->sport, r->dport);
     idx = find(e, k);
@@ -805,7 +813,20 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         if (mine->keep) {
             newlen = mine->rlen + dlen;
             if (newlen > mine->keep) newlen = mine->keep;
-            if (newlen > mine->rheld) return 0; /* the window would call the budget */
+            if (newlen > mine->rheld) {
+                /* the window grows: TcpHalfStream._hold_window's charge (powers of two
+                 * from 256), taken only while the budget has room for it, so the
+                 * reference would not have reclaimed anything */
+                for (grown = 256; grown < newlen; grown <<= 1) {}
+                if (grown - mine->rheld > e->headroom) return 0;
+                if (e->nholds == e->holdcap) {
+                    Py_ssize_t ncap = e->holdcap ? e->holdcap * 2 : 64;
+                    struct Hold *nh = PyMem_Realloc(e->holds, sizeof(struct Hold) * (size_t)ncap);
+                    if (nh == NULL) return -1;
+                    e->holds = nh;
+                    e->holdcap = ncap;
+                }
+            }
         }
     }
     if (dlen && e->nsegs == e->segcap) {
@@ -851,6 +872,14 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         mine->next_off = off + dlen;
         mine->d_bytes += dlen;
         mine->rlen = newlen;
+        if (grown) {
+            struct Hold *h = &e->holds[e->nholds++];
+            h->flow = idx;
+            h->dir = dir;
+            h->held = grown;
+            e->headroom -= grown - mine->rheld;
+            mine->rheld = grown;
+        }
     }
     mine->last_end = r->seq + dlen;
     mine->has_last_end = 1;
@@ -999,9 +1028,10 @@ static PyObject *engine_run(Engine *e, PyObject *args) {
 }
 
 /* sync() -> (frames, ipv4, ipv6, now_ns, [(conn, info, ts_last, frame_last, ordinal,
- * half_c2s, half_s2c)] in the order of their last taken packet); half = (packets,
- * bytes, mid, next_off, ref_off, last_end|None, acked_off|None, win_edge|None,
- * win_size, recent_len).  Resets what was taken. */
+ * half_c2s, half_s2c)] in the order of their last taken packet, [(conn, direction,
+ * held)] the windows' budget charges in order); half = (packets, bytes, mid, next_off,
+ * ref_off, last_end|None, acked_off|None, win_edge|None, win_size, recent_len).
+ * Resets what was taken. */
 static PyObject *opt_obj(int has, int64_t v) {
     if (!has) Py_RETURN_NONE;
     return PyLong_FromLongLong(v);
@@ -1044,8 +1074,28 @@ static PyObject *engine_sync(Engine *e, PyObject *unused) {
         PyList_SET_ITEM(list, i, t);
         f->last_ord = -1;
     }
-    res = Py_BuildValue("(LLLLN)", (long long)e->taken, (long long)e->taken_v4,
-                        (long long)e->taken_v6, (long long)e->now_ns, list);
+    {
+        PyObject *holds = PyList_New(e->nholds);
+        Py_ssize_t j;
+        if (holds == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        for (j = 0; j < e->nholds; j++) {
+            struct Hold *h = &e->holds[j];
+            PyObject *t = Py_BuildValue("(OiL)", e->flows[h->flow].conn, h->dir,
+                                        (long long)h->held);
+            if (t == NULL) {
+                Py_DECREF(holds);
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(holds, j, t);
+        }
+        e->nholds = 0;
+        res = Py_BuildValue("(LLLLNN)", (long long)e->taken, (long long)e->taken_v4,
+                            (long long)e->taken_v6, (long long)e->now_ns, list, holds);
+    }
     e->ndirty = 0;
     e->taken = e->taken_v4 = e->taken_v6 = 0;
     return res;
@@ -1062,11 +1112,12 @@ static PyMethodDef engine_methods[] = {
     {"registered", (PyCFunction)engine_registered, METH_NOARGS,
      "registered() -> [(flow_id, conn)]"},
     {"clock", (PyCFunction)engine_clock, METH_VARARGS,
-     "clock(now_ns, last_sweep_ns, sweep_ns, linktype): the reference's clock"},
+     "clock(now_ns, last_sweep_ns, sweep_ns, linktype, headroom): the reference's clock"},
     {"run", (PyCFunction)engine_run, METH_VARARGS,
      "run(batch, start, per_flow=False) -> (index, runs)"},
     {"sync", (PyCFunction)engine_sync, METH_NOARGS,
-     "sync() -> (frames, ipv4, ipv6, now_ns, flows): what was taken since the last sync"},
+     "sync() -> (frames, ipv4, ipv6, now_ns, flows, holds): what was taken since the "
+     "last sync"},
     {NULL}};
 
 static PySequenceMethods engine_seq = {.sq_length = (lenfunc)engine_len};

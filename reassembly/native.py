@@ -32,7 +32,7 @@ from reassembly.compression import ByteSource
 from reassembly.engine import CaptureClock, Reassembler
 from reassembly.events import Direction, Event, FlowInfo, StreamData, Transport
 from reassembly.flows import UNKNOWN_WSCALE, _Tcp
-from reassembly.limits import SECOND_NS, Limits
+from reassembly.limits import SECOND_NS, TIER_WINDOWS, Limits
 from reassembly.pcap import FILE_HEADER_LEN
 from reassembly.tcp import TcpHalfStream, _Window
 
@@ -278,7 +278,7 @@ class NativeReassembler:
 
     def _sync(self, runs: list[_engine.Run]) -> None:
         """Write what the C core took into the reference's objects (module docstring)."""
-        frames, v4, v6, now_ns, flows = self.core.sync()
+        frames, v4, v6, now_ns, flows, holds = self.core.sync()
         if not frames:
             return
         ref = self.ref
@@ -316,6 +316,15 @@ class NativeReassembler:
                 half.win_size = wsize
         if runs:
             self._slide_windows(runs)
+        budget = self.ref.limits.budget
+        for conn, direction, held in holds:
+            # the windows' charges, in the order the reference made them (the C core
+            # took them only while the budget had room: no reclaim can have happened)
+            window = _stream(conn, direction).recent
+            assert isinstance(window, _Window)
+            window.held = held
+            if budget is not None:
+                budget.hold(window, held, TIER_WINDOWS)
 
     @staticmethod
     def _slide_windows(runs: list[_engine.Run]) -> None:
@@ -333,7 +342,9 @@ class NativeReassembler:
                     entry[1].append(data)
         for half, parts in taken.values():
             keep, recent = half.keep, half.recent
-            assert isinstance(recent, _Window)  # the C core took no data before it was one
+            if not isinstance(recent, _Window):  # the first bytes, or the first after a gap
+                recent = half.recent = _Window()
+                recent.half, recent.held = half, 0
             new = parts[0] if len(parts) == 1 else b"".join(parts)
             if len(new) >= keep:
                 recent[:] = new[len(new) - keep:]
@@ -389,9 +400,15 @@ class NativeReassembler:
         """The reference's clock and link type, for the C core's tick rule."""
         clock, lt_cur = self.ref.clock, self.ref.network._lt_cur
         if self._capture_clock:
-            self.core.clock(clock.now_ns, clock.last_sweep_ns, SECOND_NS, lt_cur)  # type: ignore[attr-defined]
+            self.core.clock(clock.now_ns, clock.last_sweep_ns, SECOND_NS, lt_cur,  # type: ignore[attr-defined]
+                            self._headroom())
         else:
-            self.core.clock(0, None, SECOND_NS, None)  # takes nothing
+            self.core.clock(0, None, SECOND_NS, None, 0)  # takes nothing
+
+    def _headroom(self) -> int:
+        """What the run's memory budget can still grant before it reclaims anything."""
+        budget = self.ref.limits.budget
+        return 1 << 62 if budget is None else budget.limit_bytes - budget.used
     def _review_flow(self, info: FlowInfo) -> None:
         """Review the TCP flow an event named (a close, an eviction, a budget anomaly)."""
         if info.transport != Transport.TCP:

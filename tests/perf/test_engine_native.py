@@ -239,6 +239,26 @@ def _half_state(half: object) -> tuple:
     return (type(half).__name__, *values)
 
 
+def _holder(holder: object) -> tuple:
+    """A budget holder by what it is (the objects differ by run)."""
+    half = getattr(holder, "half", None)  # an overlap-check window
+    if half is not None:
+        return ("window", half.flow.flow_id, int(half.direction))
+    flow = getattr(holder, "flow", None)  # a reorder buffer
+    if flow is not None:
+        return ("buffer", flow.flow_id, int(holder.direction))  # type: ignore[attr-defined]
+    return (type(holder).__name__,)
+
+
+def _budget_state(ref: Reassembler) -> tuple | None:
+    """The memory budget: totals and, per tier, its holders in order with their sizes."""
+    budget = ref.limits.budget
+    if budget is None:
+        return None
+    tiers = [[(_holder(h), n) for h, n in tier.items()] for tier in budget._tiers]
+    return (budget.used, budget.peak, budget.releases, tiers)
+
+
 def _table_state(ref: Reassembler) -> tuple:
     """The flow table, every flow's TCP state and the clock, where the reference's own
     decisions are read from (the end-of-capture flush is about to run)."""
@@ -246,7 +266,7 @@ def _table_state(ref: Reassembler) -> tuple:
     conns = sorted(flows._tcp_keys.values(), key=lambda c: c.info.flow_id)
     return (
         list(flows._open), list(flows._closing), list(flows._asleep), list(flows._udp),
-        flows._ticks, sorted(flows._young_keys), dict(ref.network.counters),
+        flows._ticks, sorted(flows._young_keys), dict(ref.network.counters), _budget_state(ref),
         vars(ref.clock) if hasattr(ref, "clock") else None,
         [(c.info.flow_id, repr(c.info), c.key, c.tick, c.fin, c.rst, c.closing, c.wscale,
           _half_state(c.c2s), _half_state(c.s2c)) for c in conns],
