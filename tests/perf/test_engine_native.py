@@ -196,6 +196,43 @@ def test_pcap_walk_stops_where_the_reader_reports_damage(tmp_path) -> None:
         assert got == want and want
 
 
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_pcap_walk_of_generated_files(tmp_path, data) -> None:
+    """Both byte orders, µs/ns and the "modified" variant, header versions before, at
+    and after 2.3 (caplen/len swapped, maybe, or not), snaplens, odd caplens, a cut
+    end: the walk yields the reader's frames, in batches of any size."""
+    order = data.draw(st.sampled_from("<>"))
+    magic = data.draw(st.sampled_from([0xA1B2C3D4, 0xA1B23C4D, 0xA1B2CD34]))
+    version = data.draw(st.sampled_from([(2, 4), (2, 3), (2, 2), (1, 0)]))
+    snaplen = data.draw(st.sampled_from([0, 64, 65535, 300_000, 1 << 30]))
+    linktype = data.draw(st.sampled_from([1, 101, 0x10001, 113]))
+    out = struct.pack(order + "IHHiIII", magic, *version, 0, 0, snaplen, linktype)
+    rec_len = 24 if magic == 0xA1B2CD34 else 16
+    for _ in range(data.draw(st.integers(0, 12))):
+        body = data.draw(st.binary(max_size=80))
+        orig = len(body) + data.draw(st.sampled_from([0, 0, 3, -1]))
+        first, second = (len(body), max(orig, 0))
+        if version < (2, 3) or (version == (2, 3) and data.draw(st.booleans())):
+            first, second = second, first
+        if data.draw(st.integers(0, 30)) == 0:
+            first = 300_000  # over the limit of small snaplens
+        out += struct.pack(order + "IIII", data.draw(st.integers(0, (1 << 32) - 1)),
+                           data.draw(st.integers(0, (1 << 32) - 1)), first, second)
+        out += b"\x00" * (rec_len - 16) + body
+    out = out[:len(out) - data.draw(st.integers(0, 5))]
+    path = tmp_path / "gen.pcap"
+    path.write_bytes(out)
+    want = [tuple(f) for f in _frames(path)]
+    if not _is_pcap(path) or len(out) < 24:
+        return
+    batch = data.draw(st.integers(1, 5))
+    got = [b.frame(i) for b in native.pcap_batches(path, max_records=batch)
+           for i in range(len(b))]
+    assert got == want
+
+
 # -- engine -----------------------------------------------------------------------------
 
 
