@@ -6,7 +6,13 @@ Strategy: until a flow is decided, its stream events are held (at most
 are asked first, but a port is only a hint — a probe must say yes.  A candidate is
 dropped once it says no for a direction; the flow locks to the first candidate that
 says yes for a direction and no for none.  Held events are then replayed into the new
-session, so no byte is decoded twice or lost.  A flow nobody claims stays unclaimed
+session, so no byte is decoded twice or lost.
+
+A direction whose start was not captured (``FlowInfo.mid_stream``, or a stream that
+begins with a gap) may begin inside a PDU: it is asked ``probe_joined`` instead, which
+lets a protocol that can resynchronise claim it on a unit further in, and its "no"
+rules nothing out.  Its first bytes before that unit reach the session like any
+others (the session skips them as undecoded).  A flow nobody claims stays unclaimed
 (its bytes count as undecoded) and is recorded so in the ``flows`` table.
 """
 
@@ -21,6 +27,9 @@ from reassembly.events import Direction, FlowInfo
 # Enough for any of our protocols to show its first PDU header; past it the flow is
 # declared unclaimed rather than buffering without bound.
 PROBE_LIMIT_BYTES = 8192
+# A flow with a direction joined late is not given up while the other direction has not
+# spoken (its first op may be the only one that checks out), up to this many held bytes.
+JOINED_HOLD_BYTES = 8 * PROBE_LIMIT_BYTES
 
 
 class FlowDispatch:
@@ -35,6 +44,7 @@ class FlowDispatch:
         "held",
         "prefix",
         "unclaimed",
+        "joined",
     )
 
     def __init__(self, flow: FlowInfo, candidates: list[type[Dissector]], forced: bool) -> None:
@@ -45,6 +55,8 @@ class FlowDispatch:
         self.held: list[tuple] = []  # ("data", dir, bytes, span) | ("gap", dir, off, n, ts)
         self.prefix = [bytearray(), bytearray()]
         self.unclaimed = not candidates
+        # per direction: its stream began with a gap (its start was not captured)
+        self.joined = [False, False]
         if forced:
             self.dissector = candidates[0]
 
@@ -121,6 +133,8 @@ class Detector:
             return fd.session.gap(direction, offset, nbytes, ts_ns)
         if not fd.unclaimed:
             fd.held.append(("gap", direction, offset, nbytes, ts_ns))
+            if not fd.prefix[direction]:
+                fd.joined[direction] = True
         return []
 
     def close(self, fd: FlowDispatch, ts_ns: int) -> list[Record]:
@@ -134,10 +148,12 @@ class Detector:
         """Ask the remaining candidates; lock, give up, or keep waiting."""
         still: list[type[Dissector]] = []
         mid = fd.flow.mid_stream
+        late = [mid[d] or fd.joined[d] for d in Direction]
         for cand in fd.candidates:
             try:
                 verdicts = {
-                    d: Verdict(cand.probe(d, bytes(fd.prefix[d])))
+                    d: Verdict((cand.probe_joined if late[d] else cand.probe)(
+                        d, bytes(fd.prefix[d])))
                     for d in Direction
                     if fd.prefix[d]
                 }
@@ -150,14 +166,18 @@ class Detector:
                 continue
             # a direction captured mid-stream may begin inside a PDU: its "no" proves
             # nothing, so only a direction seen from its start can rule a candidate out
-            if any(v == Verdict.NO and not mid[d] for d, v in verdicts.items()):
+            if any(v == Verdict.NO and not late[d] for d, v in verdicts.items()):
                 continue
             verdicts = set(verdicts.values())
             if Verdict.YES in verdicts:
                 return self._lock(fd, cand)
             still.append(cand)
         fd.candidates = still
-        full = all(len(p) >= PROBE_LIMIT_BYTES or not p for p in fd.prefix)
+        if any(late):
+            full = all(len(p) >= PROBE_LIMIT_BYTES for p in fd.prefix) or sum(
+                len(item[2]) for item in fd.held if item[0] == "data") > JOINED_HOLD_BYTES
+        else:
+            full = all(len(p) >= PROBE_LIMIT_BYTES or not p for p in fd.prefix)
         if not still or full:
             fd.unclaimed = True
             fd.held.clear()

@@ -309,6 +309,13 @@ class Dissector(ABC):
         ...
 
     @classmethod
+    def probe_joined(cls, direction: Direction, prefix: bytes) -> Verdict:
+        """``probe`` for a direction whose start was not captured (joined mid-stream, or
+        begun by a gap): ``prefix`` may start inside a PDU, so a protocol that can
+        resynchronise may say YES on a valid unit further in.  Default: ``probe``."""
+        return cls.probe(direction, prefix)
+
+    @classmethod
     @abstractmethod
     def session(cls, options: SessionOptions) -> Session:
         """A new session for one flow.  ``options`` holds run options such as

@@ -8,8 +8,29 @@ Strategy (sans-IO, after wsproto; one ``_Conn`` per WebSocket flow):
   ``Limits.ws_max_handshake_bytes``).  A request with ``Upgrade: websocket`` waits for
   the response; ``101`` makes the flow WebSocket from the byte after each header block,
   anything else lets both directions through unchanged.  Either way one
-  ``WebSocketHandshake`` event records the exchange.  Any port; a flow captured after
-  its upgrade is not recognised (nothing in a frame header says "WebSocket").
+  ``WebSocketHandshake`` event records the exchange.  Any port.
+* **Joining late** (a flow captured after its upgrade: a direction joined mid-stream or
+  begun by a gap, and no ``GET``).  Nothing in one frame header says "WebSocket", but a
+  run of them does: the flow's events are held (charged to the memory budget, at most
+  ``LATE_HOLD_BYTES`` a direction) while each direction is read as frames from its
+  first byte, or from the first of its first ``LATE_LOOK_BYTES`` offsets where a run of
+  at least three frames begins (searched again every ``LATE_SEARCH_STEP`` bytes).  It
+  is WebSocket when both directions read so, with three frames between them, or one
+  direction with four (at the end of what may be held: both, or one with three).
+  Every header must be plausible (known opcode; FIN on control frames, at most 125
+  bytes; RSV1 only on a message's first frame, for permessage-deflate; the shortest
+  length encoding, as RFC 6455 §5.2 requires), every frame of a direction masked alike,
+  the two directions the other way round from each other (clients mask, servers do
+  not: the masked side is taken as the client, whatever the port hint said), and the
+  frames must tile what was held.  NATS and TLS never pass (their first bytes are
+  reserved opcodes, FIN-less control frames or continuations without a message).  The
+  flow becomes WebSocket with one ``WebSocketJoin`` event; the bytes before a
+  direction's first frame (the tail of a frame whose header was not captured) are a
+  ``websocket-unreadable`` gap, and a message already in progress is read on (its
+  continuation frames) unless the direction carries compressed messages.
+  permessage-deflate cannot be known from a handshake: a message with RSV1 is inflated
+  from an empty window, which is exact until the data refers to bytes sent before the
+  capture began; from there the direction is lost (``websocket.lost_sync`` says why).
 * **Frames** (RFC 6455 §5).  Headers are read as they come (up to 14 bytes); payloads
   are unmasked as they arrive (the mask position carries across chunks), so a large
   frame is never buffered.  Data frames (text, binary, continuation) of a message are
@@ -42,6 +63,7 @@ import base64
 import hashlib
 import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from reassembly.events import (
     Anomaly,
@@ -56,7 +78,7 @@ from reassembly.events import (
 )
 from reassembly.limits import Limits
 
-__all__ = ["WebSocketLayer", "accept_key", "parse_extensions"]
+__all__ = ["WebSocketJoin", "WebSocketLayer", "accept_key", "parse_extensions"]
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
 _GET = b"GET "
@@ -70,6 +92,36 @@ _FRAMES, _DEAD = 1, 2
 # What one raw-DEFLATE inflater holds (zlib's inflate state and its 32 KiB window), for
 # the run's memory budget.
 INFLATER_BYTES = 48 * 1024
+# Joining late: bytes of each direction held and looked through before the flow is
+# declared WebSocket or not (the first frame header is searched for among as many
+# offsets)
+LATE_LOOK_BYTES = 4096
+# ... and held at most, per direction, while the frames found are too few to tell (one
+# large frame): past it the flow is decided on what was seen
+LATE_HOLD_BYTES = 64 * 1024
+# ... and searched past a direction's first byte again when it has grown by this much
+# (a flow of 1-byte segments would otherwise cost a search per byte)
+LATE_SEARCH_STEP = 512
+_DATA_OPS = (OP_CONT, OP_TEXT, OP_BINARY)
+_CONTROL_OPS = (OP_CLOSE, OP_PING, OP_PONG)
+
+
+@dataclass(slots=True, frozen=True)
+class WebSocketJoin:
+    """A flow recognised as WebSocket from its frames, its upgrade not captured (see the
+    module docstring).  ``first_frame``: per direction (c2s, s2c), the offset in the
+    stream below WebSocket of the first frame header read, None when that direction
+    sent nothing while the flow was looked at; ``client``: the direction that carries
+    masked frames (a WebSocket client's); ``deflate``: a frame with RSV1 was seen."""
+
+    flow: FlowInfo
+    ts_first_ns: int
+    ts_last_ns: int
+    frame_first: int
+    frame_last: int
+    first_frame: tuple[int | None, int | None]
+    client: Direction
+    deflate: bool
 
 
 def accept_key(key: str) -> str:
@@ -124,7 +176,7 @@ class _Side:
         "direction", "mode", "out_off", "hdr", "hdr_off", "hdr_ts", "hdr_frame", "remaining",
         "mask", "mask_pos", "opcode", "fin", "control", "msg_op", "msg_deflate", "inflater",
         "inflated", "no_context", "skip_msg", "masked_reported", "frames", "messages",
-        "deflate_in", "deflate_out",
+        "deflate_in", "deflate_out", "masks", "joined", "unread", "tail",
     )
 
     def __init__(self, direction: Direction) -> None:
@@ -154,11 +206,18 @@ class _Side:
         # of this direction: the decompression ratio bound (Limits.ws_max_inflate_ratio)
         self.deflate_in = 0
         self.deflate_out = 0
+        self.masks = direction == _C2S  # whether this side's frames should be masked
+        # joined late: a message may be in progress when reading starts (a continuation
+        # frame then goes on with it)
+        self.joined = False
+        self.unread = False  # joined late on compressed messages (RSV1 seen)
+        self.tail = False  # the message in progress began before the capture: unreadable
 
 
 class _Conn:
     __slots__ = ("flow", "state", "req", "req_events", "req_bytes", "resp", "resp_events",
-                 "resp_bytes", "request", "sides", "deflate", "reported", "layer")
+                 "resp_bytes", "request", "sides", "deflate", "reported", "layer", "late",
+                 "searched")
 
     def __init__(self, flow: FlowInfo, layer: WebSocketLayer | None = None) -> None:
         self.flow = flow
@@ -174,6 +233,10 @@ class _Conn:
         self.sides = (_Side(_C2S), _Side(_S2C))
         self.deflate = False
         self.reported: set[str] = set()
+        self.late: list[StreamData | StreamGap] = []  # joining late: events held
+        # joining late: per direction, bytes held when its first frame was last searched
+        # for past its first byte (the search is repeated every LATE_SEARCH_STEP bytes)
+        self.searched = [-LATE_SEARCH_STEP, -LATE_SEARCH_STEP]
 
     def release_memory(self, need: int) -> None:
         if self.layer is not None:
@@ -219,10 +282,17 @@ class WebSocketLayer:
                     conn = self._conns[fid] = _Conn(ev.flow, self)
                     self._request(conn, ev)  # type: ignore[arg-type]
                     return
+                if _started_late(ev):
+                    conn = self._conns[fid] = _Conn(ev.flow, self)
+                    conn.state = "late"
+                    self._late(conn, ev)
+                    return
             self._out.append(ev)
             return
         if conn.state == "ws":
             self._frames_input(conn, conn.sides[ev.direction], ev)
+        elif conn.state == "late":
+            self._late(conn, ev)
         elif conn.state == "request":
             if ev.direction == _C2S:
                 if type(ev) is StreamGap:
@@ -249,6 +319,9 @@ class WebSocketLayer:
     def close(self, ev: StreamClose) -> None:
         fid = ev.flow.flow_id
         self._seen.discard(fid)
+        late = self._conns.get(fid)
+        if late is not None and late.state == "late":
+            self._late_decide(late, final=True)
         conn = self._conns.pop(fid, None)
         if conn is not None and conn.state != "ws":
             self._release(conn)
@@ -388,6 +461,107 @@ class WebSocketLayer:
                 else:
                     self._frames_input(conn, side, ev)
 
+    # -- joining late ---------------------------------------------------------------------
+
+    def _late(self, conn: _Conn, ev: StreamData | StreamGap) -> None:
+        """Hold ``ev`` while the flow is looked at; decide when there is enough."""
+        conn.late.append(ev)
+        d = ev.direction
+        gap_after_data = type(ev) is StreamGap and any(
+            type(e) is StreamData and e.direction == d for e in conn.late)
+        held = sum(len(e.data) for e in conn.late  # type: ignore[union-attr]
+                   if type(e) is StreamData and e.direction == d)
+        self._late_decide(conn, final=gap_after_data or held > LATE_HOLD_BYTES)
+        budget = self.limits.budget
+        if budget is not None and conn.state == "late":
+            # what is held while looking is charged; past the budget the flow is decided
+            # on what was seen (release_memory)
+            budget.hold(conn, sum(len(e.data) for e in conn.late  # type: ignore[union-attr]
+                                  if type(e) is StreamData))
+
+    def _late_decide(self, conn: _Conn, final: bool) -> None:
+        """WebSocket (``_join``), not (``_late_release``), or wait (module docstring)."""
+        looks = []
+        for d in Direction:
+            held = sum(len(e.data) for e in conn.late  # type: ignore[union-attr]
+                       if type(e) is StreamData and e.direction == d)
+            search = final or held >= conn.searched[d] + LATE_SEARCH_STEP
+            if search:
+                conn.searched[d] = held
+            looks.append(_look(conn.late, d, search))
+        found = [x for x in looks if isinstance(x, _Found)]
+        masks = {x.masked for x in found}
+        headers = sum(x.headers for x in found)
+        strong_client = any(x.masked and x.headers >= 3 for x in found)
+        if _NO in looks and not strong_client or len(found) == 2 and len(masks) == 1:
+            self._late_release(conn)
+        elif len(found) == 2 and headers >= 3 or any(x.headers >= 4 for x in found):
+            self._join(conn, looks)
+        elif final:
+            if len(found) == 2 or any(x.headers >= 3 for x in found):
+                self._join(conn, looks)
+            else:
+                self._late_release(conn)
+
+    def _late_release(self, conn: _Conn) -> None:
+        self._conns.pop(conn.flow.flow_id, None)
+        self._out.extend(conn.late)
+        conn.late = []
+        conn.state = "none"
+        if self.limits.budget is not None:
+            self.limits.budget.hold(conn, 0)
+
+    def _join(self, conn: _Conn, looks: list[_Found | str | None]) -> None:
+        """The flow is WebSocket from here: read what was held as frames."""
+        flow = conn.flow
+        conn.state = "ws"
+        conn.deflate = True  # RSV1 can only mean permessage-deflate
+        if self.limits.budget is not None:
+            self.limits.budget.hold(conn, 0)  # the held events are given back below
+        found = {d: x for d, x in zip(Direction, looks, strict=True) if isinstance(x, _Found)}
+        masked = [d for d, x in found.items() if x.masked]
+        unmasked = [d for d, x in found.items() if not x.masked]
+        client = masked[0] if masked else unmasked[0].flip()
+        held, conn.late = conn.late, []
+        first, last = held[0], held[-1]
+        self._out.append(WebSocketJoin(
+            flow, _ts(first), _ts(last, True), _frame(first), _frame(last, True),
+            (_at(found.get(_C2S)), _at(found.get(_S2C))), client,
+            any(x.rsv1 for x in found.values())))
+        self.counters["connections"] += 1
+        for side in conn.sides:
+            side.masks = side.direction == client
+            side.joined = True
+            x = found.get(side.direction)
+            side.unread = x is not None and x.rsv1
+        if client != _C2S:
+            self._anomaly(conn, conn.sides[_S2C], "websocket.roles",
+                          "masked frames (a WebSocket client's) travel s2c: the flow's client "
+                          "and server, taken from its ports, are the other way round from "
+                          "WebSocket's; its frames are read as such",
+                          _ts(first), _frame(first))
+        for ev in held:
+            side = conn.sides[ev.direction]
+            x = found.get(ev.direction)
+            start = x.offset if x is not None else None
+            if start is None or ev.offset >= start:
+                self._frames_input(conn, side, ev)
+                continue
+            if type(ev) is StreamGap:  # begun by a gap: still one in the message stream
+                flow.gap_bytes[side.direction] -= ev.nbytes  # type: ignore[union-attr]
+                self._emit_gap(conn, side, ev.nbytes, ev.ts_ns, ev.frame, ev.reason)  # type: ignore[union-attr]
+                continue
+            # the tail of a frame whose header was not captured: unreadable
+            data = ev.data  # type: ignore[union-attr]
+            cut = min(start - ev.offset, len(data))
+            flow.stream_bytes[side.direction] -= cut
+            self._emit_gap(conn, side, cut, ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
+                           "websocket-unreadable")
+            if cut < len(data):
+                self._frames_input(conn, side, StreamData(
+                    flow, ev.direction, start, data[cut:], ev.ts_first_ns, ev.ts_last_ns,  # type: ignore[union-attr]
+                    ev.frame_first, ev.frame_last))  # type: ignore[union-attr]
+
     # -- frames ---------------------------------------------------------------------------
 
     def _frames_input(self, conn: _Conn, side: _Side, ev: StreamData | StreamGap) -> None:
@@ -395,6 +569,9 @@ class WebSocketLayer:
         d = side.direction
         if type(ev) is StreamGap:
             flow.gap_bytes[d] -= ev.nbytes  # type: ignore[union-attr]
+            if side.joined and not side.frames and not side.hdr:  # no frame read yet
+                self._emit_gap(conn, side, ev.nbytes, ev.ts_ns, ev.frame, ev.reason)  # type: ignore[union-attr]
+                return
             self._gap(conn, side, ev)  # type: ignore[arg-type]
             return
         data = ev.data  # type: ignore[union-attr]
@@ -466,6 +643,8 @@ class WebSocketLayer:
         side.frames += 1
         self.counters["frames"] += 1
         problem = None
+        # joined late: the first frame may go on with a message begun before the capture
+        tail = side.joined and side.frames == 1 and op == OP_CONT and side.msg_op is None
         if ln >> 63:
             problem = f"frame length {ln} has its most significant bit set"
         elif op in (3, 4, 5, 6, 7) or op > 10:
@@ -474,18 +653,22 @@ class WebSocketLayer:
             problem = f"control frame (opcode {op}) of {ln} bytes{'' if fin else ', fragmented'}"
         elif rsv & 3 or (rsv & 4 and (not conn.deflate or op == OP_CONT or op >= 8)):
             problem = f"RSV bits {rsv:03b} set on opcode {op} without an extension defining them"
-        elif op == OP_CONT and side.msg_op is None:
+        elif op == OP_CONT and side.msg_op is None and not tail:
             problem = "continuation frame without a message in progress"
         if problem is not None:
             self._lost(conn, side, f"bad frame header at offset {side.hdr_off}: {problem}",
                        ev, out)
             return i
-        if masked != (side.direction == _C2S) and not side.masked_reported:
+        if masked != side.masks and not side.masked_reported:
             side.masked_reported = True
             self._anomaly(conn, side, "websocket.masking",
                           f"{side.direction.short} frame {'with' if masked else 'without'} a "
                           "mask (RFC 6455 §5.1: clients mask, servers do not); read anyway",
                           side.hdr_ts, side.hdr_frame, side.hdr_off)
+        if tail:
+            # its opcode and compression are unknown: read on unless the flow compresses
+            side.msg_op, side.msg_deflate, side.inflated = OP_BINARY, False, 0
+            side.skip_msg, side.tail = False, side.unread
         if op in (OP_TEXT, OP_BINARY):
             if side.msg_op is not None:
                 self._anomaly(conn, side, "websocket.bad_frame",
@@ -507,6 +690,11 @@ class WebSocketLayer:
     def _payload(self, conn: _Conn, side: _Side, chunk: bytes, ev: StreamData,
                  out: bytearray) -> None:
         if side.skip_msg:
+            return
+        if side.tail:  # compressed, with a window that began before the capture
+            self._flush(conn, side, out, ev)
+            self._emit_gap(conn, side, len(chunk), ev.ts_first_ns, ev.frame_first,
+                           "websocket-unreadable")
             return
         if not side.msg_deflate:
             out += chunk
@@ -536,8 +724,16 @@ class WebSocketLayer:
         try:
             got = side.inflater.decompress(chunk, max(bound, 0) + 1)
         except zlib.error as exc:
-            self._inflate_lost(conn, side, f"permessage-deflate data does not inflate ({exc})",
-                               ev, out)
+            why = f"permessage-deflate data does not inflate ({exc})"
+            if not side.joined:
+                self._inflate_lost(conn, side, why, ev, out)
+                return
+            why += (": joined late, the inflate window began before the capture, and this "
+                    "message refers to bytes sent before it")
+            self._inflate_lost(conn, side, why, ev, out)
+            # the compressed bytes stay in the accounting, as the unreadable rest will
+            self._emit_gap(conn, side, len(chunk), ev.ts_first_ns, ev.frame_first,
+                           "websocket-unreadable")
             return
         side.deflate_out += len(got)
         self.inflated_total += len(got)
@@ -609,12 +805,12 @@ class WebSocketLayer:
             self._message_end(conn, side, ev, out)
 
     def _message_end(self, conn: _Conn, side: _Side, ev: StreamData, out: bytearray) -> None:
-        if side.msg_deflate and not side.skip_msg:
+        if side.msg_deflate and not side.skip_msg and side.mode != _DEAD:
             self._inflate(conn, side, _TAIL, ev, out)
         if side.msg_deflate and side.no_context:
             side.inflater = None
         side.msg_op = None
-        side.skip_msg = False
+        side.skip_msg = side.tail = False
         side.messages += 1
 
     def _flush(self, conn: _Conn, side: _Side, out: bytearray, ev: StreamData) -> None:
@@ -687,6 +883,9 @@ class WebSocketLayer:
         holders: give them up.  A direction with context takeover cannot be read further
         (its window is gone: the rest becomes gaps); without, its next message starts
         afresh."""
+        if conn.state == "late":  # decided now: joined or released, it holds nothing
+            self._late_decide(conn, final=True)
+            return
         flow = conn.flow
         budget = self.limits.budget
         for side in conn.sides:
@@ -718,3 +917,122 @@ class WebSocketLayer:
 def _as_data(ev: StreamGap) -> StreamData:
     return StreamData(ev.flow, ev.direction, ev.offset, b"", ev.ts_ns, ev.ts_ns, ev.frame,
                       ev.frame)
+
+
+# -- joining late: is a direction a run of frames? ------------------------------------------
+
+_NO = "no"  # a direction that is not frames (within what is looked at)
+_WAIT = "wait"  # too little to tell yet
+_PRINTABLE = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
+
+
+@dataclass(slots=True, frozen=True)
+class _Found:
+    """A direction read as frames from ``offset`` (in the stream below WebSocket)."""
+
+    offset: int
+    headers: int
+    masked: bool
+    rsv1: bool
+
+
+def _started_late(ev: StreamData | StreamGap) -> bool:
+    """The first event of a flow, from a direction whose start was not captured."""
+    if type(ev) is StreamGap:
+        return ev.offset == 0
+    return ev.flow.mid_stream[ev.direction]
+
+
+def _chain(buf: bytes, k: int) -> tuple[int, bool, bool] | None:
+    """Read ``buf[k:]`` as frames to its end: (headers read, masked, RSV1 seen), or None
+    when a header is implausible (module docstring) or the masking changes.  A header
+    or payload cut by the end of ``buf`` is no objection."""
+    i, n = k, len(buf)
+    headers, masked, rsv1 = 0, None, False
+    open_msg: bool | None = None  # a fragmented message is open (None: unknown)
+    while n - i >= 2:
+        b0, b1 = buf[i], buf[i + 1]
+        fin, rsv, op = b0 & 0x80, (b0 >> 4) & 7, b0 & 0x0F
+        m = bool(b1 & 0x80)
+        ln = b1 & 0x7F
+        size = 2 + (2 if ln == 126 else 8 if ln == 127 else 0)
+        if n - i < size:
+            break
+        if ln == 126:
+            ln = int.from_bytes(buf[i + 2 : i + 4], "big")
+            if ln < 126:
+                return None
+        elif ln == 127:
+            ln = int.from_bytes(buf[i + 2 : i + 10], "big")
+            if ln < 65536 or ln >> 63:
+                return None
+        if masked is None:
+            masked = m
+        elif m != masked:
+            return None
+        if op in _CONTROL_OPS:
+            if not fin or ln > MAX_CONTROL_PAYLOAD or rsv:
+                return None
+        elif op in _DATA_OPS and not rsv & 3:
+            if op == OP_CONT:
+                if rsv or open_msg is False:
+                    return None
+            elif open_msg:
+                return None
+            rsv1 = rsv1 or bool(rsv)
+            open_msg = not fin
+        else:
+            return None
+        headers += 1
+        i += size + (4 if m else 0) + ln
+    return headers, bool(masked), rsv1
+
+
+def _look(held: list[StreamData | StreamGap], d: Direction,
+          search: bool = True) -> _Found | str | None:
+    """What the held events of direction ``d`` are: ``_Found``, ``_NO``, ``_WAIT``, or
+    None when it sent no data yet.  Leading gaps are passed over; a gap after data ends
+    what is read.  Without ``search`` only the first byte is tried as a frame start."""
+    parts: list[bytes] = []
+    start = None
+    for ev in held:
+        if ev.direction != d:
+            continue
+        if type(ev) is StreamGap:
+            if parts:
+                break
+            continue
+        if start is None:
+            start = ev.offset
+        parts.append(ev.data)  # type: ignore[union-attr]
+    if start is None:
+        return None
+    buf = b"".join(parts)
+    head = _chain(buf, 0)
+    if head is not None and head[0] >= 1:
+        return _Found(start, *head)
+    if head is None and all(b in _PRINTABLE for b in buf[:64]):
+        return _NO  # a text protocol (NATS, HTTP): no frame header is printable text
+    if not search:
+        return _WAIT
+    for k in range(1, min(len(buf), LATE_LOOK_BYTES)):
+        c = _chain(buf, k)
+        if c is not None and c[0] >= 3:  # two could be chance in 4 KB of random bytes
+            return _Found(start + k, *c)
+    return _NO if len(buf) >= LATE_LOOK_BYTES else _WAIT
+
+
+def _at(x: _Found | None) -> int | None:
+    return None if x is None else x.offset
+
+
+def _ts(ev: StreamData | StreamGap, last: bool = False) -> int:
+    if type(ev) is StreamGap:
+        return ev.ts_ns
+    return ev.ts_last_ns if last else ev.ts_first_ns  # type: ignore[union-attr]
+
+
+def _frame(ev: StreamData | StreamGap, last: bool = False) -> int:
+    if type(ev) is StreamGap:
+        return ev.frame
+    return ev.frame_last if last else ev.frame_first  # type: ignore[union-attr]

@@ -1,0 +1,107 @@
+"""Joining late (issue 23 part 5): a NATS connection whose start was not captured is
+claimed when a direction resynchronises on an op that checks out, not only when one
+direction opens with an op.  Real: ``nats-basic.pcap`` cut so that its JetStream
+client's connection begins mid-stream, both directions inside an operation; the rows
+after the cut must be those of the uncut capture, the partial first bytes undecoded.
+(WebSocket joined late: ``tests/websocket/test_late_join.py``.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzer.detect import Detector
+from dissectors.api import Direction, Span, Verdict
+from dissectors.nats import NatsDissector
+from tests.tls.helpers import Dissected, assert_accounting
+from tests.websocket import capcut
+
+PCAP = Path(__file__).resolve().parents[2] / "samples" / "nats-basic.pcap"
+PORT = 51780  # the JetStream client (samples/nats-basic.truth.json)
+C, S = Direction.C2S, Direction.S2C
+
+
+def _content(rows: list[dict]) -> list[tuple]:
+    return [(r["direction"], r["op"], r["subject"], r["sid"], r["reply_to"],
+             r["payload_sha256"]) for r in rows]
+
+
+def _flow(d: Dissected) -> dict:
+    (f,) = [f for f in d.rows("flows") if f["client_port"] == PORT]
+    return f
+
+
+@pytest.fixture(scope="module")
+def uncut(tmp_path_factory) -> Dissected:
+    return Dissected(PCAP, tmp_path_factory.mktemp("uncut") / "out")
+
+
+def _data_packets() -> list[capcut.Packet]:
+    _, packets = capcut.read(PCAP)
+    return [p for p in packets if PORT in p.ports and p.payload]
+
+
+def test_both_directions_joined_inside_an_op(tmp_path, uncut):
+    """The capture starts at a server MSG 50 bytes into its control line; the client's
+    next PUB, 20 bytes in, follows (the server's ACK shows those 20 were sent: a gap)."""
+    packets = _data_packets()
+    # the first MSG from the server after the SUBs, and the PUB that follows it
+    first = next(i for i, p in enumerate(packets) if p.payload.startswith(b"MSG "))
+    msg, pub = packets[first], packets[first + 1]
+    assert pub.payload.startswith(b"PUB ") and pub.ports[0] == PORT
+    pcap = capcut.cut(PCAP, tmp_path / "cut.pcap",
+                      lambda p: PORT not in p.ports or p.number >= msg.number,
+                      trim={msg.number: 50, pub.number: 20})
+    d = Dissected(pcap, tmp_path / "out")
+    f = _flow(d)
+    assert f["protocol"] == "nats" and f["layers"] == []
+    assert f["mid_stream_c2s"] and f["mid_stream_s2c"]
+    # what is left of the two cut ops is read by nobody, but counted
+    assert f["undecoded_bytes_s2c"] == len(msg.payload) - 50
+    assert f["undecoded_bytes_c2s"] == len(pub.payload) - 20
+    assert f["gap_bytes_c2s"] == 20
+    assert_accounting(d)
+    old = _flow(uncut)
+    after = [r for r in uncut.rows("nats")
+             if r["flow_id"] == old["flow_id"] and r["frame_first"] > pub.number]
+    got = [r for r in d.rows("nats") if r["flow_id"] == f["flow_id"]]
+    for x in ("c2s", "s2c"):
+        assert _content([r for r in got if r["direction"] == x]) == _content(
+            [r for r in after if r["direction"] == x]), x
+    kinds = [a["kind"] for a in d.rows("anomalies") if a["flow_id"] == f["flow_id"]]
+    assert sorted(set(kinds)) == ["nats.resync", "nats.unknown_op", "tcp.gap"]
+
+
+def test_probe_joined_needs_a_whole_op():
+    """A PUB line inside somebody's payload is not enough: its payload must end in CRLF
+    where it says; junk before the op is passed over; the wrong direction's ops are no."""
+    probe = NatsDissector.probe_joined
+    assert probe(S, b"ad tail\r\nMSG a 1 3\r\nabc\r\n") is Verdict.YES
+    assert probe(C, b"x\r\nPING\r\nPUB a 3\r\nabc\r\n") is Verdict.YES
+    # no CRLF where the payload ends: not this op (a later one may still check out)
+    assert probe(S, b"ad tail\r\nMSG a 1 3\r\nabcdef") is Verdict.NEED_MORE
+    assert probe(S, b"ad tail\r\nPUB a 3\r\nabcdef") is Verdict.NEED_MORE
+    # a payload that ends past the prefix cannot be checked: the line decides
+    assert probe(S, b"ad tail\r\nMSG a 1 3\r\nab") is Verdict.YES
+    assert probe(C, b"ad tail\r\nMSG a 1 3\r\nabc\r\n") is Verdict.NEED_MORE
+    assert probe(S, b"\x17\x03\x03" + bytes(9000)) is Verdict.NO
+
+
+def test_detector_claims_a_flow_begun_by_gaps_on_a_later_op():
+    """Detection: a direction begun by a gap is asked ``probe_joined``; while the other
+    direction has not spoken, a full prefix of payload tail does not end the wait."""
+    from reassembly.events import Endpoint, FlowInfo, RoleSource, Transport
+
+    flow = FlowInfo(1, Transport.TCP, Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 4222),
+                    RoleSource.SYN, 0, 0, 1, 1)
+    det = Detector([NatsDissector])
+    fd = det.start(flow)
+    span = Span(100, 0, 0, 1, 1)
+    det.gap(fd, C, 0, 100, 0)
+    det.data(fd, C, b"z" * 9000, span)
+    assert not fd.decided
+    det.gap(fd, S, 0, 100, 0)
+    records = det.data(fd, S, b"tail\r\nMSG a 1 3\r\nabc\r\n", span)
+    assert fd.dissector is NatsDissector
+    assert [r.values["op"] for r in records if r.table == "nats"] == ["MSG"]
