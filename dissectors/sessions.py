@@ -1,23 +1,55 @@
-"""``FramedSession``: a ``Session`` that drives one framer per direction.
+"""``FramedSession``: the one session driver of the stream dissectors.
 
-Strategy: almost every stream dissector has the same skeleton — feed the direction's
-framer, drain ``next_event()`` until ``NEED_MORE``, handle the events flushed by ``gap()``
-and ``close()``, copy the framer's byte counters into the session.  This class is that
-skeleton, written once, so a protocol only writes ``on_event``.  It is part of the plugin
-API (importable from ``dissectors.api``); built-in dissectors may use it too.
+Strategy: every stream dissector has the same skeleton — feed the direction's framer,
+drain ``next_event()`` until ``NEED_MORE``, handle the events flushed by ``gap()`` and
+``close()``, copy the framer's byte counters into the session, turn a ``Released`` unit
+(the run's memory budget took it back) into a ``limit.memory`` row, and, with
+``--keep-secrets``, run all of it inside ``keeping_secrets()``.  This class is that
+skeleton, written once (the built-in NATS, NATS-cluster, Pulsar and Felix sessions and
+plugins use it), so a protocol only writes ``on_event`` and the hooks it needs.  It is
+part of the plugin API (importable from ``dissectors.api``).
+
+Gaps: the events of the bytes a direction already received are drained *before* a gap
+(or the end) flushes the unit it cut, so rows stay in stream order.  A session that
+drains to ``NEED_MORE`` on every feed has nothing left by then, but one that stops early
+(the compiled NATS fast path waits for an operation's last byte; a NATS link waits for
+the bytes that tell whether an S2 stream starts) must let the reference see those bytes
+first.  Nothing is drained *after* a gap: the framer empties its buffer at a gap, so no
+event can be ready until the next ``feed``.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, ClassVar, Protocol
 
 from dissectors.api import Direction, Record, Session, Span
 from dissectors.framing import NEED_MORE, LengthPrefixedFramer, LineFramer, Released
+from dissectors.redaction import keeping_secrets, redact_text, secrets_kept
 
-__all__ = ["FramedSession"]
+__all__ = ["LIMIT_MEMORY", "FramedSession", "Layer"]
 
 Framer = LineFramer | LengthPrefixedFramer
+
+LIMIT_MEMORY = "limit.memory"
+"""Anomaly kind of what the run's memory budget made a session give up (not a protocol's:
+reassembly and every dissector report it alike)."""
+
+_BOTH = (Direction.C2S, Direction.S2C)
+
+
+class Layer(Protocol):
+    """A per-direction transform in front of the framer (e.g. the S2 decompressor of a NATS
+    link).  Once ``FramedSession.layers[direction]`` is set, the direction's wire bytes,
+    gaps and end go to the layer, which feeds whatever framer it decodes into (draining
+    it with ``FramedSession.drain`` and flushing it with ``FramedSession.flush``)."""
+
+    def feed(self, data: bytes, span: Span, out: list[Record]) -> None: ...
+
+    def gap(self, offset: int, nbytes: int, ts_ns: int, out: list[Record]) -> None: ...
+
+    def close(self, out: list[Record]) -> None: ...
 
 
 class FramedSession(Session):
@@ -28,24 +60,35 @@ class FramedSession(Session):
     ``on_event``; they may override ``on_gap`` and ``on_close`` for state that spans
     several framing units (a gap or the end at a unit boundary flushes no ``Dropped``
     event, yet a multi-unit message may be half read).
-    ``feed``, ``gap`` and ``close``, draining, and byte accounting are done here.  While
-    the events flushed by ``close()`` are handled, ``self.closing`` is True (so a
-    ``Dropped`` unit can be told "cut by the end" from "cut by a gap").
+    ``feed``, ``gap`` and ``close``, draining, ``limit.memory`` rows and byte accounting
+    are done here.  While the events flushed by ``close()`` and ``on_close`` are handled,
+    ``self.closing`` is True (so a ``Dropped`` unit can be told "cut by the end" from "cut
+    by a gap").  ``keep_secrets`` True (set it in ``__init__``) runs the session inside
+    ``dissectors.redaction.keeping_secrets()``; a class that sets ``redact_details`` has
+    the details of ``anomaly`` pass the redaction gate unless secrets are kept.
     """
+
+    redact_details: ClassVar[bool] = False
+    keep_secrets: bool = False
 
     def __init__(self, c2s: Framer, s2c: Framer) -> None:
         super().__init__()
-        self.framers: tuple[Framer, Framer] = (c2s, s2c)
+        # a list: a layer may replace a direction's framer (the one it decodes into)
+        self.framers: list[Framer] = [c2s, s2c]
+        self.layers: list[Layer | None] = [None, None]
         self.closing = False
+
+    # ---- hooks -------------------------------------------------------------------
 
     @abstractmethod
     def on_event(self, direction: Direction, event: Any, out: list[Record]) -> None:
         """Handle one framing event of ``direction``; append rows/anomalies to ``out``.
 
         Events: ``Line``/``Block`` (``LineFramer``) or ``Pdu``/``Invalid``
-        (``LengthPrefixedFramer``), and ``Oversize``, ``Resynced``, ``Dropped`` from both.
-        The handler may call the framer's ``read_exact``, ``reject``, ``start_resync`` or
-        ``abandon`` (``self.framers[direction]``)."""
+        (``LengthPrefixedFramer``), and ``Oversize``, ``Resynced``, ``Dropped`` from both
+        (``Released`` is handled here).  The handler may call the framer's
+        ``read_exact``, ``reject``, ``start_resync`` or ``abandon``
+        (``self.framers[direction]``)."""
 
     def on_gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int,
                out: list[Record]) -> None:
@@ -54,58 +97,114 @@ class FramedSession(Session):
     def on_close(self, ts_ns: int, out: list[Record]) -> None:
         """Called once after both framers were closed and their events handled."""
 
+    def drain_fed(self, direction: Direction, out: list[Record]) -> None:
+        """Turn the bytes just fed into events: ``drain``, unless a subclass has a faster
+        way for the common case (it must leave what it does not take to ``drain``, which
+        also runs before every gap and the end)."""
+        self.drain(direction, out)
+
+    def account(self, direction: Direction) -> None:
+        """Copy the direction's byte counters from its framer (a layer that consumes wire
+        bytes itself overrides this)."""
+        framer = self.framers[direction]
+        self.decoded_bytes[direction] = framer.decoded_bytes
+        self.undecoded_bytes[direction] = framer.undecoded_bytes
+
     # ---- Session API -------------------------------------------------------------
 
     def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
-        framer = self.framers[direction]
-        framer.feed(data, span)
+        if self.keep_secrets and not secrets_kept():  # --keep-secrets: gate off
+            with keeping_secrets():
+                return self.feed(direction, data, span)
         out: list[Record] = []
-        self._drain(direction, framer, out)
+        layer = self.layers[direction]
+        if layer is None:
+            self.framers[direction].feed(data, span)
+            self.drain_fed(direction, out)
+        else:
+            layer.feed(data, span, out)
+            self.account(direction)
         return out
 
     def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
-        framer = self.framers[direction]
+        if self.keep_secrets and not secrets_kept():
+            with keeping_secrets():
+                return self.gap(direction, offset, nbytes, ts_ns)
         out: list[Record] = []
-        for ev in framer.gap(offset, nbytes):
-            self._handle(direction, ev, out)
+        layer = self.layers[direction]
+        if layer is None:
+            self.drain(direction, out)  # what came before the gap goes first
+            self.flush(direction, self.framers[direction].gap(offset, nbytes), out)
+        else:
+            layer.gap(offset, nbytes, ts_ns, out)
         self.on_gap(direction, offset, nbytes, ts_ns, out)
-        self._drain(direction, framer, out)
+        self.account(direction)
         return out
 
     def close(self, ts_ns: int) -> list[Record]:
+        if self.keep_secrets and not secrets_kept():
+            with keeping_secrets():
+                return self.close(ts_ns)
         out: list[Record] = []
         self.closing = True
-        for direction in (Direction.C2S, Direction.S2C):
-            framer = self.framers[direction]
-            for ev in framer.close():
-                self._handle(direction, ev, out)
+        for direction in _BOTH:
+            layer = self.layers[direction]
+            if layer is None:
+                self.drain(direction, out)
+                self.flush(direction, self.framers[direction].close(), out, closing=True)
+            else:
+                layer.close(out)
         self.on_close(ts_ns, out)
-        for direction in (Direction.C2S, Direction.S2C):
-            self._account(direction, self.framers[direction])
+        for direction in _BOTH:
+            self.account(direction)
         return out
 
-    # ---- internals -----------------------------------------------------------------
+    # ---- for subclasses and layers -------------------------------------------------
 
-    def _drain(self, direction: Direction, framer: Framer, out: list[Record]) -> None:
-        nxt = framer.next_event
-        handle = self._handle
+    def drain(self, direction: Direction, out: list[Record]) -> None:
+        """Handle the events of ``direction``'s framer until it needs more bytes."""
+        nxt = self.framers[direction].next_event
+        on_event = self.on_event
         while True:
             ev = nxt()
             if ev is NEED_MORE:
                 break
-            handle(direction, ev, out)
-        self._account(direction, framer)
+            if type(ev) is Released:
+                self._released(direction, ev, out)
+            else:
+                on_event(direction, ev, out)
+        self.account(direction)
 
-    def _handle(self, direction: Direction, ev: object, out: list[Record]) -> None:
-        """``on_event``, except for what the framer did on its own: a partial unit given
-        up for the run's memory budget (``Released``) is a ``limit.memory`` row here."""
+    def flush(self, direction: Direction, events: Iterable[Any], out: list[Record], *,
+              closing: bool = False) -> None:
+        """Handle events a gap (``closing`` False) or the end flushed from a framer."""
+        was = self.closing
+        self.closing = closing
+        for ev in events:
+            self.handle(direction, ev, out)
+        self.closing = was
+
+    def handle(self, direction: Direction, ev: Any, out: list[Record]) -> None:
+        """One event: ``on_event``, except for what the framer did on its own."""
         if type(ev) is Released:
-            out.append(Record.anomaly("limit.memory", ev.detail(), direction, ev.start,
-                                      ev.end, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first,
-                                      ev.frame_last))
+            self._released(direction, ev, out)
         else:
             self.on_event(direction, ev, out)
 
-    def _account(self, direction: Direction, framer: Framer) -> None:
-        self.decoded_bytes[direction] = framer.decoded_bytes
-        self.undecoded_bytes[direction] = framer.undecoded_bytes
+    def anomaly(self, out: list[Record], kind: str, detail: str, direction: Direction,
+                ev: Any, start: int | None = None, end: int | None = None) -> None:
+        """An ``anomalies`` row about the bytes of event ``ev`` (or ``start``..``end``
+        with its timestamps and frames).  ``kind`` may be a protocol's ``StrEnum``; the
+        row gets its plain string."""
+        if self.redact_details and not self.keep_secrets:
+            detail = redact_text(detail)
+        out.append(Record.anomaly(
+            str(kind), detail, direction,
+            ev.start if start is None else start, ev.end if end is None else end,
+            ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last,
+        ))
+
+    def _released(self, direction: Direction, ev: Released, out: list[Record]) -> None:
+        """A partial unit given up for the run's memory budget (the framer skips the rest
+        of it and parses on after it)."""
+        self.anomaly(out, LIMIT_MEMORY, ev.detail(), direction, ev)

@@ -46,9 +46,10 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from dissectors.api import Direction, Record, anomaly_from, payload_values
+from dissectors.api import Direction, Record, payload_values
 from dissectors.felix import wire
 from dissectors.felix.table import DEFAULT_JSON_CAP
+from dissectors.felix.wire import FelixAnomaly
 from dissectors.framing import Dropped, Invalid, LengthPrefixedFramer, Oversize, Pdu, Resynced
 from dissectors.options import read_payload_cap, session_option
 from dissectors.redaction import marker, redact_json_text
@@ -120,34 +121,34 @@ class FelixSession(FramedSession):
         if t is Pdu:
             self._frame(direction, ev, out)
         elif t is Invalid:
-            out.append(anomaly_from(*self._invalid(ev), direction, ev))
+            self.anomaly(out, *self._invalid(ev), direction, ev)
         elif t is Resynced:
             how = ("until the next FLX1 header" if ev.found
                    else "(cut by a gap or the end of the stream)")
-            out.append(anomaly_from("felix.resync", f"skipped {ev.end - ev.start} bytes {how}",
-                                    direction, ev))
+            self.anomaly(out, FelixAnomaly.RESYNC, f"skipped {ev.end - ev.start} bytes {how}",
+                         direction, ev)
         elif t is Dropped:
             where = "the end of the stream" if self.closing else "a gap"
             declared = (f" of {ev.declared_end - ev.start} bytes"
                         if ev.declared_end is not None else "")
             after = ("; parsing resumes where it ends" if ev.resume_at is not None
                      else "" if self.closing else "; resynchronising on the next FLX1")
-            kind = "felix.eof_in_frame" if self.closing else "felix.gap_in_frame"
-            out.append(anomaly_from(kind, f"partial frame{declared} cut by {where} after "
-                                          f"{ev.end - ev.start} bytes{after}", direction, ev))
+            kind = FelixAnomaly.EOF_IN_FRAME if self.closing else FelixAnomaly.GAP_IN_FRAME
+            self.anomaly(out, kind, f"partial frame{declared} cut by {where} after "
+                                    f"{ev.end - ev.start} bytes{after}", direction, ev)
         elif t is Oversize:  # not produced: pdu_length refuses long frames (resync instead)
-            out.append(anomaly_from("felix.oversize_frame",
-                                    f"frame of {ev.nbytes} bytes skipped", direction, ev))
+            self.anomaly(out, FelixAnomaly.OVERSIZE_FRAME, f"frame of {ev.nbytes} bytes skipped",
+                         direction, ev)
 
     def _invalid(self, ev: Invalid) -> tuple[str, str]:
         head = ev.head
         if head[:4] == wire.MAGIC and len(head) >= wire.HEADER_BYTES:
             _, version, flags, length = wire.HEADER.unpack_from(head)
-            return ("felix.oversize_frame",
+            return (FelixAnomaly.OVERSIZE_FRAME,
                     f"frame header declares {length} payload bytes (version {version}, flags "
                     f"0x{flags:04x}), above max_frame_bytes {self.max_frame_bytes} (Felix's "
                     "reader closes the stream); resynchronising on the next FLX1")
-        return ("felix.bad_magic",
+        return (FelixAnomaly.BAD_MAGIC,
                 f"no FLX1 frame header here (bytes {head[:12].hex()}); resynchronising on the "
                 "next FLX1")
 
@@ -175,7 +176,7 @@ class FelixSession(FramedSession):
         problems: list[tuple[str, str]] = []
         if version != wire.VERSION:
             kind = wire.Kind.UNKNOWN
-            problems.append(("felix.bad_version",
+            problems.append((FelixAnomaly.BAD_VERSION,
                              f"header version {version}, not 1 (Felix rejects it); payload "
                              "kept undecoded"))
         else:
@@ -211,7 +212,7 @@ class FelixSession(FramedSession):
             self._messages(direction, label, dec, row)
         self._checks(direction, pdu, kind, values.get("type"), problems)
         for k, detail in problems:
-            out.append(anomaly_from(k, detail, direction, pdu))
+            self.anomaly(out, k, detail, direction, pdu)
 
     def _messages(self, direction: Direction, label: str, dec: wire.Decoded, row: Record
                   ) -> None:
@@ -242,7 +243,7 @@ class FelixSession(FramedSession):
         self._seen_first[direction] = True
         label = typ if kind == wire.Kind.JSON else kind
         if first and direction == Direction.C2S and pdu.start == 0 and label != "auth":
-            problems.append(("felix.no_auth",
+            problems.append((FelixAnomaly.NO_AUTH,
                              f"the client's first frame on this stream is {label or 'JSON'}, "
                              "not auth (a broker closes a stream that does not authenticate "
                              "first)"))
@@ -250,7 +251,7 @@ class FelixSession(FramedSession):
             key = (int(direction), label)
             if key not in self._wrong_dir:
                 self._wrong_dir.add(key)
-                problems.append(("felix.wrong_direction",
+                problems.append((FelixAnomaly.WRONG_DIRECTION,
                                  f"{label} sent {direction.short}; Felix sends it the other way "
                                  "(reported once per type and direction; client and server may "
                                  "be swapped)"))

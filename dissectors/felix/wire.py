@@ -24,13 +24,14 @@ import functools
 import json
 import struct
 from dataclasses import dataclass, field
-from enum import IntEnum, IntFlag
+from enum import IntEnum, IntFlag, StrEnum
 from typing import Any
 
 from dissectors.api import Verdict
 
 __all__ = [
     "ACK_MODES",
+    "ACK_STATUS",
     "DEFAULT_MAX_FRAME_BYTES",
     "ERROR_CODES",
     "FEATURES",
@@ -40,10 +41,15 @@ __all__ = [
     "MAGIC",
     "RETRY_CLASSES",
     "VERSION",
+    "AckMode",
+    "AckStatus",
     "Decoded",
+    "ErrorCode",
+    "FelixAnomaly",
     "Flag",
     "Kind",
     "Message",
+    "RetryClass",
     "classify",
     "decode_binary",
     "decode_json",
@@ -53,6 +59,29 @@ __all__ = [
     "probe",
     "resync",
 ]
+
+class FelixAnomaly(StrEnum):
+    """Anomaly kinds of the Felix dissector (``anomalies.kind``; values are the
+    documented strings)."""
+
+    BAD_ACK_MODE = "felix.bad_ack_mode"
+    BAD_ACK_STATUS = "felix.bad_ack_status"
+    BAD_BINARY = "felix.bad_binary"
+    BAD_FIELD = "felix.bad_field"
+    BAD_FLAGS = "felix.bad_flags"
+    BAD_JSON = "felix.bad_json"
+    BAD_MAGIC = "felix.bad_magic"
+    BAD_UTF8 = "felix.bad_utf8"
+    BAD_VERSION = "felix.bad_version"
+    EOF_IN_FRAME = "felix.eof_in_frame"
+    GAP_IN_FRAME = "felix.gap_in_frame"
+    NO_AUTH = "felix.no_auth"
+    OVERSIZE_FRAME = "felix.oversize_frame"
+    RESYNC = "felix.resync"
+    TRAILING_BYTES = "felix.trailing_bytes"
+    UNKNOWN_FLAGS = "felix.unknown_flags"
+    WRONG_DIRECTION = "felix.wrong_direction"
+
 
 MAGIC = b"FLX1"  # 0x464C5831
 VERSION = 1  # "anything else is rejected" (§5.3)
@@ -147,17 +176,51 @@ class AckMode(IntEnum):
     PER_BATCH = 2
 
 
-ACK_MODES = {int(m): m.name.lower() for m in AckMode}  # 1 per_message, 2 per_batch
-# binary publish ack code numbers (§5.5); 0 is never sent
-ERROR_CODES = {
-    1: "unauthenticated", 2: "forbidden", 3: "not_found", 4: "invalid_request",
-    5: "shard_unavailable", 6: "not_leader", 7: "quorum_timeout", 8: "leadership_lost",
-    9: "unacknowledged", 10: "overloaded", 11: "limit_exceeded", 12: "draining",
-    13: "internal", 14: "storage",
-}
-# binary publish ack retry classes; Felix treats an unknown value as fatal
-RETRY_CLASSES = {1: "retry", 2: "retry_after", 3: "redirect", 4: "outcome_unknown", 5: "fatal"}
-ACK_STATUS = {0: "ok", 1: "error"}
+class ErrorCode(IntEnum):
+    """Binary publish ack ``code`` (§5.5); 0 is never sent."""
+
+    UNAUTHENTICATED = 1
+    FORBIDDEN = 2
+    NOT_FOUND = 3
+    INVALID_REQUEST = 4
+    SHARD_UNAVAILABLE = 5
+    NOT_LEADER = 6
+    QUORUM_TIMEOUT = 7
+    LEADERSHIP_LOST = 8
+    UNACKNOWLEDGED = 9
+    OVERLOADED = 10
+    LIMIT_EXCEEDED = 11
+    DRAINING = 12
+    INTERNAL = 13
+    STORAGE = 14
+
+
+class RetryClass(IntEnum):
+    """Binary publish ack ``retry`` class; Felix treats an unknown value as fatal."""
+
+    RETRY = 1
+    RETRY_AFTER = 2
+    REDIRECT = 3
+    OUTCOME_UNKNOWN = 4
+    FATAL = 5
+
+
+class AckStatus(IntEnum):
+    """Binary publish ack ``status`` byte."""
+
+    OK = 0
+    ERROR = 1
+
+
+def _names(codes: type[IntEnum]) -> dict[int, str]:
+    """Wire number -> column text (the member name in lower case)."""
+    return {int(c): c.name.lower() for c in codes}
+
+
+ACK_MODES = _names(AckMode)  # 1 per_message, 2 per_batch
+ERROR_CODES = _names(ErrorCode)
+RETRY_CLASSES = _names(RetryClass)
+ACK_STATUS = _names(AckStatus)
 
 # feature bits of auth.client_features / auth_ok.server_features (§5.6)
 FEATURES = {
@@ -248,7 +311,7 @@ def classify(flags: int) -> tuple[str, tuple[str, str] | None]:
     unknown = flags & ~KNOWN_FLAGS & 0xFFFF
     if unknown:
         return Kind.UNKNOWN, (
-            "felix.unknown_flags",
+            FelixAnomaly.UNKNOWN_FLAGS,
             f"flags 0x{flags:04x} carry bits 0x{unknown:04x} outside the newest known set "
             f"0x{KNOWN_FLAGS:04x}; the payload layout is unknown, kept undecoded (a broker "
             "answers error \"unsupported frame flags\")",
@@ -257,7 +320,7 @@ def classify(flags: int) -> tuple[str, tuple[str, str] | None]:
     if layout == 0 or layout & (layout - 1):
         what = "no layout bit" if layout == 0 else "several layout bits"
         return Kind.UNKNOWN, (
-            "felix.bad_flags",
+            FelixAnomaly.BAD_FLAGS,
             f"flags 0x{flags:04x} ({'|'.join(flag_names(flags))}) set {what} (exactly one of "
             "BINARY_PUBLISH_BATCH, BINARY_EVENT_BATCH, BINARY_EVENT_BATCH_SHARED, "
             "BINARY_PUBLISH_ACK); payload kept undecoded",
@@ -266,14 +329,14 @@ def classify(flags: int) -> tuple[str, tuple[str, str] | None]:
     stray = flags & ~layout & ~_MODIFIERS[base]
     if stray:
         return Kind.UNKNOWN, (
-            "felix.bad_flags",
+            FelixAnomaly.BAD_FLAGS,
             f"flags 0x{flags:04x}: {'|'.join(flag_names(stray))} do not modify "
             f"{base.name}; payload kept undecoded",
         )
     for bit, need in _NEEDS.items():
         if flags & bit and not flags & need:
             return Kind.UNKNOWN, (
-                "felix.bad_flags",
+                FelixAnomaly.BAD_FLAGS,
                 f"flags 0x{flags:04x}: {bit.name} is invalid without {need.name}; payload kept "
                 "undecoded",
             )
@@ -375,7 +438,7 @@ def _text(raw: bytes, what: str, out: Decoded) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        out.problems.append(("felix.bad_utf8", f"{what} is not valid UTF-8 (shown with \\x "
+        out.problems.append((FelixAnomaly.BAD_UTF8, f"{what} is not valid UTF-8 (shown with \\x "
                                                "escapes; Felix would reject the frame)"))
         return raw.decode("utf-8", "backslashreplace")
 
@@ -435,7 +498,7 @@ def _acked_prefix(cur: _Cursor, flags: int, out: Decoded) -> None:
     mode = cur.u8("ack_mode")
     v["ack_mode"] = ACK_MODES.get(mode) or str(mode)
     if mode not in ACK_MODES:
-        out.problems.append(("felix.bad_ack_mode",
+        out.problems.append((FelixAnomaly.BAD_ACK_MODE,
                              f"ack_mode {mode} is neither 1 (per_message) nor 2 (per_batch)"))
     if flags & _IDEMPOTENT:
         v["producer_id"] = _s64(cur.u64("producer_id"))
@@ -447,11 +510,11 @@ def _publish_ack(cur: _Cursor, flags: int, out: Decoded) -> None:
     status = cur.u8("status")
     v["ack_status"] = ACK_STATUS.get(status) or str(status)
     if status not in ACK_STATUS:
-        out.problems.append(("felix.bad_ack_status",
+        out.problems.append((FelixAnomaly.BAD_ACK_STATUS,
                              f"publish ack status {status} is neither 0 (ok) nor 1 (error)"))
     v["request_id"] = _s64(cur.u64("request_id"))
     message = _str16(cur, "message", out)
-    if message or status != 0:
+    if message or status != AckStatus.OK:
         v["error_message"] = message
     if flags & _ACK_CODE:
         code = cur.u16("code")
@@ -506,12 +569,12 @@ def decode_binary(kind: str, flags: int, payload: bytes) -> Decoded:
             _event_batch(cur, flags, kind == Kind.SHARED_EVENT_BATCH, out)
     except _Short as exc:
         out.error = str(exc)
-        out.problems.append(("felix.bad_binary", f"{kind}: {exc}; the payload does not hold the "
-                                                 "layout its flags select"))
+        out.problems.append((FelixAnomaly.BAD_BINARY, f"{kind}: {exc}; the payload does not "
+                                                       "hold the layout its flags select"))
     else:
         if cur.left:
             out.problems.append((
-                "felix.trailing_bytes",
+                FelixAnomaly.TRAILING_BYTES,
                 f"{kind}: {cur.left} bytes after the layout's end (payload byte {cur.pos} "
                 f"of {len(payload)})",
             ))
@@ -590,16 +653,16 @@ def decode_json(payload: bytes) -> Decoded:
         obj = json.loads(text, parse_constant=_no_constant)
     except Exception as exc:  # UnicodeDecodeError, ValueError, RecursionError
         out.error = f"not a JSON text: {type(exc).__name__}: {exc}"[:300]
-        out.problems.append(("felix.bad_json", f"flags 0 but the payload is {out.error}"))
+        out.problems.append((FelixAnomaly.BAD_JSON, f"flags 0 but the payload is {out.error}"))
         return out
     if not isinstance(obj, dict):
         out.error = f"JSON {type(obj).__name__}, not an object"
-        out.problems.append(("felix.bad_json", f"flags 0 but the payload is a {out.error}"))
+        out.problems.append((FelixAnomaly.BAD_JSON, f"flags 0 but the payload is a {out.error}"))
         return out
     typ = obj.get("type")
     if not isinstance(typ, str):
         out.error = "JSON object without a string \"type\""
-        out.problems.append(("felix.bad_json", out.error))
+        out.problems.append((FelixAnomaly.BAD_JSON, out.error))
         typ = None
     v = out.values
     v["type"] = typ
@@ -694,7 +757,7 @@ def decode_json(payload: bytes) -> Decoded:
         else:
             bad.append(f"value ({type(value).__name__}, want base64 string or null)")
     if bad:
-        out.problems.append(("felix.bad_field",
+        out.problems.append((FelixAnomaly.BAD_FIELD,
                              f"{typ or 'JSON'}: fields of an unexpected form, left out of the "
                              f"columns: {', '.join(bad)}"))
     for k in _COMMON:

@@ -69,7 +69,7 @@ import base64
 import binascii
 import json
 from collections import deque
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -88,13 +88,11 @@ from dissectors.api import (
     register_table,
 )
 from dissectors.framing import (
-    NEED_MORE,
     Block,
     Dropped,
     Line,
     LineFramer,
     Oversize,
-    Released,
     Resynced,
     TrailerStatus,
     line_op_resync,
@@ -102,16 +100,13 @@ from dissectors.framing import (
 from dissectors.nats import parser as nats_parser
 from dissectors.nats import s2
 from dissectors.options import read_payload_cap
-from dissectors.redaction import (
-    keeping_secrets,
-    redact_json_text,
-    redact_text,
-    secrets_kept,
-)
+from dissectors.redaction import redact_json_text, redact_text
+from dissectors.sessions import LIMIT_MEMORY, FramedSession
 
 __all__ = [
     "NATS_CLUSTER_TABLE",
     "GatewayCmd",
+    "NatsClusterAnomaly",
     "NatsClusterDissector",
     "NatsClusterSession",
     "is_cluster_json",
@@ -137,6 +132,22 @@ class GatewayCmd(IntEnum):
     GOSSIP = 1
     ALL_SUBS_START = 2
     ALL_SUBS_COMPLETE = 3
+
+
+class NatsClusterAnomaly(StrEnum):
+    """Anomaly kinds of server links (``anomalies.kind``; values are the documented
+    strings)."""
+
+    BAD_ARGS = "nats_cluster.bad_args"
+    BAD_TRAILER = "nats_cluster.bad_trailer"
+    COMPRESSED = "nats_cluster.compressed"
+    EOF = "nats_cluster.eof"
+    GAP = "nats_cluster.gap"
+    LINE_TOO_LONG = "nats_cluster.line_too_long"
+    RESYNC = "nats_cluster.resync"
+    S2_CORRUPT = "nats_cluster.s2_corrupt"
+    S2_CRC = "nats_cluster.s2_crc"
+    UNKNOWN_OP = "nats_cluster.unknown_op"
 
 
 def _gateway_cmd(obj: dict[str, Any], v: dict[str, Any]) -> None:
@@ -259,8 +270,8 @@ class _Dir:
     __slots__ = ("framer", "values", "line", "stage", "hdr_len", "pay_len", "after_info",
                  "plain", "handed", "s2", "s2_map", "map_base", "dec_off")
 
-    def __init__(self) -> None:
-        self.framer = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync)
+    def __init__(self, framer: LineFramer) -> None:
+        self.framer = framer  # the session's framer of this direction (the inner one once S2)
         self.values: dict[str, Any] | None = None
         self.line: Line | None = None
         self.stage = 0
@@ -279,11 +290,44 @@ class _Dir:
         self.dec_off = 0
 
 
-class NatsClusterSession(Session):
+class _S2Layer:
+    """A compressed direction (``dissectors.sessions.Layer``): its wire bytes go to the S2
+    decoder, the decoded chunks to the session's inner framer of that direction."""
+
+    __slots__ = ("direction", "session", "st")
+
+    def __init__(self, session: NatsClusterSession, direction: Direction, st: _Dir) -> None:
+        self.session = session
+        self.direction = direction
+        self.st = st
+
+    def feed(self, data: bytes, span: Span, out: list[Record]) -> None:
+        st = self.st
+        assert st.s2 is not None
+        self.session._s2_events(self.direction, st, st.s2.feed(data, span), out)
+
+    def gap(self, offset: int, nbytes: int, ts_ns: int, out: list[Record]) -> None:
+        st = self.st
+        assert st.s2 is not None
+        self.session._s2_events(self.direction, st, st.s2.gap(offset, nbytes, ts_ns), out)
+
+    def close(self, out: list[Record]) -> None:
+        session, direction, st = self.session, self.direction, self.st
+        assert st.s2 is not None
+        session._s2_events(direction, st, st.s2.close(), out)
+        inner: list[Record] = []
+        session.flush(direction, st.framer.close(), inner, closing=True)
+        out += session._remap(st, inner)
+        if session.budget is not None:
+            session.budget.hold(st.s2, 0)
+
+
+class NatsClusterSession(FramedSession):
     """One route / gateway / leaf-node connection (both directions)."""
 
+    redact_details = True
+
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__()
         options = options or {}
         self.payload_cap = read_payload_cap(options, "nats_cluster")
         self.keep_secrets = options.get("keep_secrets", False) is True
@@ -291,69 +335,29 @@ class NatsClusterSession(Session):
         self.budget = budget if callable(getattr(budget, "hold", None)) else None
         block = options.get("s2_max_block_bytes", s2.MAX_BLOCK_BYTES)
         self.s2_max_block = block if type(block) is int and block > 0 else s2.MAX_BLOCK_BYTES
-        self._dirs = (_Dir(), _Dir())
-        for st in self._dirs:  # a line being buffered draws from the run's budget
-            st.framer.budget = self.budget
+        super().__init__(LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync),
+                         LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync))
+        self._dirs = (_Dir(self.framers[0]), _Dir(self.framers[1]))
+        for fr in self.framers:  # a line being buffered draws from the run's budget
+            fr.budget = self.budget
         self.link: str | None = None
         self.pinned: bool | None = None  # a route that does not send the account
         self.bound_account: str | None = None  # leaf: the account of the link
 
-    # -- Session API ----------------------------------------------------------------------
+    # -- driver hooks ---------------------------------------------------------------------
 
-    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
-        if self.keep_secrets and not secrets_kept():  # --keep-secrets: gate off
-            with keeping_secrets():
-                return self.feed(direction, data, span)
+    def drain_fed(self, direction: Direction, out: list[Record]) -> None:
         st = self._dirs[direction]
-        if st.s2 is not None:
-            out = self._s2_events(direction, st, st.s2.feed(data, span))
-            self._account(direction, st)
-            return out
-        st.framer.feed(data, span)
-        out = self._drain(direction, st)
-        self._account(direction, st)
-        return out
+        if st.after_info:
+            self._s2_check(direction, st, out)
+        self.drain(direction, out)
 
-    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
-        if self.keep_secrets and not secrets_kept():
-            with keeping_secrets():
-                return self.gap(direction, offset, nbytes, ts_ns)
+    def on_gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int,
+               out: list[Record]) -> None:
+        self._dirs[direction].after_info = False  # what follows a gap is no stream start
+
+    def account(self, direction: Direction) -> None:
         st = self._dirs[direction]
-        out: list[Record] = []
-        if st.s2 is not None:
-            out = self._s2_events(direction, st, st.s2.gap(offset, nbytes, ts_ns))
-            self._account(direction, st)
-            return out
-        st.after_info = False
-        for ev in st.framer.gap(offset, nbytes):
-            self._flushed(direction, st, ev, out, False)
-        self._account(direction, st)
-        return out
-
-    def close(self, ts_ns: int) -> list[Record]:
-        if self.keep_secrets and not secrets_kept():
-            with keeping_secrets():
-                return self.close(ts_ns)
-        out: list[Record] = []
-        for d in (Direction.C2S, Direction.S2C):
-            st = self._dirs[d]
-            if st.s2 is not None:
-                out += self._s2_events(d, st, st.s2.close())
-                inner: list[Record] = []
-                for ev in st.framer.close():
-                    self._flushed(d, st, ev, inner, True)
-                out += self._remap(st, inner)
-                if self.budget is not None:
-                    self.budget.hold(st.s2, 0)
-            else:
-                for ev in st.framer.close():
-                    self._flushed(d, st, ev, out, True)
-            self._account(d, st)
-        return out
-
-    # -- events ---------------------------------------------------------------------------
-
-    def _account(self, direction: Direction, st: _Dir) -> None:
         if st.s2 is not None and st.plain is not None:
             self.decoded_bytes[direction] = st.plain.decoded_bytes + st.s2.decoded_bytes
             self.undecoded_bytes[direction] = (st.plain.undecoded_bytes - st.handed
@@ -361,6 +365,25 @@ class NatsClusterSession(Session):
             return
         self.decoded_bytes[direction] = st.framer.decoded_bytes
         self.undecoded_bytes[direction] = st.framer.undecoded_bytes
+
+    def on_event(self, direction: Direction, ev: Any, out: list[Record]) -> None:
+        st = self._dirs[direction]
+        t = type(ev)
+        if t is Line:
+            self._on_line(direction, st, ev, out)
+        elif t is Block:
+            self._on_block(direction, st, ev, out)
+        elif t is Oversize:
+            self.anomaly(out, NatsClusterAnomaly.LINE_TOO_LONG,
+                         f"control line of {ev.nbytes} bytes skipped", direction, ev)
+            st.framer.start_resync()
+        elif t is Resynced:
+            self.anomaly(out, NatsClusterAnomaly.RESYNC, f"skipped {ev.end - ev.start} bytes",
+                         direction, ev)
+        elif t is Dropped:
+            self._on_dropped(direction, st, ev, out)
+        if st.after_info:
+            self._s2_check(direction, st, out)
 
     # -- S2-compressed directions ---------------------------------------------------------
 
@@ -374,7 +397,20 @@ class NatsClusterSession(Session):
             return None
         return False
 
-    def _to_s2(self, direction: Direction, st: _Dir) -> list[Record]:
+    def _s2_check(self, direction: Direction, st: _Dir, out: list[Record]) -> None:
+        """After an INFO, between lines: switch to S2 when the buffered bytes open an S2
+        stream (undecided while they are a prefix of its identifier: those bytes hold no
+        line end, so the framer waits for more bytes anyway)."""
+        if not st.framer.at_line:
+            return
+        starts = self._s2_starts(st)
+        if starts is None:
+            return  # wait for the bytes that tell
+        st.after_info = False
+        if starts:
+            self._to_s2(direction, st, out)
+
+    def _to_s2(self, direction: Direction, st: _Dir, out: list[Record]) -> None:
         """Hand the rest of this direction to an S2 decoder (see the module docstring)."""
         buf, pos, base, chunks = st.framer.scan_view()
         start = base + pos
@@ -386,31 +422,31 @@ class NatsClusterSession(Session):
                 pieces.append((bytes(buf[a - base : end - base]), Span(a, t0, t1, f0, f1)))
             chunk_start = end
         st.handed = len(buf) - pos
-        st.framer.abandon()  # counts the handed bytes undecoded; _account takes them back
+        st.framer.abandon()  # counts the handed bytes undecoded; account takes them back
         st.plain = st.framer
         st.s2 = s2.S2Stream(start_offset=start, max_block_bytes=self.s2_max_block,
                             budget=self.budget)
         st.framer = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync, start_offset=0)
         st.framer.budget = self.budget
+        self.framers[direction] = st.framer
+        self.layers[direction] = _S2Layer(self, direction, st)
         st.after_info = False
-        out: list[Record] = []
         for data, span in pieces:
-            out += self._s2_events(direction, st, st.s2.feed(data, span))
-        return out
+            self._s2_events(direction, st, st.s2.feed(data, span), out)
 
-    def _s2_events(self, direction: Direction, st: _Dir, events: list) -> list[Record]:
+    def _s2_events(self, direction: Direction, st: _Dir, events: list,
+                   out: list[Record]) -> None:
         """Decoded chunks into the inner framer; corrupt ones become anomalies + a hole."""
-        out: list[Record] = []
         assert st.s2 is not None
         events = st.s2.take_events() + events  # a memory release since the last call
         for ev in events:
             if type(ev) is s2.Data:
                 if ev.crc is not s2.CrcStatus.OK:
-                    self._anomaly(out, "nats_cluster.s2_crc",
-                                  f"{ev.kind.name.lower()} S2 chunk of {ev.end - ev.start} "
-                                  f"bytes fails its CRC-32C; its {len(ev.data)} decoded bytes "
-                                  "are read, rows from them say crc_status mismatch",
-                                  direction, ev)
+                    self.anomaly(out, NatsClusterAnomaly.S2_CRC,
+                                 f"{ev.kind.name.lower()} S2 chunk of {ev.end - ev.start} "
+                                 f"bytes fails its CRC-32C; its {len(ev.data)} decoded bytes "
+                                 "are read, rows from them say crc_status mismatch",
+                                 direction, ev)
                 if not ev.data:
                     continue
                 st.s2_map.append((st.dec_off + len(ev.data), ev.start, ev.end,
@@ -418,21 +454,21 @@ class NatsClusterSession(Session):
                 st.framer.feed(ev.data, Span(st.dec_off, ev.ts_first_ns, ev.ts_last_ns,
                                              ev.frame_first, ev.frame_last))
                 st.dec_off += len(ev.data)
-                out += self._remap(st, self._drain(direction, st))
+                inner: list[Record] = []
+                self.drain(direction, inner)
+                out += self._remap(st, inner)
                 continue
-            kind = ("limit.memory" if ev.reason.startswith("limit.memory")
-                    else "nats_cluster.s2_corrupt")
-            self._anomaly(out, kind, f"S2 stream: {ev.reason}", direction, ev)
+            kind = (LIMIT_MEMORY if ev.reason.startswith(LIMIT_MEMORY)
+                    else NatsClusterAnomaly.S2_CORRUPT)
+            self.anomaly(out, kind, f"S2 stream: {ev.reason}", direction, ev)
             # what the lost chunk held is unknown: a one-byte hole in the decompressed
             # stream cuts the message in progress, and the parser resynchronises
             st.s2_map.append((st.dec_off + 1, ev.start, ev.end, True))
-            inner: list[Record] = []
-            for fev in st.framer.gap(st.dec_off, 1):
-                self._flushed(direction, st, fev, inner, False)
+            inner = []
+            self.flush(direction, st.framer.gap(st.dec_off, 1), inner)
             st.dec_off += 1
             st.framer.start_resync()
             out += self._remap(st, inner)
-        return out
 
     def _remap(self, st: _Dir, records: list[Record]) -> list[Record]:
         """Give rows made from decompressed bytes the wire offsets of the chunks their
@@ -461,85 +497,40 @@ class NatsClusterSession(Session):
             st.map_base = st.s2_map.popleft()[0]
         return records
 
-    def _drain(self, direction: Direction, st: _Dir) -> list[Record]:
-        out: list[Record] = []
-        while True:
-            if st.after_info and st.framer.at_line:
-                starts = self._s2_starts(st)
-                if starts is None:
-                    break  # wait for the bytes that tell
-                st.after_info = False
-                if starts:
-                    out += self._to_s2(direction, st)
-                    break
-            ev = st.framer.next_event()
-            if ev is NEED_MORE:
-                break
-            t = type(ev)
-            if t is Line:
-                self._on_line(direction, st, ev, out)
-            elif t is Block:
-                self._on_block(direction, st, ev, out)
-            elif t is Oversize:
-                self._anomaly(out, "nats_cluster.line_too_long",
-                              f"control line of {ev.nbytes} bytes skipped", direction, ev)
-                st.framer.start_resync()
-            elif t is Resynced:
-                self._anomaly(out, "nats_cluster.resync",
-                              f"skipped {ev.end - ev.start} bytes", direction, ev)
-            elif t is Released:  # the run's memory budget took an unfinished line back
-                self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
-        return out
-
-    def _flushed(self, direction: Direction, st: _Dir, ev: Any, out: list[Record],
-                 at_close: bool) -> None:
-        t = type(ev)
-        if t is Block:
-            self._on_block(direction, st, ev, out)
-        elif t is Resynced:
-            self._anomaly(out, "nats_cluster.resync", f"skipped {ev.end - ev.start} bytes",
-                          direction, ev)
-        elif t is Released:
-            self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
-        elif t is Dropped:
-            if ev.kind == "block" and st.values is not None and st.line is not None:
-                values, line = st.values, st.line
-                values["incomplete"] = True
-                values["payload_len"] = st.pay_len if st.pay_len >= 0 else None
-                if st.hdr_len >= 0:
-                    values["header_len"] = st.hdr_len
-                out.append(Record(_TABLE, direction, line.start, max(ev.end, line.end),
-                                  line.ts_first_ns, ev.ts_last_ns, line.frame_first,
-                                  ev.frame_last, values))
-                st.values = st.line = None
-                st.stage = 0
-            where = "the end of the stream" if at_close else "a gap"
-            self._anomaly(out, "nats_cluster.gap" if not at_close else "nats_cluster.eof",
-                          f"partial {ev.kind} of {ev.end - ev.start} bytes cut by {where}",
-                          direction, ev)
-
-    def _anomaly(self, out: list[Record], kind: str, detail: str, direction: Direction,
-                 ev: Any) -> None:
-        if not self.keep_secrets:
-            detail = redact_text(detail)
-        out.append(Record.anomaly(kind, detail, direction, ev.start, ev.end, ev.ts_first_ns,
-                                  ev.ts_last_ns, ev.frame_first, ev.frame_last))
+    def _on_dropped(self, direction: Direction, st: _Dir, ev: Dropped,
+                    out: list[Record]) -> None:
+        if ev.kind == "block" and st.values is not None and st.line is not None:
+            values, line = st.values, st.line
+            values["incomplete"] = True
+            values["payload_len"] = st.pay_len if st.pay_len >= 0 else None
+            if st.hdr_len >= 0:
+                values["header_len"] = st.hdr_len
+            out.append(Record(_TABLE, direction, line.start, max(ev.end, line.end),
+                              line.ts_first_ns, ev.ts_last_ns, line.frame_first,
+                              ev.frame_last, values))
+            st.values = st.line = None
+            st.stage = 0
+        at_close = self.closing
+        where = "the end of the stream" if at_close else "a gap"
+        self.anomaly(out, NatsClusterAnomaly.GAP if not at_close else NatsClusterAnomaly.EOF,
+                     f"partial {ev.kind} of {ev.end - ev.start} bytes cut by {where}",
+                     direction, ev)
 
     def _on_line(self, direction: Direction, st: _Dir, ev: Line, out: list[Record]) -> None:
         line = ev.data
         if line[:4] == b"\xff\x06\x00\x00":  # S2 stream identifier chunk: compressed
             st.framer.reject(ev.end - ev.start)
-            self._anomaly(out, "nats_cluster.compressed",
-                          "S2-compressed stream (the link negotiated compression); the rest "
-                          "of this direction is left undecoded", direction, ev)
+            self.anomaly(out, NatsClusterAnomaly.COMPRESSED,
+                         "S2-compressed stream (the link negotiated compression); the rest "
+                         "of this direction is left undecoded", direction, ev)
             st.framer.abandon()
             return
         op, args = _verb(line)
         if op is None:
             st.framer.reject(ev.end - ev.start)
-            self._anomaly(out, "nats_cluster.unknown_op",
-                          f"not an operation of server links: {nats_parser.show(line)}",
-                          direction, ev)
+            self.anomaly(out, NatsClusterAnomaly.UNKNOWN_OP,
+                         f"not an operation of server links: {nats_parser.show(line)}",
+                         direction, ev)
             st.framer.start_resync()
             return
         values: dict[str, Any] = {"op": op, "incomplete": False}
@@ -547,8 +538,8 @@ class NatsClusterSession(Session):
             hdr, total = self._parse(op, args, line, values)
         except ValueError as exc:
             st.framer.reject(ev.end - ev.start)
-            self._anomaly(out, "nats_cluster.bad_args", f"{exc}: {nats_parser.show(line)}",
-                          direction, ev)
+            self.anomaly(out, NatsClusterAnomaly.BAD_ARGS, f"{exc}: {nats_parser.show(line)}",
+                         direction, ev)
             st.framer.start_resync()
             return
         values["link"] = self.link or "unknown"
@@ -593,9 +584,9 @@ class NatsClusterSession(Session):
         st.values = st.line = None
         st.stage = 0
         if ev.trailer not in (TrailerStatus.OK, TrailerStatus.LENIENT):
-            self._anomaly(out, "nats_cluster.bad_trailer",
-                          f"{values['op']} payload of {ev.nbytes} bytes not followed by CRLF",
-                          direction, ev)
+            self.anomaly(out, NatsClusterAnomaly.BAD_TRAILER,
+                         f"{values['op']} payload of {ev.nbytes} bytes not followed by CRLF",
+                         direction, ev)
             if ev.trailer is not TrailerStatus.MISSING:
                 st.framer.start_resync()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from dissectors.api import Direction, Verdict
@@ -32,6 +33,7 @@ from dissectors.redaction import redact_bytes
 __all__ = [
     "C2S_OPS",
     "KNOWN_OPS",
+    "NatsAnomaly",
     "S2C_OPS",
     "Problem",
     "parse_connect",
@@ -52,8 +54,31 @@ _I32 = (-(2**31), 2**31 - 1)
 _I64 = (-(2**63), 2**63 - 1)
 
 
+class NatsAnomaly(StrEnum):
+    """Anomaly kinds of the NATS client protocol (``anomalies.kind``; the parser's
+    ``Problem`` kinds and the session's own; values are the documented strings)."""
+
+    BAD_ARGS = "nats.bad_args"
+    BAD_HEADERS = "nats.bad_headers"
+    BAD_JSON = "nats.bad_json"
+    BAD_SIZE = "nats.bad_size"
+    BAD_TRAILER = "nats.bad_trailer"
+    DROPPED = "nats.dropped"
+    EOF_IN_LINE = "nats.eof_in_line"
+    EOF_IN_PAYLOAD = "nats.eof_in_payload"
+    GAP_IN_LINE = "nats.gap_in_line"
+    GAP_IN_PAYLOAD = "nats.gap_in_payload"
+    LINE_TOO_LONG = "nats.line_too_long"
+    MAX_PAYLOAD_EXCEEDED = "nats.max_payload_exceeded"
+    MISSING_TRAILER = "nats.missing_trailer"
+    RESYNC = "nats.resync"
+    TLS = "nats.tls"
+    UNKNOWN_OP = "nats.unknown_op"
+    WRONG_DIRECTION = "nats.wrong_direction"
+
+
 class Problem(NamedTuple):
-    kind: str  # anomaly kind, e.g. "nats.bad_size"
+    kind: str  # anomaly kind, a ``NatsAnomaly``
     detail: str
 
 
@@ -113,12 +138,12 @@ def _reject(kind: str, detail: str) -> ParseResult:
 
 
 def _bad_args(op: str, got: int, want: str, line: bytes) -> ParseResult:
-    return _reject("nats.bad_args", f"{op} takes {want} arguments, got {got}: {show(line)}")
+    return _reject(NatsAnomaly.BAD_ARGS, f"{op} takes {want} arguments, got {got}: {show(line)}")
 
 
 def _bad_size(op: str, what: str, tok: bytes, line: bytes) -> ParseResult:
     return _reject(
-        "nats.bad_size",
+        NatsAnomaly.BAD_SIZE,
         f"{op} {what} {show(tok, 20)!s} is not 1-9 decimal digits: {show(line)}",
     )
 
@@ -165,7 +190,7 @@ def _sizes(op: str, hdr_tok: bytes, tot_tok: bytes, line: bytes) -> tuple[int, i
         return _bad_size(op, "total size", tot_tok, line)
     if hdr > total:
         return _reject(
-            "nats.bad_size", f"{op} header size {hdr} exceeds total size {total}: {show(line)}"
+            NatsAnomaly.BAD_SIZE, f"{op} header size {hdr} exceeds total size {total}: {show(line)}"
         )
     return hdr, total
 
@@ -240,7 +265,7 @@ def _bare(op: str) -> Any:
         if len(args) > 1:
             problems = (
                 Problem(
-                    "nats.bad_args",
+                    NatsAnomaly.BAD_ARGS,
                     f"text after {op} (nats-server ignores it): {show(line)}",
                 ),
             )
@@ -263,7 +288,7 @@ def _err(line: bytes, args: list[bytes]) -> ParseResult:
 def _info(line: bytes, args: list[bytes]) -> ParseResult:
     raw = _rest(line, args[0])
     if not raw:
-        return _reject("nats.bad_args", f"INFO without its JSON argument: {show(line)}")
+        return _reject(NatsAnomaly.BAD_ARGS, f"INFO without its JSON argument: {show(line)}")
     values, problems = parse_info(raw)
     return "INFO", values, -1, -1, problems
 
@@ -271,7 +296,7 @@ def _info(line: bytes, args: list[bytes]) -> ParseResult:
 def _connect(line: bytes, args: list[bytes]) -> ParseResult:
     raw = _rest(line, args[0])
     if not raw:
-        return _reject("nats.bad_args", f"CONNECT without its JSON argument: {show(line)}")
+        return _reject(NatsAnomaly.BAD_ARGS, f"CONNECT without its JSON argument: {show(line)}")
     values, problems = parse_connect(raw)
     return "CONNECT", values, -1, -1, problems
 
@@ -303,12 +328,13 @@ def parse_line(line: bytes) -> ParseResult:
     with a valid ``op`` are additional anomalies (the row is still emitted).
     """
     if not line:
-        return _reject("nats.unknown_op", "empty control line")
+        return _reject(NatsAnomaly.UNKNOWN_OP, "empty control line")
     if line[0] in (0x20, 0x09):
-        return _reject("nats.unknown_op", f"control line starts with white space: {show(line)}")
+        return _reject(NatsAnomaly.UNKNOWN_OP,
+                       f"control line starts with white space: {show(line)}")
     args = split_args(line)
     if not args:  # only CRs (or VT/FF-separated blanks): split_args finds no token
-        return _reject("nats.unknown_op", f"control line of white space only: {show(line)}")
+        return _reject(NatsAnomaly.UNKNOWN_OP, f"control line of white space only: {show(line)}")
     verb = args[0].upper()
     handler = _HANDLERS.get(verb)
     if handler is not None:
@@ -318,14 +344,14 @@ def parse_line(line: bytes) -> ParseResult:
         if verb.startswith(op):
             name = op.decode()
             detail = f"text after {name} (nats-server ignores it): {show(line)}"
-            return name, {"op": name}, -1, -1, (Problem("nats.bad_args", detail),)
+            return name, {"op": name}, -1, -1, (Problem(NatsAnomaly.BAD_ARGS, detail),)
     if verb in _CLUSTER_OPS:
         return _reject(
-            "nats.unknown_op",
+            NatsAnomaly.UNKNOWN_OP,
             f"route/gateway/leafnode operation {text(args[0])!r} on a client connection: "
             f"{show(line)}",
         )
-    return _reject("nats.unknown_op", f"unknown operation {show(args[0], 24)!r}: {show(line)}")
+    return _reject(NatsAnomaly.UNKNOWN_OP, f"unknown operation {show(args[0], 24)!r}: {show(line)}")
 
 
 # -------------------------------------------------------------------------------- JSON
@@ -391,11 +417,12 @@ def _parse_json(op: str, raw: bytes, fields: tuple[tuple[str, str, str], ...]) -
     try:
         obj = json.loads(raw)
     except (ValueError, RecursionError) as e:
-        problems.append(Problem("nats.bad_json", f"{op} JSON does not parse ({e}): {show(raw)}"))
+        problems.append(Problem(NatsAnomaly.BAD_JSON,
+                                f"{op} JSON does not parse ({e}): {show(raw)}"))
         return values, problems, None
     if type(obj) is not dict:
         problems.append(
-            Problem("nats.bad_json", f"{op} JSON is a {type(obj).__name__}, not an object")
+            Problem(NatsAnomaly.BAD_JSON, f"{op} JSON is a {type(obj).__name__}, not an object")
         )
         return values, problems, None
     for key, col, kind in fields:
@@ -409,7 +436,7 @@ def _parse_json(op: str, raw: bytes, fields: tuple[tuple[str, str, str], ...]) -
             else:
                 problems.append(
                     Problem(
-                        "nats.bad_json",
+                        NatsAnomaly.BAD_JSON,
                         f"{op} field {key!r} is {show(json.dumps(obj[key]).encode(), 40)}, "
                         f"expected {kind}; column {col} left null",
                     )
@@ -449,7 +476,8 @@ def parse_headers(
     problems: list[Problem] = []
     if not block.startswith(b"NATS/"):
         problems.append(
-            Problem("nats.bad_headers", f"header block does not start with NATS/1.0: {show(block)}")
+            Problem(NatsAnomaly.BAD_HEADERS,
+                    f"header block does not start with NATS/1.0: {show(block)}")
         )
         return None, None, None, tuple(problems)
     lines = block.split(b"\n")
@@ -463,7 +491,8 @@ def parse_headers(
     code: int | None = None
     desc: str | None = None
     if not first.startswith(_PREAMBLE):
-        problems.append(Problem("nats.bad_headers", f"unknown header version {show(first, 40)}"))
+        problems.append(Problem(NatsAnomaly.BAD_HEADERS,
+                                f"unknown header version {show(first, 40)}"))
     status = first[len(_PREAMBLE) :].strip(b" \t")
     if status:
         tok = status[:3]
@@ -473,7 +502,7 @@ def parse_headers(
             desc = text(d) if d else None
         else:
             problems.append(
-                Problem("nats.bad_headers", f"status {show(status, 40)} is not a 3-digit code")
+                Problem(NatsAnomaly.BAD_HEADERS, f"status {show(status, 40)} is not a 3-digit code")
             )
             desc = text(status)
     headers: dict[str, list[str]] = {}
@@ -492,17 +521,20 @@ def parse_headers(
         colon = ln.find(b":")
         if colon <= 0:
             detail = f"header line without a name: {show(ln, 60)}"
-            problems.append(Problem("nats.bad_headers", detail))
+            problems.append(Problem(NatsAnomaly.BAD_HEADERS, detail))
             continue
         headers.setdefault(text(ln[:colon].strip(b" \t")), []).append(
             text(ln[colon + 1 :].strip(b" \t"))
         )
     if not ended or lines[-1] != b"":
-        problems.append(Problem("nats.bad_headers", "header block does not end with an empty line"))
+        problems.append(Problem(NatsAnomaly.BAD_HEADERS,
+                                "header block does not end with an empty line"))
     if trailing:
-        problems.append(Problem("nats.bad_headers", "bytes after the header block's empty line"))
+        problems.append(Problem(NatsAnomaly.BAD_HEADERS,
+                                "bytes after the header block's empty line"))
     if bare_lf:
-        problems.append(Problem("nats.bad_headers", "header lines end with a bare LF, not CRLF"))
+        problems.append(Problem(NatsAnomaly.BAD_HEADERS,
+                                "header lines end with a bare LF, not CRLF"))
     return headers, code, desc, tuple(problems)
 
 

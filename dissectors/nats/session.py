@@ -55,8 +55,6 @@ from dissectors.api import (
     ColumnBatch,
     Direction,
     Record,
-    Session,
-    Span,
 )
 from dissectors.framing import (
     NEED_MORE,
@@ -65,19 +63,15 @@ from dissectors.framing import (
     Line,
     LineFramer,
     Oversize,
-    Released,
     Resynced,
     TrailerStatus,
 )
 from dissectors.nats import fastpath, parser
+from dissectors.nats.parser import NatsAnomaly
 from dissectors.nats.table import DEFAULT_HEADER_CAP
 from dissectors.options import read_payload_cap, session_option
-from dissectors.redaction import (
-    keeping_secrets,
-    redact_json_text,
-    redact_text,
-    secrets_kept,
-)
+from dissectors.redaction import redact_json_text, redact_text
+from dissectors.sessions import FramedSession
 
 __all__ = [
     "DEFAULT_CARRY_MAX",
@@ -125,11 +119,12 @@ class _Direction:
         self.problems: tuple[parser.Problem, ...] = ()
 
 
-class NatsSession(Session, CarrierSession, ColumnarSession):
+class NatsSession(FramedSession, CarrierSession, ColumnarSession):
     """One NATS client connection (both directions)."""
 
+    redact_details = True
+
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__()
         options = options or {}
         self.payload_cap = read_payload_cap(options, "nats")
         self.carry_max = _option(options, "carry_max", DEFAULT_CARRY_MAX)
@@ -140,10 +135,9 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
         s2c_line = _option(options, "max_server_line", DEFAULT_MAX_SERVER_LINE)
         if not c2s_line or not s2c_line:
             raise ValueError("nats options max_control_line/max_server_line must be >= 1")
-        self._dirs = (
-            _Direction(LineFramer(max_line_bytes=c2s_line, resync=parser.resync)),
-            _Direction(LineFramer(max_line_bytes=s2c_line, resync=parser.resync)),
-        )
+        super().__init__(LineFramer(max_line_bytes=c2s_line, resync=parser.resync),
+                         LineFramer(max_line_bytes=s2c_line, resync=parser.resync))
+        self._dirs = (_Direction(self.framers[0]), _Direction(self.framers[1]))
         budget = options.get("memory_budget")
         if callable(getattr(budget, "hold", None)):  # a line being buffered draws from it
             for st in self._dirs:
@@ -207,64 +201,16 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
         self._fast_verdict = verdict
         self._fast_probe = probe
 
-    # ---- Session API -------------------------------------------------------------
+    # ---- driver hooks --------------------------------------------------------------
 
-    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
-        if self.keep_secrets and not secrets_kept():  # --keep-secrets: gate off
-            with keeping_secrets():
-                return self.feed(direction, data, span)
-        st = self._dirs[direction]
-        st.framer.feed(data, span)
+    def drain_fed(self, direction: Direction, out: list[Record]) -> None:
         if self.fast_on:
-            return self._drain_fast(direction, st)
-        return self._drain(direction, st)
+            self._drain_fast(direction, self._dirs[direction], out)
+        else:
+            self.drain(direction, out)
 
-    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
-        if self.keep_secrets and not secrets_kept():
-            with keeping_secrets():
-                return self.gap(direction, offset, nbytes, ts_ns)
+    def on_event(self, direction: Direction, ev: Any, out: list[Record]) -> None:
         st = self._dirs[direction]
-        # the fast path may have left a partial operation to wait for its bytes: the
-        # reference takes it now, as it would have when those bytes came in
-        out: list[Record] = self._drain(direction, st) if self.fast_on else []
-        for ev in st.framer.gap(offset, nbytes):
-            self._flushed(direction, st, ev, out, at_close=False, ts_ns=ts_ns)
-        self._account(direction, st)
-        return out
-
-    def close(self, ts_ns: int) -> list[Record]:
-        if self.keep_secrets and not secrets_kept():
-            with keeping_secrets():
-                return self.close(ts_ns)
-        out: list[Record] = []
-        for direction in (Direction.C2S, Direction.S2C):
-            st = self._dirs[direction]
-            if self.fast_on:
-                out += self._drain(direction, st)
-            for ev in st.framer.close():
-                self._flushed(direction, st, ev, out, at_close=True, ts_ns=ts_ns)
-            self._account(direction, st)
-        return out
-
-    # ---- event handling ----------------------------------------------------------
-
-    def _account(self, direction: Direction, st: _Direction) -> None:
-        self.decoded_bytes[direction] = st.framer.decoded_bytes
-        self.undecoded_bytes[direction] = st.framer.undecoded_bytes
-
-    def _drain(self, direction: Direction, st: _Direction) -> list[Record]:
-        out: list[Record] = []
-        nxt = st.framer.next_event
-        while True:
-            ev = nxt()
-            if ev is NEED_MORE:
-                break
-            self._on_event(direction, st, ev, out)
-        self.decoded_bytes[direction] = st.framer.decoded_bytes
-        self.undecoded_bytes[direction] = st.framer.undecoded_bytes
-        return out
-
-    def _on_event(self, direction: Direction, st: _Direction, ev: Any, out: list) -> None:
         t = type(ev)
         if t is Line:
             self._on_line(direction, st, ev, out)
@@ -274,15 +220,14 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
             self._on_oversize(direction, st, ev, out)
         elif t is Resynced:
             self._on_resynced(direction, ev, out)
-        elif t is Released:
-            self._on_released(direction, ev, out)
+        elif t is Dropped:
+            self._on_dropped(direction, st, ev, out, self.closing)
 
     # ---- compiled fast path --------------------------------------------------------
 
-    def _drain_fast(self, direction: Direction, st: _Direction) -> list:
+    def _drain_fast(self, direction: Direction, st: _Direction, out: list) -> None:
         """Alternate between the compiled scanner (runs of ordinary operations) and the
         reference (one operation the scanner refused, then back)."""
-        out: list = []
         fr = st.framer
         c2s = direction == Direction.C2S
         while True:
@@ -291,9 +236,7 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
                 break
             if not self._reference_step(direction, st, out):
                 break
-        self.decoded_bytes[direction] = fr.decoded_bytes
-        self.undecoded_bytes[direction] = fr.undecoded_bytes
-        return out
+        self.account(direction)
 
     @staticmethod
     def _between_ops(st: _Direction) -> bool:
@@ -303,11 +246,12 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
     def _reference_step(self, direction: Direction, st: _Direction, out: list) -> bool:
         """Reference events until between operations again; False once it needs bytes."""
         nxt = st.framer.next_event
+        handle = self.handle
         while True:
             ev = nxt()
             if ev is NEED_MORE:
                 return False
-            self._on_event(direction, st, ev, out)
+            handle(direction, ev, out)
             if self._between_ops(st):
                 return True
 
@@ -345,36 +289,6 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
             else:
                 return status
 
-    def _flushed(
-        self, direction: Direction, st: _Direction, ev: Any, out: list[Record], *,
-        at_close: bool, ts_ns: int,
-    ) -> None:
-        t = type(ev)
-        if t is Block:
-            self._on_block(direction, st, ev, out)
-        elif t is Resynced:
-            self._on_resynced(direction, ev, out)
-        elif t is Oversize:
-            self._on_oversize(direction, st, ev, out)
-        elif t is Dropped:
-            self._on_dropped(direction, st, ev, out, at_close)
-        elif t is Released:
-            self._on_released(direction, ev, out)
-        elif t is Line:  # pragma: no cover - framers flush no lines
-            self._on_line(direction, st, ev, out)
-
-    def _anomaly(
-        self, out: list[Record], kind: str, detail: str, direction: Direction, ev: Any,
-        start: int | None = None, end: int | None = None,
-    ) -> None:
-        if not self.keep_secrets:
-            detail = redact_text(detail)
-        out.append(Record.anomaly(
-            kind, detail, direction,
-            ev.start if start is None else start, ev.end if end is None else end,
-            ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last,
-        ))
-
     def _on_line(self, direction: Direction, st: _Direction, ev: Line, out: list[Record]) -> None:
         line = ev.data
         if line[:2] == b"\x16\x03":
@@ -387,15 +301,15 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
         if op is None:
             st.framer.reject(ev.end - ev.start)
             p = problems[0]
-            self._anomaly(out, p.kind, p.detail, direction, ev)
+            self.anomaly(out, p.kind, p.detail, direction, ev)
             st.framer.start_resync()
             return
         if op not in _ALLOWED[direction]:
             key = (int(direction), op)
             if key not in self._wrong_dir:
                 self._wrong_dir.add(key)
-                self._anomaly(
-                    out, "nats.wrong_direction",
+                self.anomaly(
+                    out, NatsAnomaly.WRONG_DIRECTION,
                     f"{op} sent {direction.short}; NATS sends it the other way (reported once "
                     "per op and direction; client/server roles may be swapped)",
                     direction, ev,
@@ -406,7 +320,7 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
                               ev.frame_first, ev.frame_last, values))
             self.ops[direction] += 1
             for p in problems:
-                self._anomaly(out, p.kind, p.detail, direction, ev)
+                self.anomaly(out, p.kind, p.detail, direction, ev)
             if op == "INFO" and direction == Direction.S2C:
                 mp = values.get("max_payload")
                 if mp is not None:
@@ -414,8 +328,7 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
                         # a client operation the fast path holds back (not all its bytes
                         # are in) was checked against the old limit by the reference,
                         # which reads lines as they come: let it read that line now
-                        c2s = Direction.C2S
-                        out += self._drain(c2s, self._dirs[c2s])
+                        self.drain(Direction.C2S, out)
                     self.max_payload = mp
             return
         # an op with a payload: wait for its bytes
@@ -472,17 +385,17 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
             return
         op = values["op"]
         if status is TrailerStatus.LENIENT:
-            self._anomaly(out, "nats.bad_trailer",
-                          f"{op} payload ends with a bare LF, not CRLF (accepted)", direction, ev)
+            self.anomaly(out, NatsAnomaly.BAD_TRAILER,
+                         f"{op} payload ends with a bare LF, not CRLF (accepted)", direction, ev)
         elif status is TrailerStatus.MISSING:
-            self._anomaly(out, "nats.missing_trailer",
-                          f"{op} payload complete but its CRLF was not captured (gap or end of "
-                          "stream)", direction, ev)
+            self.anomaly(out, NatsAnomaly.MISSING_TRAILER,
+                         f"{op} payload complete but its CRLF was not captured (gap or end of "
+                         "stream)", direction, ev)
         else:
-            self._anomaly(out, "nats.bad_trailer",
-                          f"{op} payload of {ev.nbytes} bytes is followed by "
-                          f"{parser.show(ev.trailer_found)!r}, not CRLF; the declared size may "
-                          "be wrong; resynchronising", direction, ev)
+            self.anomaly(out, NatsAnomaly.BAD_TRAILER,
+                         f"{op} payload of {ev.nbytes} bytes is followed by "
+                         f"{parser.show(ev.trailer_found)!r}, not CRLF; the declared size may "
+                         "be wrong; resynchronising", direction, ev)
             st.framer.start_resync()
 
     def _keep(self, nbytes: int) -> int | None:
@@ -498,7 +411,7 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
         headers, code, desc, problems = parser.parse_headers(block)
         if len(block) < nbytes:
             problems = (*problems, parser.Problem(
-                "nats.bad_headers",
+                NatsAnomaly.BAD_HEADERS,
                 f"header block of {nbytes} bytes exceeds header_cap; only the first "
                 f"{len(block)} bytes were kept and parsed"))
         values["headers"] = headers
@@ -510,12 +423,12 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
     def _op_problems(self, direction: Direction, st: _Direction, values: dict[str, Any],
                      line: Line, out: list[Record]) -> None:
         for p in st.problems:
-            self._anomaly(out, p.kind, p.detail, direction, line)
+            self.anomaly(out, p.kind, p.detail, direction, line)
         st.problems = ()
         if values.get("max_payload_exceeded"):
             total = values["payload_len"] + (values.get("header_len") or 0)
-            self._anomaly(
-                out, "nats.max_payload_exceeded",
+            self.anomaly(
+                out, NatsAnomaly.MAX_PAYLOAD_EXCEEDED,
                 f"{values['op']} to {values['subject']!r} declares {total} bytes, more than the "
                 f"server's max_payload {self.max_payload}", direction, line,
             )
@@ -525,27 +438,22 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
         if ev.head[:2] == b"\x16\x03":
             self._tls(direction, st, ev, out)
             return
-        self._anomaly(out, "nats.line_too_long",
-                      f"control line of {ev.nbytes} bytes exceeds the limit of "
-                      f"{st.framer.max_line_bytes}; skipped: {parser.show(ev.head, 64)}",
-                      direction, ev)
+        self.anomaly(out, NatsAnomaly.LINE_TOO_LONG,
+                     f"control line of {ev.nbytes} bytes exceeds the limit of "
+                     f"{st.framer.max_line_bytes}; skipped: {parser.show(ev.head, 64)}",
+                     direction, ev)
         st.framer.start_resync()
-
-    def _on_released(self, direction: Direction, ev: Released, out: list[Record]) -> None:
-        """The run's memory budget took this direction's unfinished line back (the framer
-        skips the rest of it and parses on after its LF)."""
-        self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
 
     def _on_resynced(self, direction: Direction, ev: Resynced, out: list[Record]) -> None:
         how = "until the next NATS operation" if ev.found else "(cut by a gap or the end)"
-        self._anomaly(out, "nats.resync",
-                      f"skipped {ev.end - ev.start} bytes {how}", direction, ev)
+        self.anomaly(out, NatsAnomaly.RESYNC,
+                     f"skipped {ev.end - ev.start} bytes {how}", direction, ev)
 
     def _tls(self, direction: Direction, st: _Direction, ev: Any, out: list[Record]) -> None:
-        self._anomaly(out, "nats.tls",
-                      f"TLS handshake at offset {ev.start}: the connection was upgraded to TLS; "
-                      "the rest of this direction is encrypted and left undecoded",
-                      direction, ev)
+        self.anomaly(out, NatsAnomaly.TLS,
+                     f"TLS handshake at offset {ev.start}: the connection was upgraded to TLS; "
+                     "the rest of this direction is encrypted and left undecoded",
+                     direction, ev)
         st.framer.abandon()
 
     def _on_dropped(self, direction: Direction, st: _Direction, ev: Dropped, out: list[Record],
@@ -571,8 +479,8 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
                      else "resynchronising")
             if at_close:
                 after = "nothing follows"
-            kind = "nats.eof_in_payload" if at_close else "nats.gap_in_payload"
-            self._anomaly(
+            kind = NatsAnomaly.EOF_IN_PAYLOAD if at_close else NatsAnomaly.GAP_IN_PAYLOAD
+            self.anomaly(
                 out, kind,
                 f"{values['op']} {values.get('subject')!r}: {where} at offset {ev.end} cut its "
                 f"{part} ({ev.end - ev.start} of {st.hdr_len if st.stage == 1 else st.pay_len} "
@@ -583,15 +491,15 @@ class NatsSession(Session, CarrierSession, ColumnarSession):
             st.stage = 0
             return
         if ev.kind == "line":
-            kind = "nats.eof_in_line" if at_close else "nats.gap_in_line"
-            self._anomaly(out, kind,
-                          f"partial control line of {ev.end - ev.start} bytes dropped at {where}",
-                          direction, ev)
+            kind = NatsAnomaly.EOF_IN_LINE if at_close else NatsAnomaly.GAP_IN_LINE
+            self.anomaly(out, kind,
+                         f"partial control line of {ev.end - ev.start} bytes dropped at {where}",
+                         direction, ev)
             return
         if ev.kind == "long_line":
-            self._anomaly(out, "nats.line_too_long",
-                          f"control line of at least {ev.end - ev.start} bytes exceeds the limit "
-                          f"of {st.framer.max_line_bytes}, cut by {where}", direction, ev)
+            self.anomaly(out, NatsAnomaly.LINE_TOO_LONG,
+                         f"control line of at least {ev.end - ev.start} bytes exceeds the limit "
+                         f"of {st.framer.max_line_bytes}, cut by {where}", direction, ev)
             return
-        self._anomaly(out, "nats.dropped",  # pragma: no cover - no other kinds from LineFramer
-                      f"partial {ev.kind} dropped at {where}", direction, ev)
+        self.anomaly(out, NatsAnomaly.DROPPED,  # pragma: no cover - no other kinds from LineFramer
+                     f"partial {ev.kind} dropped at {where}", direction, ev)

@@ -19,6 +19,8 @@ import zlib
 from enum import IntEnum
 from typing import NamedTuple
 
+from dissectors.pulsar.codes import PulsarAnomaly
+
 __all__ = ["DEFAULT_MAX_UNCOMPRESSED_BYTES", "Codec", "Result", "decompress"]
 
 # Largest decompressed payload accepted (option `max_uncompressed_bytes`).  A 5 MiB frame
@@ -46,7 +48,7 @@ class Result(NamedTuple):
 
 def _bomb(name: str, nbytes: int, cap: int, declared: bool) -> Result:
     how = "declares" if declared else "expands to more than"
-    return Result(None, ("pulsar.decompression_bomb",
+    return Result(None, (PulsarAnomaly.DECOMPRESSION_BOMB,
                          f"{name} payload {how} {nbytes} bytes uncompressed, above the cap of "
                          f"{cap} bytes (option max_uncompressed_bytes); not decompressed"))
 
@@ -58,7 +60,7 @@ def decompress(codec: int, data: bytes, declared: int | None, cap: int) -> Resul
     try:
         name = Codec(codec).name
     except ValueError:
-        return Result(None, ("pulsar.unknown_compression",
+        return Result(None, (PulsarAnomaly.UNKNOWN_COMPRESSION,
                              f"compression type {codec} is not one of NONE, LZ4, ZLIB, ZSTD, "
                              "SNAPPY; payload left compressed"))
     if declared and declared > cap:
@@ -76,23 +78,23 @@ def decompress(codec: int, data: bytes, declared: int | None, cap: int) -> Resul
             if n > limit:
                 if not declared:
                     return _bomb(name, n, cap, True)
-                return Result(None, ("pulsar.uncompressed_size_mismatch",
+                return Result(None, (PulsarAnomaly.UNCOMPRESSED_SIZE_MISMATCH,
                                      f"{name} raw block declares {n} bytes, uncompressed_size "
                                      f"says {declared}; not kept"))
             out = _snappy(data, n)
     except _Problem as p:
         return Result(None, (p.kind, f"{name}: {p.detail}"))
     except Exception as exc:  # the codec libraries raise their own error types
-        return Result(None, ("pulsar.decompression_failed",
+        return Result(None, (PulsarAnomaly.DECOMPRESSION_FAILED,
                              f"{name} payload of {len(data)} bytes does not decompress: {exc}"))
     if len(out) > limit:
         if not declared:
             return _bomb(name, limit, cap, False)
-        return Result(None, ("pulsar.uncompressed_size_mismatch",
+        return Result(None, (PulsarAnomaly.UNCOMPRESSED_SIZE_MISMATCH,
                              f"{name} payload expands to more than the declared "
                              f"uncompressed_size {declared}; not kept"))
     if declared and len(out) != declared:
-        return Result(out, ("pulsar.uncompressed_size_mismatch",
+        return Result(out, (PulsarAnomaly.UNCOMPRESSED_SIZE_MISMATCH,
                             f"{name} payload expands to {len(out)} bytes, uncompressed_size "
                             f"says {declared} (kept as decompressed)"))
     return Result(out, None)
@@ -108,7 +110,7 @@ def _lz4(data: bytes, declared: int | None) -> bytes:
     import lz4.block
 
     if not declared:
-        raise _Problem("pulsar.decompression_failed",
+        raise _Problem(PulsarAnomaly.DECOMPRESSION_FAILED,
                        "a raw LZ4 block cannot be decoded without uncompressed_size")
     return lz4.block.decompress(data, uncompressed_size=declared)
 
@@ -119,7 +121,7 @@ def _zlib(data: bytes, limit: int) -> bytes:
     if len(out) <= limit and not d.eof:
         out += d.flush()
         if not d.eof:
-            raise _Problem("pulsar.decompression_failed", "zlib stream is truncated")
+            raise _Problem(PulsarAnomaly.DECOMPRESSION_FAILED, "zlib stream is truncated")
     return out
 
 

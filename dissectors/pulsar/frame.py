@@ -22,6 +22,7 @@ import numpy as np
 
 from dissectors.api import Verdict
 from dissectors.pulsar import pb
+from dissectors.pulsar.codes import CommandType, PulsarAnomaly
 
 __all__ = [
     "COMMAND_NAMES",
@@ -60,7 +61,7 @@ _U32 = struct.Struct(">I")
 _U32X2 = struct.Struct(">II")
 
 COMMAND_NAMES: dict[int, str] = pb.enum_names("BaseCommand.Type")
-PAYLOAD_COMMANDS = frozenset({6, 9})  # SEND, MESSAGE
+PAYLOAD_COMMANDS = frozenset({CommandType.SEND, CommandType.MESSAGE})
 _BASE = pb.schema("BaseCommand")
 _BEM = pb.schema("BrokerEntryMetadata")
 _METADATA = pb.schema("MessageMetadata")
@@ -252,7 +253,7 @@ def parse_frame(data: bytes) -> Frame:
     fr = Frame(total, cmd_size, command, t)
     if cmd_end >= end:
         if t in PAYLOAD_COMMANDS:
-            fr.problems.append(("pulsar.missing_payload",
+            fr.problems.append((PulsarAnomaly.MISSING_PAYLOAD,
                                 f"{command_name(t)} frame ends after its command: no metadata "
                                 "or payload"))
         return fr
@@ -260,29 +261,29 @@ def parse_frame(data: bytes) -> Frame:
     pos = cmd_end
     if t not in PAYLOAD_COMMANDS:
         what = command_name(t) if t is not None else "frame"
-        fr.problems.append(("pulsar.trailing_bytes",
+        fr.problems.append((PulsarAnomaly.TRAILING_BYTES,
                             f"{what} carries {end - cmd_end} bytes after its command; only SEND "
                             "and MESSAGE have a payload (decoded as one anyway)"))
     if end - pos >= 2 and _U16.unpack_from(data, pos)[0] == MAGIC_BROKER_ENTRY_METADATA:
         if end - pos < 6:
-            fr.problems.append(("pulsar.bad_frame",
+            fr.problems.append((PulsarAnomaly.BAD_FRAME,
                                 "broker entry metadata magic without its size"))
             return fr
         size = _U32.unpack_from(data, pos + 2)[0]
         if size > end - pos - 6:
-            fr.problems.append(("pulsar.bad_frame",
+            fr.problems.append((PulsarAnomaly.BAD_FRAME,
                                 f"broker entry metadata of {size} bytes runs past the frame end "
                                 f"({end - pos - 6} bytes left)"))
             return fr
         fr.broker_entry_metadata = pb.decode(data[pos + 6 : pos + 6 + size], _BEM)
         pos += 6 + size
-        if t == 6:
-            fr.problems.append(("pulsar.unexpected_broker_entry_metadata",
+        if t == CommandType.SEND:
+            fr.problems.append((PulsarAnomaly.UNEXPECTED_BROKER_ENTRY_METADATA,
                                 "SEND carries broker entry metadata (0x0e02), which only "
                                 "brokers add to MESSAGE frames"))
     if end - pos >= 2 and _U16.unpack_from(data, pos)[0] == MAGIC_CRC32C:
         if end - pos < 6:
-            fr.problems.append(("pulsar.bad_frame", "checksum magic without its checksum"))
+            fr.problems.append((PulsarAnomaly.BAD_FRAME, "checksum magic without its checksum"))
             return fr
         fr.checksum = _U32.unpack_from(data, pos + 2)[0]
         pos += 6
@@ -292,20 +293,20 @@ def parse_frame(data: bytes) -> Frame:
         else:
             fr.crc_status = "mismatch"
             what = command_name(t) if t is not None else "frame"
-            fr.problems.append(("pulsar.checksum_mismatch",
+            fr.problems.append((PulsarAnomaly.CHECKSUM_MISMATCH,
                                 f"{what}: CRC-32C over metadata and payload is "
                                 f"0x{fr.crc_computed:08x}, the frame says 0x{fr.checksum:08x}"))
     else:
         fr.crc_status = "absent"
     if end - pos < 4:
-        fr.problems.append(("pulsar.bad_frame",
+        fr.problems.append((PulsarAnomaly.BAD_FRAME,
                             f"{end - pos} bytes where the 4-byte metadata size should be"))
         return fr
     msize = _U32.unpack_from(data, pos)[0]
     fr.metadata_size = msize
     pos += 4
     if msize > end - pos:
-        fr.problems.append(("pulsar.bad_frame",
+        fr.problems.append((PulsarAnomaly.BAD_FRAME,
                             f"message metadata of {msize} bytes runs past the frame end "
                             f"({end - pos} bytes left)"))
         return fr

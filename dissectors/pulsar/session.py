@@ -43,23 +43,16 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from dissectors.api import Direction, Record, Session, Span
-from dissectors.framing import (
-    NEED_MORE,
-    Dropped,
-    Invalid,
-    LengthPrefixedFramer,
-    Oversize,
-    Pdu,
-    Released,
-    Resynced,
-)
+from dissectors.api import Direction, Record
+from dissectors.framing import Dropped, Invalid, LengthPrefixedFramer, Oversize, Pdu, Resynced
 from dissectors.options import read_payload_cap, session_option
 from dissectors.proto.wire import Decoded, Kind
 from dissectors.pulsar import codec, pb
+from dissectors.pulsar.codes import CommandType, PulsarAnomaly, ResourceType
 from dissectors.pulsar.frame import (
     COMMAND_NAMES,
     DEFAULT_MAX_FRAME_BYTES,
+    PAYLOAD_COMMANDS,
     Frame,
     command_name,
     make_pdu_length,
@@ -67,6 +60,7 @@ from dissectors.pulsar.frame import (
     parse_frame,
     peek_type,
 )
+from dissectors.sessions import LIMIT_MEMORY, FramedSession
 
 __all__ = [
     "DEFAULT_MAX_CHUNKED_BYTES",
@@ -99,9 +93,12 @@ _AUTH_FIELDS = frozenset({"auth_data", "original_auth_data"})
 _FEATURES = [f.name for f in pb.schema("FeatureFlags").fields.values()]
 
 # commands that only ever go one way (a first one the other way is reported)
+_C = CommandType
 _ONLY = {
-    Direction.C2S: frozenset({2, 4, 5, 6, 10, 11, 21, 23}),
-    Direction.S2C: frozenset({3, 7, 9, 17, 22, 24}),
+    Direction.C2S: frozenset({_C.CONNECT, _C.SUBSCRIBE, _C.PRODUCER, _C.SEND, _C.ACK, _C.FLOW,
+                              _C.PARTITIONED_METADATA, _C.LOOKUP}),
+    Direction.S2C: frozenset({_C.CONNECTED, _C.SEND_RECEIPT, _C.MESSAGE, _C.PRODUCER_SUCCESS,
+                              _C.PARTITIONED_METADATA_RESPONSE, _C.LOOKUP_RESPONSE}),
 }
 
 # sub-command field name → (column, how); how: "id" (uint64 → int64), "u32" (uint32 →
@@ -246,11 +243,10 @@ class _Chunked:
         self.frame_last = rec.frame_last
 
 
-class PulsarSession(Session):
+class PulsarSession(FramedSession):
     """One Pulsar connection (both directions)."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__()
         options = options or {}
         self.max_frame_bytes = _option(options, "max_frame_bytes", DEFAULT_MAX_FRAME_BYTES,
                                        minimum=16)
@@ -263,12 +259,12 @@ class PulsarSession(Session):
                                            DEFAULT_MAX_PENDING_CHUNKED)
         pdu_length = make_pdu_length(self.max_frame_bytes)
         resync = make_resync(self.max_frame_bytes)
-        self._framers = (
+        super().__init__(
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=self.max_frame_bytes, resync=resync),
             LengthPrefixedFramer(pdu_length, max_pdu_bytes=self.max_frame_bytes, resync=resync),
         )
         self.budget = options.get("memory_budget")
-        for fr in self._framers:  # a frame being buffered draws from the run's budget
+        for fr in self.framers:  # a frame being buffered draws from the run's budget
             fr.budget = self.budget
         self.producers: dict[int, str] = {}
         self.consumers: dict[int, tuple[str, str | None]] = {}
@@ -278,80 +274,38 @@ class PulsarSession(Session):
         self.frames = [0, 0]  # command rows per direction
         self.messages = [0, 0]  # message rows per direction
 
-    # ---- Session API -------------------------------------------------------------
+    # ---- driver hooks --------------------------------------------------------------
 
-    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
-        fr = self._framers[direction]
-        fr.feed(data, span)
-        out: list[Record] = []
-        nxt = fr.next_event
-        while True:
-            ev = nxt()
-            if ev is NEED_MORE:
-                break
-            self._event(direction, ev, out, at_close=False)
-        self._account(direction)
-        return out
-
-    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
-        out: list[Record] = []
-        for ev in self._framers[direction].gap(offset, nbytes):
-            self._event(direction, ev, out, at_close=False)
-        self._account(direction)
-        return out
-
-    def close(self, ts_ns: int) -> list[Record]:
-        out: list[Record] = []
-        for direction in (Direction.C2S, Direction.S2C):
-            for ev in self._framers[direction].close():
-                self._event(direction, ev, out, at_close=True)
-            self._account(direction)
+    def on_close(self, ts_ns: int, out: list[Record]) -> None:
+        """Chunked messages still waiting for their last chunk are reported incomplete."""
         for key in list(self._chunks):
             ctx = self._chunks.pop(key)
             self._chunk_bytes -= ctx.nbytes
-            self._incomplete(Direction(key[0]), ctx, out, "pulsar.chunk_incomplete",
+            self._incomplete(Direction(key[0]), ctx, out, PulsarAnomaly.CHUNK_INCOMPLETE,
                              "the connection ended before the last chunk")
-        return out
 
-    # ---- events ------------------------------------------------------------------
-
-    def _account(self, direction: Direction) -> None:
-        fr = self._framers[direction]
-        self.decoded_bytes[direction] = fr.decoded_bytes
-        self.undecoded_bytes[direction] = fr.undecoded_bytes
-
-    @staticmethod
-    def _anomaly(out: list[Record], kind: str, detail: str, direction: Direction, ev: Any,
-                 start: int | None = None, end: int | None = None) -> None:
-        out.append(Record.anomaly(
-            kind, detail, direction,
-            ev.start if start is None else start, ev.end if end is None else end,
-            ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last,
-        ))
-
-    def _event(self, direction: Direction, ev: Any, out: list[Record], at_close: bool) -> None:
+    def on_event(self, direction: Direction, ev: Any, out: list[Record]) -> None:
         t = type(ev)
         if t is Pdu:
             self._frame(direction, ev, out)
         elif t is Oversize:
             typ, _ = peek_type(ev.head)
             what = command_name(typ) if typ is not None else "frame"
-            self._anomaly(out, "pulsar.oversize_frame",
-                          f"{what} of {ev.nbytes} bytes exceeds max_frame_bytes "
-                          f"{self.max_frame_bytes}; skipped without decoding", direction, ev)
+            self.anomaly(out, PulsarAnomaly.OVERSIZE_FRAME,
+                         f"{what} of {ev.nbytes} bytes exceeds max_frame_bytes "
+                         f"{self.max_frame_bytes}; skipped without decoding", direction, ev)
         elif t is Invalid:
-            self._anomaly(out, "pulsar.bad_header",
-                          f"no Pulsar frame starts here (header {ev.head[:12].hex()}: sizes "
-                          "inconsistent or no BaseCommand type); resynchronising",
-                          direction, ev)
+            self.anomaly(out, PulsarAnomaly.BAD_HEADER,
+                         f"no Pulsar frame starts here (header {ev.head[:12].hex()}: sizes "
+                         "inconsistent or no BaseCommand type); resynchronising",
+                         direction, ev)
         elif t is Resynced:
             how = ("until a plausible frame header" if ev.found
                    else "(cut by a gap or the end of the stream)")
-            self._anomaly(out, "pulsar.resync", f"skipped {ev.end - ev.start} bytes {how}",
-                          direction, ev)
-        elif t is Released:
-            self._anomaly(out, "limit.memory", ev.detail(), direction, ev)
+            self.anomaly(out, PulsarAnomaly.RESYNC, f"skipped {ev.end - ev.start} bytes {how}",
+                         direction, ev)
         elif t is Dropped:
+            at_close = self.closing
             where = "the end of the stream" if at_close else "a gap"
             if ev.kind == "oversize":
                 detail = (f"oversize frame of {ev.declared_end - ev.start} bytes (above "
@@ -364,8 +318,8 @@ class PulsarSession(Session):
                          else "; resynchronising" if not at_close else "")
                 detail = (f"partial frame{declared} cut by {where} after "
                           f"{ev.end - ev.start} bytes{after}")
-            kind = "pulsar.eof_in_frame" if at_close else "pulsar.gap_in_frame"
-            self._anomaly(out, kind, detail, direction, ev)
+            kind = PulsarAnomaly.EOF_IN_FRAME if at_close else PulsarAnomaly.GAP_IN_FRAME
+            self.anomaly(out, kind, detail, direction, ev)
 
     # ---- one frame -----------------------------------------------------------------
 
@@ -387,17 +341,18 @@ class PulsarSession(Session):
         sub_name = _SUB_FIELD.get(t) if t is not None else None
         sub = cmd.values.get(sub_name) if sub_name else None
         if t is None:
-            problems.append(("pulsar.bad_command", "BaseCommand type did not decode"))
+            problems.append((PulsarAnomaly.BAD_COMMAND, "BaseCommand type did not decode"))
         elif t not in COMMAND_NAMES:
-            problems.append(("pulsar.unknown_command",
-                             f"BaseCommand type {t} is not in the schema (newest known: 81)"))
+            problems.append((PulsarAnomaly.UNKNOWN_COMMAND,
+                             f"BaseCommand type {t} is not in the schema (newest known: "
+                             f"{int(max(CommandType))})"))
         elif sub is None:
-            problems.append(("pulsar.missing_subcommand",
+            problems.append((PulsarAnomaly.MISSING_SUBCOMMAND,
                              f"{values['command']} without its sub-command (BaseCommand field "
                              f"{t})"))
         if cmd.error is not None:
             values["decode_error"] = cmd.error
-            problems.append(("pulsar.bad_command",
+            problems.append((PulsarAnomaly.BAD_COMMAND,
                              f"{values['command']}: BaseCommand does not decode: {cmd.error}"))
         unknown = [u for u in cmd.unknown if u not in _OMITTED]
         values["unknown_fields"] = unknown
@@ -408,23 +363,23 @@ class PulsarSession(Session):
         elif isinstance(sub, bytes):
             values["command_json"] = json.dumps({"raw": sub.hex()})
         if cmd.bad_utf8:
-            problems.append(("pulsar.bad_utf8",
+            problems.append((PulsarAnomaly.BAD_UTF8,
                              f"{values['command']}: string fields not valid UTF-8: "
                              f"{', '.join(cmd.bad_utf8)} (shown with \\x escapes)"))
         if t is not None and t in _ONLY[1 - direction]:
             key = (int(direction), t)
             if key not in self._wrong_dir:
                 self._wrong_dir.add(key)
-                problems.append(("pulsar.wrong_direction",
+                problems.append((PulsarAnomaly.WRONG_DIRECTION,
                                  f"{values['command']} sent {direction.short}; Pulsar sends it "
                                  "the other way (reported once per command and direction; "
                                  "client/server roles may be swapped)"))
         if fr.has_payload_section:
             self._payload_columns(fr, values)
-        if t in (6, 9) and fr.metadata is not None:
+        if t in PAYLOAD_COMMANDS and fr.metadata is not None:
             self._messages(direction, t, fr, values, row, out, problems)
         for kind, detail in problems:
-            self._anomaly(out, kind, detail, direction, pdu)
+            self.anomaly(out, kind, detail, direction, pdu)
 
     def _columns(self, direction: Direction, t: int, sub: Decoded, values: dict[str, Any]
                  ) -> None:
@@ -464,7 +419,7 @@ class PulsarSession(Session):
         mid = v.get("message_id")
         if mid is None:
             mid = v.get("last_message_id")
-        ids = v.get("message_ids") if t == 20 else None
+        ids = v.get("message_ids") if t == CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES else None
         if isinstance(mid, list):
             ids = mid
             mid = mid[0] if mid else None
@@ -482,7 +437,7 @@ class PulsarSession(Session):
         md = _kv(v.get("metadata"))
         if md is not None:
             values["metadata"] = md
-        if t == 2:
+        if t == CommandType.CONNECT:
             method = v.get("auth_method_name")
             if method is None and "auth_method" in v:
                 method = _enum(specs.get("auth_method"), v["auth_method"])
@@ -491,27 +446,28 @@ class PulsarSession(Session):
             if isinstance(data, bytes):
                 values["auth_data_len"] = len(data)
                 values["auth_data_sha256"] = _sha(data)
-        elif t in (36, 37):
-            ad = v.get("challenge" if t == 36 else "response")
+        elif t in (CommandType.AUTH_CHALLENGE, CommandType.AUTH_RESPONSE):
+            ad = v.get("challenge" if t == CommandType.AUTH_CHALLENGE else "response")
             if isinstance(ad, Decoded):
                 values["auth_method"] = ad.values.get("auth_method_name")
                 data = ad.values.get("auth_data")
                 if isinstance(data, bytes):
                     values["auth_data_len"] = len(data)
                     values["auth_data_sha256"] = _sha(data)
-        elif t == 68:  # TOPIC_MIGRATED
+        elif t == CommandType.TOPIC_MIGRATED:
             rid = v.get("resource_id")
             if isinstance(rid, int):
-                col = "consumer_id" if v.get("resource_type") == 1 else "producer_id"
+                col = ("consumer_id" if v.get("resource_type") == ResourceType.CONSUMER
+                       else "producer_id")
                 values[col] = _s64(rid)
-        if t == 6 and "num_messages" not in v:
+        if t == CommandType.SEND and "num_messages" not in v:
             values["num_messages"] = 1
         # topic bookkeeping and resolution
         pid = values.get("producer_id")
         cid = values.get("consumer_id")
-        if t == 5 and isinstance(topic, str) and pid is not None:
+        if t == CommandType.PRODUCER and isinstance(topic, str) and pid is not None:
             self.producers[pid] = topic
-        elif t == 4 and isinstance(topic, str) and cid is not None:
+        elif t == CommandType.SUBSCRIBE and isinstance(topic, str) and cid is not None:
             self.consumers[cid] = (topic, values.get("subscription"))
         if values.get("topic") is None:
             if pid is not None and pid in self.producers:
@@ -549,13 +505,13 @@ class PulsarSession(Session):
         assert meta is not None
         md = meta.values
         base: dict[str, Any] = {
-            "command": "SEND" if t == 6 else "MESSAGE",
+            "command": "SEND" if t == CommandType.SEND else "MESSAGE",
             "topic": cmd_values.get("topic"),
             "crc_status": fr.crc_status,
             "broker_timestamp": cmd_values.get("broker_timestamp"),
             "broker_index": cmd_values.get("broker_index"),
         }
-        if t == 6:
+        if t == CommandType.SEND:
             base["producer_id"] = cmd_values.get("producer_id")
         else:
             for k in ("consumer_id", "subscription", "ledger_id", "entry_id", "partition",
@@ -563,7 +519,7 @@ class PulsarSession(Session):
                 base[k] = cmd_values.get(k)
         self._metadata_columns(md, base, problems)
         if meta.error is not None:
-            problems.append(("pulsar.bad_metadata",
+            problems.append((PulsarAnomaly.BAD_METADATA,
                              f"MessageMetadata does not decode: {meta.error}; payload not "
                              "interpreted"))
             base["wire_payload_len"] = len(fr.payload)
@@ -592,7 +548,7 @@ class PulsarSession(Session):
             if k in md:
                 ns = _ms_to_ns(md[k])
                 if ns is None and md[k] != 0:
-                    problems.append(("pulsar.bad_timestamp",
+                    problems.append((PulsarAnomaly.BAD_TIMESTAMP,
                                      f"MessageMetadata {k} {md[k]} ms is out of range"))
                 base[k] = ns
         comp = md.get("compression", 0)
@@ -655,7 +611,7 @@ class PulsarSession(Session):
         try:
             if budget.used > budget.limit_bytes:
                 return codec.Result(None, (
-                    "limit.memory",
+                    LIMIT_MEMORY,
                     f"memory budget of {budget.limit_bytes} bytes reached: a payload of "
                     f"{len(raw)} compressed bytes ({need} bytes to decompress) was not "
                     "decompressed"))
@@ -678,13 +634,13 @@ class PulsarSession(Session):
         i = 0
         while i < n:
             if end - pos < 4:
-                problems.append(("pulsar.bad_batch",
+                problems.append((PulsarAnomaly.BAD_BATCH,
                                  f"batch declares {n} messages but its payload ends after "
                                  f"{i}"))
                 break
             size = int.from_bytes(data[pos : pos + 4], "big")
             if size > end - pos - 4:
-                problems.append(("pulsar.bad_batch",
+                problems.append((PulsarAnomaly.BAD_BATCH,
                                  f"batch entry {i}: metadata of {size} bytes runs past the "
                                  "payload end"))
                 break
@@ -695,7 +651,7 @@ class PulsarSession(Session):
                     or psize > end - pos:
                 why = single.error or (f"payload_size {psize} does not fit the "
                                        f"{end - pos} bytes left")
-                problems.append(("pulsar.bad_batch", f"batch entry {i}: {why}"))
+                problems.append((PulsarAnomaly.BAD_BATCH, f"batch entry {i}: {why}"))
                 break
             values = dict(base)
             values["batch_index"] = i
@@ -713,7 +669,7 @@ class PulsarSession(Session):
             rows.append(values)
             i += 1
         if i == n and pos != end:
-            problems.append(("pulsar.bad_batch",
+            problems.append((PulsarAnomaly.BAD_BATCH,
                              f"{end - pos} bytes left after the {n} entries of a batch"))
         if not rows:
             values = dict(base)
@@ -743,7 +699,7 @@ class PulsarSession(Session):
         if cid == 0 or ctx is None:
             if ctx is not None:
                 self._drop_ctx(key)
-                self._incomplete(direction, ctx, out, "pulsar.chunk_incomplete",
+                self._incomplete(direction, ctx, out, PulsarAnomaly.CHUNK_INCOMPLETE,
                                  "chunk 0 of the same uuid started it over")
             ctx = _Chunked(base, md, row)
             if cid != 0:
@@ -753,11 +709,11 @@ class PulsarSession(Session):
             while len(self._chunks) > self.max_pending_chunked:
                 old_key, old = next(iter(self._chunks.items()))
                 self._drop_ctx(old_key)
-                self._incomplete(Direction(old_key[0]), old, out, "pulsar.chunk_limit",
+                self._incomplete(Direction(old_key[0]), old, out, PulsarAnomaly.CHUNK_LIMIT,
                                  f"more than max_pending_chunked {self.max_pending_chunked} "
                                  "chunked messages in progress; the oldest was given up")
         elif ctx.ids and cid <= ctx.ids[-1]:
-            problems.append(("pulsar.chunk_duplicate",
+            problems.append((PulsarAnomaly.CHUNK_DUPLICATE,
                              f"chunk {cid} of {md['uuid']} seen again; ignored"))
             return
         elif ctx.ids and cid != ctx.ids[-1] + 1 and not ctx.broken:
@@ -782,12 +738,12 @@ class PulsarSession(Session):
             return
         self._drop_ctx(key)
         if ctx.broken:
-            self._incomplete(direction, ctx, out, "pulsar.chunk_incomplete", ctx.why, row)
+            self._incomplete(direction, ctx, out, PulsarAnomaly.CHUNK_INCOMPLETE, ctx.why, row)
             return
         data = b"".join(ctx.parts)
         total = ctx.md.get("total_chunk_msg_size")
         if isinstance(total, int) and total != len(data):
-            problems.append(("pulsar.chunk_size_mismatch",
+            problems.append((PulsarAnomaly.CHUNK_SIZE_MISMATCH,
                              f"chunks of {md['uuid']} add up to {len(data)} bytes, "
                              f"total_chunk_msg_size says {total}"))
         values = self._chunk_values(ctx)

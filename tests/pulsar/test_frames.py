@@ -553,7 +553,7 @@ def test_declared_giant_frame_is_not_allocated():
     head = struct.pack(">II", 0x7FFFFFF0, 4) + cmd("PING")
     r = Run().feed(C, head + b"\0" * 1000).close()
     assert r.anomalies() == ["pulsar.eof_in_frame"]
-    assert r.session._framers[0].buffered_bytes == 0
+    assert r.session.framers[0].buffered_bytes == 0
 
 
 def test_garbage_then_resync():

@@ -8,6 +8,7 @@ from dissectors.proto.wire import Kind
 from dissectors.pulsar import pb
 from dissectors.pulsar._descriptors import FILE
 from dissectors.pulsar.build import OUTPUT, CompilerMissing, compile_proto, render
+from dissectors.pulsar.codes import CommandType, ResourceType
 from dissectors.pulsar.frame import COMMAND_NAMES
 
 
@@ -53,6 +54,13 @@ FACT_TYPES = {
 
 def test_command_types_are_the_facts():
     assert COMMAND_NAMES == FACT_TYPES
+
+
+def test_the_code_enums_are_the_schemas():
+    """The IntEnums the session tests against are the numbers the decoder loads."""
+    assert {int(c): c.name for c in CommandType} == COMMAND_NAMES
+    names = pb.enum_names("CommandTopicMigrated.ResourceType")
+    assert {int(c): c.name for c in ResourceType} == {n: s.upper() for n, s in names.items()}
 
 
 def test_each_subcommand_sits_in_the_field_numbered_like_its_type():
