@@ -53,12 +53,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Columnar fast paths", (
         "ColumnarSession", "ColumnBatch", "ColumnFormat", "ColumnAccumulator",
     )),
-    ("Testing", (
-        "Data", "Gap", "run_session", "Run", "assert_split_invariant", "assert_never_raises",
-        "assert_accounting", "assert_rows_valid", "carried_message", "run_payload",
-        "PcapFlow", "write_pcap", "dissect_with_cli", "CliRun",
-    )),
 )
+# The test helpers are not part of the API: ``dissectors.sdk.testing`` (and
+# ``analyzer.testing.dissect_with_cli``), described by the page's hand-written part.
 
 _OURS = ("dissectors.", "reassembly.", "analyzer.")
 

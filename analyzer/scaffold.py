@@ -6,8 +6,10 @@ Strategy: the package is a working dissector for a small made-up protocol (magic
 format in ``protocol.py`` and the columns in ``table.py``.  It uses only
 ``dissectors.api``: the framing helpers (``LengthPrefixedFramer`` in a ``FramedSession``)
 for TCP, one message per datagram for UDP, and ``PayloadDissector`` for a payload format
-carried inside NATS messages.  The tests use ``dissectors.testing`` helpers, including a
-tiny generated capture run through ``msgcap dissect``.
+carried inside NATS messages.  The tests use the ``dissectors.sdk.testing`` helpers,
+and ``analyzer.testing.dissect_with_cli`` to run a tiny generated capture through
+``msgcap dissect``.  The payload cap is read with ``session_option`` and the one
+``DEFAULT_PAYLOAD_CAP`` of ``dissectors.api``.
 
 Templates are plain text with ``__NAME__`` (dissector and table name), ``__CLASS__``
 (CamelCase) and ``__TITLE__`` placeholders, filled by ``str.replace``.
@@ -160,11 +162,11 @@ msgcap schema __NAME__           # the table's columns
 pytest
 ```
 
-The tests use `dissectors.testing`: `assert_split_invariant` feeds each conversation
+The tests use `dissectors.sdk.testing`: `assert_split_invariant` feeds each conversation
 whole, byte by byte and cut at random points and checks the rows are the same and every
 byte is accounted for; `assert_never_raises` fuzzes mutated input; `assert_rows_valid`
-checks rows against the table; `write_pcap` + `dissect_with_cli` run `msgcap dissect` on a
-tiny capture (the plugin must be installed for that one).
+checks rows against the table; `write_pcap` + `dissect_with_cli` (from `analyzer.testing`)
+run `msgcap dissect` on a tiny capture (the plugin must be installed for that one).
 '''
 
 _PROTOCOL = '''
@@ -318,20 +320,21 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from dissectors.api import (
+    DEFAULT_PAYLOAD_CAP,
     Bindings,
     CarriedMessage,
     PayloadDissector,
     Record,
+    SessionOptions,
     TableSpec,
     Verdict,
+    session_option,
 )
 
 from msgcap___NAME__ import protocol
 from msgcap___NAME__.table import TABLE
 
 __all__ = ["TABLE", "__CLASS__Dissector"]
-
-DEFAULT_PAYLOAD_CAP = 4096
 
 
 class __CLASS__Dissector(PayloadDissector):
@@ -350,8 +353,10 @@ class __CLASS__Dissector(PayloadDissector):
         return Verdict.YES if n == len(payload) and n else Verdict.NO
 
     @classmethod
-    def new_state(cls, options: dict[str, Any]) -> Any:
-        return {"payload_cap": options.get("payload_cap", DEFAULT_PAYLOAD_CAP)}
+    def new_state(cls, options: SessionOptions) -> Any:
+        # a bad value raises ValueError naming the option (the run reports it)
+        return {"payload_cap": session_option(options, "payload_cap", DEFAULT_PAYLOAD_CAP,
+                                              none_ok=True, owner="__NAME__")}
 
     @classmethod
     def decode(cls, state: Any, bindings: Bindings, msg: CarriedMessage, hint: str
@@ -385,6 +390,7 @@ from __future__ import annotations
 from typing import Any
 
 from dissectors.api import (
+    DEFAULT_PAYLOAD_CAP,
     Direction,
     Dropped,
     FramedSession,
@@ -396,12 +402,11 @@ from dissectors.api import (
     Resynced,
     anomaly_from,
     record_from,
+    session_option,
 )
 
 from msgcap___NAME__ import protocol
 from msgcap___NAME__.table import TABLE
-
-DEFAULT_PAYLOAD_CAP = 4096
 
 
 class __CLASS__Session(FramedSession):
@@ -415,7 +420,8 @@ class __CLASS__Session(FramedSession):
                                  resync=protocol.resync)
             for _ in Direction
         ))
-        self.payload_cap = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
+        self.payload_cap = session_option(options, "payload_cap", DEFAULT_PAYLOAD_CAP,
+                                          none_ok=True, owner="__NAME__")
 
     def on_event(self, direction: Direction, ev: Any, out: list[Record]) -> None:
         t = type(ev)
@@ -451,12 +457,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dissectors.api import Direction, Record, Session, Span
+from dissectors.api import DEFAULT_PAYLOAD_CAP, Direction, Record, Session, Span, session_option
 
 from msgcap___NAME__ import protocol
 from msgcap___NAME__.table import TABLE
-
-DEFAULT_PAYLOAD_CAP = 4096
 
 
 class __CLASS__Session(Session):
@@ -464,7 +468,8 @@ class __CLASS__Session(Session):
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.payload_cap = (options or {}).get("payload_cap", DEFAULT_PAYLOAD_CAP)
+        self.payload_cap = session_option(options or {}, "payload_cap", DEFAULT_PAYLOAD_CAP,
+                                          none_ok=True, owner="__NAME__")
 
     def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
         n = len(data)
@@ -500,16 +505,15 @@ from importlib.metadata import entry_points
 '''
 
 _TESTS_TCP = '''
-from dissectors.api import (
+from analyzer.testing import dissect_with_cli
+from dissectors.api import Direction, Verdict
+from dissectors.sdk.testing import (
     Data,
-    Direction,
     Gap,
     PcapFlow,
-    Verdict,
     assert_never_raises,
     assert_rows_valid,
     assert_split_invariant,
-    dissect_with_cli,
     write_pcap,
 )
 
@@ -582,15 +586,14 @@ def test_tiny_capture(tmp_path) -> None:
 '''
 
 _TESTS_UDP = '''
-from dissectors.api import (
+from analyzer.testing import dissect_with_cli
+from dissectors.api import Direction, Verdict
+from dissectors.sdk.testing import (
     Data,
-    Direction,
     PcapFlow,
-    Verdict,
     assert_accounting,
     assert_never_raises,
     assert_rows_valid,
-    dissect_with_cli,
     run_session,
     write_pcap,
 )
@@ -656,14 +659,14 @@ def test_decode_as_another_port(tmp_path) -> None:
 '''
 
 _TESTS_PAYLOAD = '''
-from dissectors.api import (
+from analyzer.testing import dissect_with_cli
+from dissectors.api import Direction
+from dissectors.sdk.testing import (
     Data,
-    Direction,
     PcapFlow,
     assert_never_raises,
     assert_rows_valid,
     carried_message,
-    dissect_with_cli,
     run_payload,
     write_pcap,
 )

@@ -31,14 +31,14 @@ Groups of names:
   ``CarriedMessage``, ``Bindings``; a carrier's side: ``CarrierSession``, ``CarrierScope``;
 * columnar fast paths (a session that fills column buffers instead of ``Record`` objects):
   ``ColumnarSession``, ``ColumnBatch``, ``ColumnFormat``, ``ColumnAccumulator``;
-* testing (``dissectors.testing``): ``Data``, ``Gap``, ``Run``, ``run_session``,
-  ``assert_split_invariant``, ``assert_never_raises``, ``assert_accounting``,
-  ``assert_rows_valid``, ``carried_message``, ``run_payload``, ``PcapFlow``,
-  ``write_pcap``, ``dissect_with_cli``, ``CliRun``.
+* not here: the test helpers (``Data``, ``Gap``, ``run_session``,
+  ``assert_split_invariant``, ``write_pcap``, ...) are the separate public module
+  ``dissectors.sdk.testing``, and ``dissect_with_cli`` is ``analyzer.testing``'s; this
+  module does not import them (asking it for one says where it went).
 
-The framing, ``FramedSession`` and testing names are loaded on first use (PEP 562
+The framing and ``FramedSession`` names are loaded on first use (PEP 562
 ``__getattr__``): ``dissectors.framing`` imports this module (a plain import would be
-circular), and the testing helpers are for tests only, so a run does not load them.
+circular).
 """
 
 from __future__ import annotations
@@ -74,22 +74,6 @@ if TYPE_CHECKING:  # pragma: no cover - the lazy names below, for type checkers
         resync_after_lf,
     )
     from dissectors.sessions import FramedSession
-    from dissectors.testing import (
-        CliRun,
-        Data,
-        Gap,
-        PcapFlow,
-        Run,
-        assert_accounting,
-        assert_never_raises,
-        assert_rows_valid,
-        assert_split_invariant,
-        carried_message,
-        dissect_with_cli,
-        run_payload,
-        run_session,
-        write_pcap,
-    )
 
 __all__ = [
     "API_VERSION",
@@ -100,31 +84,26 @@ __all__ = [
     "CarriedMessage",
     "CarrierScope",
     "CarrierSession",
-    "CliRun",
     "ColumnAccumulator",
     "ColumnBatch",
     "ColumnFormat",
     "ColumnarSession",
-    "Data",
     "Direction",
     "Dissector",
     "Dropped",
     "Field",
     "FramedSession",
-    "Gap",
     "Invalid",
     "LengthPrefixedFramer",
     "Line",
     "LineFramer",
     "Oversize",
     "PayloadDissector",
-    "PcapFlow",
     "Pdu",
     "Provenance",
     "Record",
     "ResyncFn",
     "Resynced",
-    "Run",
     "Session",
     "SessionOptions",
     "Span",
@@ -133,22 +112,13 @@ __all__ = [
     "Transport",
     "Verdict",
     "anomaly_from",
-    "assert_accounting",
-    "assert_never_raises",
-    "assert_rows_valid",
-    "assert_split_invariant",
-    "carried_message",
     "decode_text",
-    "dissect_with_cli",
     "payload_fields",
     "payload_values",
     "record_from",
     "register_table",
     "resync_after_lf",
-    "run_payload",
-    "run_session",
     "session_option",
-    "write_pcap",
 ]
 
 API_VERSION = 1
@@ -167,20 +137,28 @@ _LAZY = {
         "dissectors.framing",
     ),
     "FramedSession": "dissectors.sessions",
+}
+# test helpers this module re-exported until they moved -> the import that gives them
+# (said in the error only: this module never imports test code)
+_MOVED = {
     **dict.fromkeys(
         (
-            "CliRun", "Data", "Gap", "PcapFlow", "Run", "assert_accounting", "assert_never_raises",
-            "assert_rows_valid", "assert_split_invariant", "carried_message",
-            "dissect_with_cli", "run_payload", "run_session", "write_pcap",
+            "Data", "Gap", "PcapFlow", "Run", "assert_accounting", "assert_never_raises",
+            "assert_rows_valid", "assert_split_invariant", "carried_message", "run_payload",
+            "run_session", "write_pcap",
         ),
-        "dissectors.testing",
+        "from dissectors.sdk.testing import",
     ),
+    **dict.fromkeys(("CliRun", "dissect_with_cli"), "from analyzer.testing import"),
 }
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if name in _MOVED:  # ImportError: ``from dissectors.api import Data`` shows it
+            raise ImportError(f"{name} is not part of {__name__} (the test helpers are a "
+                              f"module of their own): {_MOVED[name]} {name}", name=__name__)
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function

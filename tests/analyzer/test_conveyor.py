@@ -40,7 +40,7 @@ from dissectors.api import (
 from dissectors.layers import builtin_layers
 from dissectors.registry import Registry, discover
 from dissectors.schema import rows_to_batch
-from dissectors.testing import Data, PcapFlow, write_pcap
+from dissectors.sdk.testing import Data, PcapFlow, write_pcap
 
 C2S, S2C = Direction.C2S, Direction.S2C
 PIPELINE = Path(__file__).resolve().parents[2] / "analyzer" / "pipeline.py"

@@ -22,7 +22,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dissectors.api import Data, Direction, PcapFlow, write_pcap
+from dissectors.api import Direction
+from dissectors.sdk.testing import Data, PcapFlow, write_pcap
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"

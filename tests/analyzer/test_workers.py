@@ -24,11 +24,11 @@ from analyzer.manifest import read_manifest
 from analyzer.parallel import OwnedRowsWriter, _Task, dissect_parallel, run_worker
 from analyzer.pipeline import CaptureResult, Options, dissect_capture, file_sha256, tables_for
 from analyzer.sink import DatasetWriter, commit_files, open_dataset, part_files
+from analyzer.testing import dissect_with_cli
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.registry import discover
 from dissectors.schema import register_table, rows_to_batch
 from dissectors.tables import get_table
-from dissectors.testing import dissect_with_cli
 from reassembly.capture import open_capture
 from tests.analyzer.conftest import CAPTURE_ID, SHA, anomaly_row, flow_row
 

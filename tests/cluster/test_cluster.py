@@ -13,11 +13,7 @@ import pytest
 from dissectors.api import Direction, Verdict
 from dissectors.nats import NatsDissector
 from dissectors.nats.cluster import NatsClusterDissector, is_cluster_json
-from dissectors.testing import (
-    assert_never_raises,
-    assert_split_invariant,
-    run_session,
-)
+from dissectors.sdk.testing import assert_never_raises, assert_split_invariant, run_session
 from tests.nats_s2.s2_encoder import data_chunk, stream
 from tests.tls.helpers import Dissected, assert_accounting
 

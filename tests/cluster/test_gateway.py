@@ -16,7 +16,7 @@ import pytest
 
 from analyzer.analyses import duck
 from dissectors.nats.cluster import GatewayCmd, NatsClusterDissector
-from dissectors.testing import run_session
+from dissectors.sdk.testing import run_session
 from reassembly.events import Direction
 from tests.tls.helpers import Dissected, assert_accounting
 

@@ -13,7 +13,7 @@ import pytest
 
 from dissectors.nats.cluster import NatsClusterDissector
 from dissectors.nats.s2 import STREAM_IDENTIFIER
-from dissectors.testing import assert_never_raises, run_session
+from dissectors.sdk.testing import assert_never_raises, run_session
 from reassembly.events import StreamData
 from reassembly.limits import MemoryBudget
 from tests.tls.helpers import Dissected, assert_accounting, events

@@ -12,7 +12,7 @@ from typing import Any
 
 from dissectors.api import Direction, Record
 from dissectors.felix import FelixDissector
-from dissectors.testing import run_session
+from dissectors.sdk.testing import run_session
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"

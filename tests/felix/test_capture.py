@@ -20,10 +20,11 @@ import pyarrow.dataset as ds
 import pytest
 
 from analyzer.pipeline import Options, dissect_capture
+from analyzer.testing import dissect_with_cli
 from dissectors.api import Transport
 from dissectors.felix import FelixDissector
 from dissectors.registry import Registry, discover
-from dissectors.testing import PcapFlow, dissect_with_cli, write_pcap
+from dissectors.sdk.testing import PcapFlow, write_pcap
 from tests.felix.helpers import SAMPLES, C, S, assert_frame, rf, sender
 
 pytest.importorskip("aioquic")

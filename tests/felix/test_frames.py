@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dissectors.api import Verdict
 from dissectors.felix import FelixDissector, FelixSession, wire
-from dissectors.testing import (
+from dissectors.sdk.testing import (
     Gap,
     assert_never_raises,
     assert_rows_valid,

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from dissectors.felix import FELIX, FelixDissector
-from dissectors.testing import assert_rows_valid, run_session
+from dissectors.sdk.testing import assert_rows_valid, run_session
 from tests.conftest import SHARED
 from tests.felix.helpers import C, S, rf, rows_of
 

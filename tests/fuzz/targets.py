@@ -360,7 +360,7 @@ def decode_messages(data: bytes) -> list[tuple[int, str, str | None, bytes]]:
 def fuzz_payload_dissector(dissector: Any, data: bytes) -> None:
     from dissectors.api import Direction, Verdict
     from dissectors.dispatch import ScopeDispatcher
-    from dissectors.testing import carried_message
+    from dissectors.sdk.testing import carried_message
 
     scope = ScopeDispatcher([dissector], {"payload_cap": 64}, strict=True)
     records: list[Any] = []

@@ -334,7 +334,7 @@ def test_websocket_inflaters_draw_from_the_budget(tmp_path):
     import zlib
     from dataclasses import replace
 
-    from dissectors.testing import PcapFlow, write_pcap
+    from dissectors.sdk.testing import PcapFlow, write_pcap
     from reassembly.engine import read_events
     from reassembly.events import Anomaly, StreamData
     from reassembly.limits import Limits
@@ -450,7 +450,8 @@ def test_msgcap_dissect_gives_its_budget_to_the_dissector_sessions(tmp_path):
     a Pulsar connection whose two directions each buffer 3 MB of an unfinished 4 MB frame,
     under ``--memory-limit 4M``, gives up the client's (the least recently fed) partial
     frame with a ``limit.memory`` row; the server's is cut by the end of the stream."""
-    from dissectors.testing import PcapFlow, dissect_with_cli, write_pcap
+    from analyzer.testing import dissect_with_cli
+    from dissectors.sdk.testing import PcapFlow, write_pcap
     from tests.pulsar.test_frames import MD
     from tests.pulsar.wire import cmd, frame, metadata
 

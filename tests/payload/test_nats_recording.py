@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dissectors.testing import dissect_with_cli
+from analyzer.testing import dissect_with_cli
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 PCAP = SAMPLES / "nats-payloads.pcap"

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from analyzer.testing import dissect_with_cli
 from dissectors.payload.schemas import decoding_for
-from dissectors.testing import dissect_with_cli
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 PCAP = SAMPLES / "pulsar-schemas.pcap"

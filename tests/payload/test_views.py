@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dissectors.testing import dissect_with_cli
+from analyzer.testing import dissect_with_cli
 from tests.analyzer.conftest import spark  # noqa: F401  (the shared session fixture)
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"

@@ -27,7 +27,7 @@ from dissectors.nats import fastpath
 from dissectors.nats.session import NatsSession
 from dissectors.nats.table import NATS_TABLE
 from dissectors.schema import arrow_schema, rows_to_batch
-from dissectors.testing import Data, Gap, run_session
+from dissectors.sdk.testing import Data, Gap, run_session
 
 C2S, S2C = Direction.C2S, Direction.S2C
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"

@@ -20,21 +20,19 @@ import pytest
 from analyzer.pipeline import Options, dissect_capture
 from dissectors.api import (
     API_VERSION,
-    Data,
     Direction,
     Dissector,
     Field,
     PayloadDissector,
-    PcapFlow,
     Record,
     Session,
     Span,
     TableSpec,
     Transport,
     Verdict,
-    write_pcap,
 )
 from dissectors.registry import Registry, check_plugin, discover
+from dissectors.sdk.testing import Data, PcapFlow, write_pcap
 from dissectors.tables import unregister_table
 from tests.plugins.pluginhelp import msgcap
 

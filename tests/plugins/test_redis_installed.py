@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from dissectors.testing import dissect_with_cli
+from analyzer.testing import dissect_with_cli
 from tests.conftest import SHARED
 from tests.plugins.pluginhelp import REDIS_PLUGIN, installed, msgcap, pip_uninstall
 

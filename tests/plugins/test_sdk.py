@@ -15,16 +15,13 @@ import pytest
 
 import dissectors.api as api
 from dissectors.api import (
-    Data,
     Direction,
     Dissector,
     Dropped,
     Field,
     FramedSession,
-    Gap,
     Invalid,
     LengthPrefixedFramer,
-    PcapFlow,
     Pdu,
     Record,
     Resynced,
@@ -33,18 +30,23 @@ from dissectors.api import (
     TableSpec,
     Verdict,
     anomaly_from,
-    assert_accounting,
-    assert_never_raises,
-    assert_rows_valid,
-    assert_split_invariant,
     decode_text,
     payload_fields,
     payload_values,
     record_from,
+)
+from dissectors.nats import NatsDissector
+from dissectors.sdk.testing import (
+    Data,
+    Gap,
+    PcapFlow,
+    assert_accounting,
+    assert_never_raises,
+    assert_rows_valid,
+    assert_split_invariant,
     run_session,
     write_pcap,
 )
-from dissectors.nats import NatsDissector
 from reassembly.capture import open_capture
 from reassembly.engine import Reassembler
 from reassembly.events import StreamData, StreamGap
@@ -68,11 +70,12 @@ def test_unknown_attribute_raises_attribute_error() -> None:
         api.nope  # noqa: B018
 
 
-@pytest.mark.parametrize("first", ["dissectors.framing", "dissectors.api", "dissectors.testing",
-                                   "dissectors.sessions"])
+@pytest.mark.parametrize("first", ["dissectors.framing", "dissectors.api",
+                                   "dissectors.sdk.testing", "dissectors.sessions"])
 def test_import_order_does_not_matter(first) -> None:
     code = (f"import {first}\nfrom dissectors.api import *\n"
-            "from dissectors.api import LineFramer, FramedSession, assert_split_invariant\n"
+            "from dissectors.api import LineFramer, FramedSession\n"
+            "from dissectors.sdk.testing import assert_split_invariant\n"
             "print(len(__import__('dissectors.api').api.__all__))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
@@ -82,10 +85,20 @@ def test_import_order_does_not_matter(first) -> None:
 
 def test_plain_import_does_not_load_the_testing_helpers() -> None:
     code = ("import sys, dissectors.api\n"
-            "print('dissectors.testing' in sys.modules, 'dissectors.framing' in sys.modules)")
+            "print('dissectors.sdk.testing' in sys.modules, 'dissectors.framing' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert proc.stdout.split() == ["False", "False"], proc.stderr
+
+
+def test_the_api_does_not_offer_the_test_helpers_but_says_where_they_are() -> None:
+    """They are ``dissectors.sdk.testing`` (``dissect_with_cli``: ``analyzer.testing``);
+    a plugin test still importing them from the API is told where they went."""
+    assert not {"Data", "run_session", "write_pcap", "dissect_with_cli"} & set(api.__all__)
+    with pytest.raises(ImportError, match="dissectors.sdk.testing"):
+        from dissectors.api import Data  # noqa: F401
+    with pytest.raises(ImportError, match="analyzer.testing"):
+        from dissectors.api import dissect_with_cli  # noqa: F401
 
 
 # ------------------------------------------------------------------------ row helpers

@@ -19,7 +19,7 @@ from analyzer.pipeline import Options, dissect_capture
 from analyzer.serverports import server_ports
 from dissectors.api import Direction, Dissector, Session, Verdict
 from dissectors.registry import Registry, discover
-from dissectors.testing import Data, PcapFlow, write_pcap
+from dissectors.sdk.testing import Data, PcapFlow, write_pcap
 from reassembly.flows import DEFAULT_SERVER_PORTS
 
 PLUGIN_PORT = 40999

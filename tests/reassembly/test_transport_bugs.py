@@ -207,7 +207,7 @@ def test_bug8_pktap_header_longer_than_the_frame_is_short_not_a_crash():
 def test_bug9_captured_but_unusable_bytes_do_not_read_as_not_captured(tmp_path):
     """A WebSocket direction loses sync at a real 6-byte capture gap; the frames after
     it were captured but cannot be framed.  The tcp.gap rows must tell the two apart."""
-    from dissectors.testing import Data, Gap
+    from dissectors.sdk.testing import Data, Gap
     from tests.tls.helpers import C, Dissected, S, flow_pcap
     from tests.websocket.test_websocket import cframe, request, response
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from analyzer.pipeline import CaptureResult, Options, dissect_capture
-from dissectors.testing import Data, Gap, PcapFlow, write_pcap
+from dissectors.sdk.testing import Data, Gap, PcapFlow, write_pcap
 from reassembly.engine import read_events
 from reassembly.events import Direction, Event
 from reassembly.quic.keylog import KeyLog

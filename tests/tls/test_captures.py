@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dissectors.testing import PcapFlow, write_pcap
+from dissectors.sdk.testing import PcapFlow, write_pcap
 from reassembly.engine import read_events
 from reassembly.events import StreamData
 from tests.conftest import SHARED

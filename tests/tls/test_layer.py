@@ -181,7 +181,7 @@ def test_gap_inside_a_record_loses_that_record_only(tmp_path):
     script = head + [(C, r1), (C, r2[:10]), (C, r2[10:20]), (C, r2[20:]), (C, r3)]
     # drop the middle piece of r2 from the capture: a TCP gap inside one record
     script[len(head) + 2] = (C, len(r2[10:20]))
-    from dissectors.testing import Data, Gap
+    from dissectors.sdk.testing import Data, Gap
 
     items = [Gap(d, x) if isinstance(x, int) else Data(d, x) for d, x in script]
     evs = events(flow_pcap(tmp_path, items), conn.keylog())
@@ -193,7 +193,7 @@ def test_gap_inside_a_record_loses_that_record_only(tmp_path):
 
 
 def test_gap_across_records_resyncs_on_the_next_authenticating_record(tmp_path):
-    from dissectors.testing import Data, Gap
+    from dissectors.sdk.testing import Data, Gap
 
     conn = Tls13Conn()
     head = [Data(C, conn.c_hello()), Data(S, conn.s_flight()), Data(C, conn.c_finish())]
@@ -209,7 +209,7 @@ def test_gap_across_records_resyncs_on_the_next_authenticating_record(tmp_path):
 
 
 def test_tls_on_any_port_and_other_plain_flows_untouched(tmp_path):
-    from dissectors.testing import PcapFlow, write_pcap
+    from dissectors.sdk.testing import PcapFlow, write_pcap
 
     conn = Tls13Conn(alpn=("h2",))
     flows = [PcapFlow(_script13(conn, starttls=False), 9999),
@@ -243,7 +243,7 @@ def test_held_bytes_limit_passes_the_flow_on_undecrypted(tmp_path):
 
 
 def test_mid_stream_application_data_is_reported_as_tls(tmp_path):
-    from dissectors.testing import PcapFlow, write_pcap
+    from dissectors.sdk.testing import PcapFlow, write_pcap
 
     conn = Tls13Conn()
     rec = conn.app("c", b"PING\r\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.pipeline import Options, dissect_capture
-from dissectors.testing import Data, Gap
+from dissectors.sdk.testing import Data, Gap
 from reassembly.engine import read_events
 from reassembly.events import (
     Anomaly,

@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from dissectors.api import (
+from dissectors.api import Direction, Verdict
+from dissectors.sdk.testing import (
     Data,
-    Direction,
     Gap,
-    Verdict,
     assert_never_raises,
     assert_rows_valid,
     assert_split_invariant,

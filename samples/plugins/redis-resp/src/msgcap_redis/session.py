@@ -32,6 +32,7 @@ import re
 from typing import Any
 
 from dissectors.api import (
+    DEFAULT_PAYLOAD_CAP,
     Block,
     Direction,
     Dropped,
@@ -46,6 +47,7 @@ from dissectors.api import (
     decode_text,
     payload_values,
     record_from,
+    session_option,
 )
 
 from msgcap_redis.resp import (
@@ -61,10 +63,8 @@ from msgcap_redis.resp import (
     split_inline,
 )
 
-__all__ = ["DEFAULT_PAYLOAD_CAP", "MAX_DEPTH", "MAX_KEPT_ELEMENTS", "RedisSession"]
+__all__ = ["MAX_DEPTH", "MAX_KEPT_ELEMENTS", "RedisSession"]
 
-# Bytes kept per bulk string / argument (the run option `payload_cap` overrides it).
-DEFAULT_PAYLOAD_CAP = 4096
 # Redis's PROTO_INLINE_MAX_SIZE: the server refuses longer inline commands and header
 # lines; replies' simple strings are far shorter.  Longer lines are skipped, not buffered.
 MAX_LINE_BYTES = 64 * 1024
@@ -128,13 +128,6 @@ class _Msg:
         self.pending: int | None = None  # bulk type whose bytes were asked for
 
 
-def _option_cap(options: dict[str, Any]) -> int | None:
-    cap = options.get("payload_cap", DEFAULT_PAYLOAD_CAP)
-    if cap is not None and (type(cap) is not int or cap < 0):
-        raise ValueError(f"redis option payload_cap must be an int >= 0 or None, got {cap!r}")
-    return cap
-
-
 class RedisSession(FramedSession):
     """One Redis client connection (both directions)."""
 
@@ -143,7 +136,9 @@ class RedisSession(FramedSession):
             LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync_c2s),
             LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync_s2c),
         )
-        self.cap = _option_cap(options or {})
+        # bytes kept per bulk string / argument: the run's payload_cap, msgcap's default
+        self.cap = session_option(options or {}, "payload_cap", DEFAULT_PAYLOAD_CAP,
+                                  none_ok=True, owner="redis")
         self._msgs: list[_Msg | None] = [None, None]
         self.messages = [0, 0]  # rows of the redis table per direction
         self.subscribed = False

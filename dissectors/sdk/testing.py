@@ -1,5 +1,6 @@
-"""Test helpers for dissector authors: part of the plugin API (re-exported by
-``dissectors.api``), used by msgcap's own tests and by every scaffolded plugin.
+"""Test helpers for dissector authors, used by msgcap's own tests and by every
+scaffolded plugin.  A module of its own (``dissectors.sdk.testing``): the plugin API
+(``dissectors.api``) does not import it, so a run never loads it.
 
 Strategy (after the h11 / wsproto test suites): a test describes one flow as a *script*,
 a list of ``Data(direction, bytes)`` and ``Gap(direction, nbytes)`` items in the order
@@ -16,21 +17,18 @@ they happen, and the helpers feed it to a fresh session in many ways:
   and runs the schema validator, so a typo in a column name fails the test;
 * ``carried_message`` / ``run_payload`` do the same job for payload dissectors;
 * ``write_pcap`` writes a tiny capture (Ethernet / IPv4 / TCP with handshake and FIN, or
-  UDP) from scripts, and ``dissect_with_cli`` runs ``msgcap dissect`` on it in a
-  subprocess (so installed entry points are read afresh) and returns the rows.
+  UDP) from scripts; ``analyzer.testing.dissect_with_cli`` runs ``msgcap dissect`` on it.
 
 Every item ``k`` of a script is stamped as capture frame ``k + 1`` at ``T0_NS + k`` ms, and
 so is every piece it is cut into: records must not depend on how bytes were cut.
 
-Nothing here imports ``analyzer``; only ``dissect_with_cli`` runs it, as a program.
+Nothing here imports ``analyzer``: the product's lower floors never call its top.
 """
 
 from __future__ import annotations
 
 import random
 import struct
-import subprocess
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +47,6 @@ from dissectors.api import (
 
 __all__ = [
     "T0_NS",
-    "CliRun",
     "Data",
     "Gap",
     "PcapFlow",
@@ -59,7 +56,6 @@ __all__ = [
     "assert_rows_valid",
     "assert_split_invariant",
     "carried_message",
-    "dissect_with_cli",
     "mutate_script",
     "run_payload",
     "run_session",
@@ -88,6 +84,8 @@ class Gap(NamedTuple):
 
 
 ScriptItem = Data | Gap | tuple[Direction, bytes] | tuple[Direction, int]
+# how ``run_session`` cuts each item: "whole", "bytes", random points, or n -> lengths
+Split = str | random.Random | Callable[[int], Iterable[int]]
 
 
 def _items(script: Iterable[ScriptItem]) -> list[Data | Gap]:
@@ -119,7 +117,8 @@ class Run:
     closed: bool = True
 
 
-def _new_session(dissector: Any, options: dict[str, Any] | None) -> Session:
+def _new_session(dissector: type[Dissector] | Callable[[], Session],
+                 options: dict[str, Any] | None) -> Session:
     if isinstance(dissector, type) and issubclass(dissector, Dissector):
         return dissector.session(dict(options or {}))
     if callable(dissector):  # a factory: lambda: MySession(...)
@@ -127,7 +126,7 @@ def _new_session(dissector: Any, options: dict[str, Any] | None) -> Session:
     raise TypeError(f"want a Dissector class or a session factory, got {dissector!r}")
 
 
-def _cuts(n: int, split: Any) -> list[int]:
+def _cuts(n: int, split: Split) -> list[int]:
     """Piece lengths for ``n`` bytes."""
     if n == 0:
         return [0]
@@ -164,7 +163,7 @@ def run_session(
     script: Iterable[ScriptItem],
     *,
     options: dict[str, Any] | None = None,
-    split: Any = "whole",
+    split: Split = "whole",
     close: bool = True,
 ) -> Run:
     """Feed ``script`` to a new session of ``dissector`` (a ``Dissector`` class, or a
@@ -274,7 +273,7 @@ def _random_bytes(rng: random.Random, n: int) -> bytes:
     return rng.randbytes(n)
 
 
-def mutate_script(
+def mutate_script(  # noqa: C901 - one branch per kind of mutation, listed in one place
     rng: random.Random, corpus: Sequence[Sequence[ScriptItem]]
 ) -> list[Data | Gap]:
     """One mutant of a random script of ``corpus`` (1 to 4 mutations)."""
@@ -571,7 +570,8 @@ def _frame(src: bytes, dst: bytes, proto: int, l4: bytes, ident: int) -> bytes:
     return b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + hdr + l4
 
 
-def _tcp(src, dst, sport, dport, seq, ack, flags, data=b"") -> bytes:
+def _tcp(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+         data: bytes = b"") -> bytes:
     seg = _TCP.pack(sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, 65535, 0, 0)
     pseudo = src + dst + struct.pack("!BBH", 0, 6, len(seg) + len(data))
     csum = _checksum(pseudo + seg + data)
@@ -607,7 +607,8 @@ def write_pcap(path: str | Path, flows: Sequence[PcapFlow], *, start_ns: int = T
         seq = [1000, 5000]  # next sequence number per direction (ISN + 1 after the SYN)
         ends = ((c_ip, s_ip, cport, sport), (s_ip, c_ip, sport, cport))
 
-        def seg(d: int, flags: int, data: bytes = b"", _e=ends, _s=seq) -> None:
+        def seg(d: int, flags: int, data: bytes = b"", _e: tuple = ends,
+                _s: list[int] = seq) -> None:
             src, dst, a, b = _e[d]
             packets.append(
                 _frame(src, dst, 6, _tcp(src, dst, a, b, _s[d], _s[1 - d], flags, data),
@@ -643,36 +644,3 @@ def write_pcap(path: str | Path, flows: Sequence[PcapFlow], *, start_ns: int = T
             f.write(_PCAP_RECORD.pack(ts_us // 1_000_000, ts_us % 1_000_000, len(pkt), len(pkt)))
             f.write(pkt)
     return path
-
-
-@dataclass
-class CliRun:
-    """Result of ``dissect_with_cli``: exit code, output, and the rows of every table
-    written (``{table: [row dict, ...]}``, in file order)."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    tables: dict[str, list[dict[str, Any]]]
-
-
-def dissect_with_cli(
-    captures: str | Path | Sequence[str | Path], out_dir: str | Path, *args: str
-) -> CliRun:
-    """Run ``msgcap dissect CAPTURES -o OUT_DIR ARGS...`` with this Python in a
-    subprocess (entry points are read afresh, as in real use) and read back the dataset.
-    A non-zero exit code is returned, not raised (1 means "completed with anomalies")."""
-    import pyarrow.parquet as pq
-
-    if isinstance(captures, str | Path):
-        captures = [captures]
-    out = Path(out_dir)
-    cmd = [sys.executable, "-m", "analyzer.cli", "dissect", *map(str, captures), "-o", str(out),
-           *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    tables: dict[str, list[dict[str, Any]]] = {}
-    if out.is_dir():
-        for d in sorted(p for p in out.iterdir() if p.is_dir()):
-            if any(d.rglob("*.parquet")):
-                tables[d.name] = pq.read_table(d).to_pylist()
-    return CliRun(proc.returncode, proc.stdout, proc.stderr, tables)
