@@ -302,6 +302,11 @@ static PyObject *py_walk_pcap(PyObject *self, PyObject *args) {
         return NULL;
     }
     b->has_buf = 1;
+    if (rec_len < 16 || mult < 0) {
+        Py_DECREF(b);
+        PyErr_SetString(PyExc_ValueError, "a pcap record header is at least 16 bytes");
+        return NULL;
+    }
     d = (const uint8_t *)b->buf.buf;
     size = b->buf.len;
     cap = max > 0 ? max : 1;
