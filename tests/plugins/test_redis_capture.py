@@ -13,7 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from analyzer.pipeline import Options, dissect_capture
+from dissectors.api import ColumnBatch, Direction
 from dissectors.registry import discover
+from dissectors.sdk.testing import Data, Gap, PcapFlow, run_session, write_pcap
 from dissectors.tables import unregister_table
 from tests.conftest import SHARED
 from tests.plugins.pluginhelp import REDIS_PLUGIN
@@ -99,3 +101,74 @@ def test_all_bytes_decoded(dataset) -> None:
         assert f["protocol"] == "redis"
         assert f["undecoded_bytes_c2s"] == f["undecoded_bytes_s2c"] == 0
         assert f["decoded_bytes_c2s"] == f["stream_bytes_c2s"] > 0
+
+
+# ------------------------------------------- the columnar fast path writes the same rows
+
+C, S = Direction.C2S, Direction.S2C
+
+
+def _bulk(*words: bytes) -> bytes:
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+
+
+# every kind of row: multibulk and inline commands (PUBLISH: a row with children), RESP3
+# replies, a pub/sub session, a bad command, a message cut by a gap, pipelining
+SCRIPTS = [
+    [Data(C, _bulk(b"HELLO", b"3") + _bulk(b"SET", b"k", b"v" * 5000) + b"PING\r\n"),
+     Data(S, b"%2\r\n+server\r\n+redis\r\n+proto\r\n:3\r\n+OK\r\n+PONG\r\n"),
+     Data(C, b"PUBLISH ch hello\r\nGET k\r\n" + _bulk(b"GET")),
+     Data(S, b":1\r\n$5000\r\n" + b"v" * 5000 + b"\r\n-ERR wrong number of arguments\r\n"),
+     Data(C, _bulk(b"MGET", b"a", b"b")), Gap(C, 7), Data(C, _bulk(b"DEL", b"a")),
+     Data(S, b"*2\r\n$-1\r\n,3.5\r\n:1\r\n")],
+    [Data(C, _bulk(b"SUBSCRIBE", b"news")),
+     Data(S, b">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+             b">3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"),
+     Data(C, _bulk(b"PING")), Data(S, b"+PONG\r\n#t\r\n_\r\n(12345678901234567890\r\n")],
+]
+
+
+def _dissect(tmp_path, fast: bool) -> dict[str, list[dict]]:
+    pcap = write_pcap(tmp_path / "redis.pcap",
+                      [PcapFlow(s, 6379) for s in SCRIPTS for _ in range(3)])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(REDIS_PLUGIN / "src"))
+        from msgcap_redis import RedisDissector
+
+        reg = discover()
+        assert reg.add(RedisDissector, "msgcap_redis:RedisDissector")
+        out = tmp_path / f"fast-{fast}"
+        try:
+            dissect_capture(pcap, out, Options(fast=fast, strict=True, validate=True),
+                            registry=reg)
+        finally:
+            for spec in RedisDissector.tables:
+                unregister_table(spec.name)
+            sys.modules.pop("msgcap_redis", None)
+    return {t: sorted(pq.read_table(out / t).to_pylist(), key=repr)
+            for t in ("redis", "redis_pubsub", "anomalies", "flows")}
+
+
+def test_fast_path_rows_equal_the_row_path(tmp_path) -> None:
+    plain, fast = _dissect(tmp_path, False), _dissect(tmp_path, True)
+    assert len(plain["redis"]) == 78 and plain["redis_pubsub"] and plain["anomalies"]
+    for table in plain:
+        assert fast[table] == plain[table], table
+
+
+def test_fast_path_is_taken(tmp_path) -> None:
+    """The columnar path really runs: a session switched to columns returns
+    ``ColumnBatch`` records for its childless rows (one per run of rows)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(REDIS_PLUGIN / "src"))
+        from msgcap_redis import RedisDissector
+
+        try:
+            session = RedisDissector.session({})
+            session.columnar(True)
+            run = run_session(lambda: session, SCRIPTS[1])
+        finally:
+            sys.modules.pop("msgcap_redis", None)
+    kinds = [type(r).__name__ for r in run.records]
+    assert "ColumnBatch" in kinds and "Record" in kinds  # subscribe reply: has children
+    assert sum(r.n for r in run.records if isinstance(r, ColumnBatch)) == len(session.rows)

@@ -24,6 +24,11 @@ Decisions:
   ``redis.gap_in_message`` / ``redis.eof_in_message`` anomaly), never a partial row.
 * Streamed RESP3 values (``$?``, ``*?``: reserved by the spec, sent by no Redis server)
   are reported as ``redis.unsupported`` and skipped by resynchronising.
+* Columnar fast path (``ColumnarSession``, switched on by the pipeline when its sink
+  takes Arrow batches): a ``redis`` row without ``redis_pubsub`` children goes to a
+  column buffer (``msgcap_redis.columns``) and the session returns a ``ColumnBatch``
+  for it; a row with children, and every anomaly, stays a ``Record``.  Same rows either
+  way, in the same order.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from typing import Any
 from dissectors.api import (
     DEFAULT_PAYLOAD_CAP,
     Block,
+    ColumnarSession,
+    ColumnBatch,
     Direction,
     Dropped,
     FramedSession,
@@ -50,6 +57,7 @@ from dissectors.api import (
     session_option,
 )
 
+from msgcap_redis.columns import FORMAT, RowBuffer
 from msgcap_redis.resp import (
     AGGREGATE_TYPES,
     BULK_TYPES,
@@ -128,7 +136,7 @@ class _Msg:
         self.pending: int | None = None  # bulk type whose bytes were asked for
 
 
-class RedisSession(FramedSession):
+class RedisSession(FramedSession, ColumnarSession):
     """One Redis client connection (both directions)."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
@@ -142,6 +150,12 @@ class RedisSession(FramedSession):
         self._msgs: list[_Msg | None] = [None, None]
         self.messages = [0, 0]  # rows of the redis table per direction
         self.subscribed = False
+        self.fast = False  # ``columnar`` was called: childless rows go to columns
+        self.rows: RowBuffer | None = None  # ... here (None: counted only)
+
+    def columnar(self, keep_rows: bool) -> None:
+        self.fast = True
+        self.rows = RowBuffer() if keep_rows else None
 
     # ---- events ------------------------------------------------------------------
 
@@ -320,12 +334,27 @@ class RedisSession(FramedSession):
         else:
             values["kind"] = "reply"
             self._reply(root, values, children)
-        row = record_from(_TABLE, direction, values, m.first, ev)
-        row.children = [record_from(_PUBSUB, direction, c, m.first, ev) for c in children]
+        if self.fast and not children:
+            self._column_row(direction, values, m.first, ev, out)
+        else:
+            row = record_from(_TABLE, direction, values, m.first, ev)
+            row.children = [record_from(_PUBSUB, direction, c, m.first, ev) for c in children]
+            out.append(row)
         self.messages[direction] += 1
-        out.append(row)
         for p in problems:
             out.append(anomaly_from("redis.bad_command", p, direction, m.first, ev))
+
+    def _column_row(self, direction: Direction, values: dict[str, Any], first: Any, last: Any,
+                    out: list[Any]) -> None:
+        """A ``redis`` row into the column buffer, counted by a ``ColumnBatch`` in ``out``
+        (the previous one when it is the last record: consecutive rows share one)."""
+        if self.rows is not None:
+            self.rows.append(values, first, last)
+        prev = out[-1] if out else None
+        if type(prev) is ColumnBatch and prev.direction == direction:
+            out[-1] = prev._replace(n=prev.n + 1)
+        else:
+            out.append(ColumnBatch(_TABLE, direction, 1, self.rows, FORMAT))
 
     def _command(self, root: _Node, values: dict[str, Any], children: list, problems: list
                  ) -> None:
@@ -388,6 +417,10 @@ class RedisSession(FramedSession):
             "args_truncated": any(len(k) < len(a) for k, a in zip(kept, args, strict=True)),
             "summary": _summary_command(name, kept, False),
         }
+        if self.fast and not (name in ("PUBLISH", "SPUBLISH") and len(args) == 2):
+            self._column_row(Direction.C2S, values, ev, ev, out)
+            self.messages[Direction.C2S] += 1
+            return
         row = record_from(_TABLE, Direction.C2S, values, ev)
         if name in ("PUBLISH", "SPUBLISH") and len(args) == 2:
             row.children.append(record_from(_PUBSUB, Direction.C2S, {
