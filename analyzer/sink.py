@@ -56,6 +56,7 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
+import functools
 import itertools
 import json
 import logging
@@ -104,6 +105,7 @@ __all__ = [
     "open_dataset",
     "part_file",
     "part_files",
+    "parquet_options",
     "partition_dir",
     "read_spark_table",
     "remove_stale_parts",
@@ -409,6 +411,36 @@ def remove_stale_parts(
 def canonical_json(obj: Any) -> str:
     """Key-sorted compact JSON (options in file metadata; stable across runs)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def parquet_options(spec: TableSpec) -> dict[str, Any]:
+    """``pq.ParquetWriter`` keyword arguments for ``spec``'s table.
+
+    Why these (measured with ``benchmarks/bench_parquet.py``, docs/performance.md
+    "Parquet settings"): zstd at Arrow's default level, since higher levels cost up to
+    2.4x the CPU for 1 % of the bytes (payloads dominate and hardly compress); the
+    dictionary on every column (repeated payloads of a fan-out are stored once) except
+    those declaring an ``encoding`` (``Field.encoding``: ordered integers, where the
+    differences are smaller than any dictionary); statistics on (a lookup by record id
+    or time skips row groups; off saves nothing measurable)."""
+    encoded = {f.name: f.encoding for f in spec.columns if f.encoding}
+    options: dict[str, Any] = {"compression": "zstd", "write_statistics": True}
+    if encoded:
+        # pyarrow takes no dictionary default next to ``column_encoding``: name every
+        # other column, nested ones by their leaves (a map's "m" would not cover them)
+        options["use_dictionary"] = [p for p in _leaf_paths(spec) if p not in encoded]
+        options["column_encoding"] = encoded
+    return options
+
+
+@functools.cache
+def _leaf_paths(spec: TableSpec) -> tuple[str, ...]:
+    """The Parquet column paths of ``spec``'s table (``headers.key_value.key``...), as
+    pyarrow names them: read from the footer of an empty file of the schema."""
+    buf = pa.BufferOutputStream()
+    pq.write_table(arrow_schema(spec).empty_table(), buf)
+    schema = pq.ParquetFile(pa.BufferReader(buf.getvalue())).schema
+    return tuple(schema.column(i).path for i in range(len(schema)))
 
 
 class _ParquetThread:
@@ -776,12 +808,7 @@ class DatasetWriter:
 
     def _open(self, t: _Table) -> None:
         t.tmp.parent.mkdir(parents=True, exist_ok=True)
-        t.writer = pq.ParquetWriter(
-            t.tmp,
-            t.schema,
-            compression="zstd",
-            write_statistics=True,
-        )
+        t.writer = pq.ParquetWriter(t.tmp, t.schema, **parquet_options(t.spec))
 
     def _write(self, t: _Table, batch: pa.RecordBatch) -> None:
         # every batch reaching here was validated when it entered the buffer

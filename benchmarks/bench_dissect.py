@@ -18,6 +18,10 @@ sees a warm page cache):
                     It also counts the packets all rates are computed from.
   tshark conv,tcp   ``tshark -r FILE -q -z conv,tcp``: the reference C dissector doing
                     TCP conversation accounting.
+  tcpflow           ``tcpflow -r FILE -o DIR`` (Debian's ``tcpflow``): C++ TCP
+                    reassembly writing each flow direction's bytes to a file, the
+                    nearest peer of msgcap's reassembly; a fresh DIR per run, deleted
+                    afterwards.
   msgcap w=N        ``msgcap dissect FILE -o OUT --overwrite --workers N``, end to end
                     (start-up, SHA-256 of the file, Parquet, manifest); a fresh OUT per
                     run, deleted afterwards.  A worker count the CLI refuses (exit 2),
@@ -86,7 +90,8 @@ READ_SIZE = 1 << 20
 MAX_RECORD = 64 << 20  # reassembly.capture.MAX_RECORD: larger records are garbage
 MESSAGE_OPS = ("PUB", "HPUB", "MSG", "HMSG")
 TARGETS = {"w2_vs_tshark": 10.0, "w1_vs_tshark": 5.0, "rss_mb": 400.0, "rss_spread": 0.10}
-SKIPPABLE = ("raw", "walk", "tshark", "msgcap")
+SKIPPABLE = ("raw", "walk", "tshark", "tcpflow", "msgcap")
+PEERS = ("tshark", "tcpflow")  # the C/C++ tools every msgcap row is compared with
 
 
 # ====================================================================================
@@ -448,6 +453,10 @@ def bench_capture(
         rows["tshark"] = Row("tshark", "tshark conv,tcp")
         if not shutil.which("tshark"):
             rows["tshark"].na = "tshark not installed"
+    if "tcpflow" not in args.skip:
+        rows["tcpflow"] = Row("tcpflow", "tcpflow to files")
+        if not shutil.which("tcpflow"):
+            rows["tcpflow"].na = "tcpflow not installed (apt-get install -y tcpflow)"
     has_workers_option = "--workers" in help_text
     if "msgcap" not in args.skip:
         for w in args.workers:
@@ -481,6 +490,8 @@ def bench_capture(
                     row.na = f"tshark failed: {refusal(m)}"
                     continue
                 row.runs.append(m)
+            elif key == "tcpflow":
+                _run_tcpflow(row, path, args)
             else:
                 _run_msgcap(bench, row, path, args, msgcap, help_text)
             last = row.runs[-1].wall_s if row.runs and not row.na else None
@@ -490,6 +501,20 @@ def bench_capture(
                   + (f" s (took {took:.1f} s)" if last is not None else ""), flush=True)
     bench.load.append(loadavg())
     return bench
+
+
+def _run_tcpflow(row: Row, path: Path, args: argparse.Namespace) -> None:
+    """One ``tcpflow`` run writing every flow into a fresh directory; delete it."""
+    out = Path(tempfile.mkdtemp(prefix=f"tcpflow-{path.stem}-", dir=args.data))
+    try:
+        m = run_measured([shutil.which("tcpflow") or "tcpflow", "-r", str(path), "-o",
+                          str(out)], cwd=ROOT)
+        if m.rc != 0:
+            row.na = f"tcpflow failed: {refusal(m)}"
+            return
+        row.runs.append(m)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _run_msgcap(
@@ -537,8 +562,10 @@ def _op_diff(want: dict[str, int], got: dict[str, int]) -> str:
 
 def print_capture(bench: CaptureBench) -> None:
     packets = bench.packets
-    tshark = bench.rows.get("tshark")
-    tshark_rate = packets / tshark.wall if tshark and tshark.wall and packets else None
+    peer_rates = {}
+    for key in PEERS:
+        peer = bench.rows.get(key)
+        peer_rates[key] = packets / peer.wall if peer and peer.wall and packets else None
     table = []
     for row in bench.rows.values():
         wall = row.wall
@@ -553,12 +580,12 @@ def print_capture(bench: CaptureBench) -> None:
                 else None, ",.0f", "n/a" if is_msgcap else "-"),
             fmt(row.rss_tree, ",.0f"),
             fmt(row.rss_single, ",.0f"),
-            fmt(rate / tshark_rate if rate and tshark_rate else None, ".2f"),
+            *(fmt(rate / pr if rate and pr else None, ".2f") for pr in peer_rates.values()),
         ])
     print()
     print_table(
         ["row", "wall s", "packets/s", "MB/s", "NATS msgs/s", "peak RSS MB (tree)",
-         "max proc MB", "x tshark pkt/s"],
+         "max proc MB", *(f"x {key} pkt/s" for key in PEERS)],
         table,
     )
     w = bench.walk
@@ -583,7 +610,7 @@ def print_capture(bench: CaptureBench) -> None:
         if bad:
             print(f"note {row.label}: exit 1 (degraded) in {len(bad)} run(s)")
     print("wall s: median of the runs (raw read / struct walk: timed inside the child, "
-          "without interpreter start-up; tshark / msgcap: process wall time).  "
+          "without interpreter start-up; tshark / tcpflow / msgcap: process wall time).  "
           "MB = 10^6 bytes for throughput, MiB for RSS.  peak RSS: highest of the runs; "
           "tree = sum of VmRSS over the process and its children sampled every 20 ms "
           "(children's VmHWM cannot be read after they exit), max proc = largest single "

@@ -25,6 +25,7 @@ from analyzer.manifest import (
 from analyzer.sink import DatasetWriter, dataset_schema, open_dataset, partition_dir
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.schema import SchemaError, arrow_schema, rows_to_batch
+from dissectors.tables import DELTA, Field, TableSpec
 from tests.analyzer.conftest import CAPTURE_ID, SHA, anomaly_row, flow_row
 
 OPTIONS = {"payload_cap": 4096, "decode_as": {"4223": "nats"}}
@@ -387,3 +388,32 @@ def test_manifest_requires_a_closed_writer(tmp_path) -> None:
     w = _writer(tmp_path)
     with pytest.raises(RuntimeError, match="close the DatasetWriter"):
         CaptureRun.from_writer(w, _input("x"))
+
+
+def test_ordered_envelope_columns_delta_encoded_the_rest_dictionary(tmp_path) -> None:
+    """``Field.encoding`` (the envelope's record ids, offsets, frames and times) is what
+    the file uses; every other column keeps the dictionary, nested leaves included (a
+    list of dictionary columns must name them); the rows read back unchanged."""
+    spec = TableSpec("enc_demo", 1, "Encoding demo.", (
+        Field("subject", pa.string(), "A subject."),
+        Field("headers", pa.map_(pa.string(), pa.list_(pa.string())), "Headers."),
+    ))
+    rows = [{"capture_id": CAPTURE_ID, "flow_id": i % 3, "record_id": i, "direction": "c2s",
+             "ts_first": 1_700_000_000_000_000_000 + 1000 * i, "offset_start": 10 * i,
+             "frame_first": i + 1, "subject": f"s.{i % 4}", "headers": [("k", ["v"])]}
+            for i in range(300)]
+    with _writer(tmp_path) as w:
+        w.write_rows(spec, rows)
+    part = partition_dir(tmp_path, "enc_demo", CAPTURE_ID) / "part-0.parquet"
+    rg = pq.read_metadata(part).row_group(0)
+    encodings = {rg.column(j).path_in_schema: rg.column(j).encodings
+                 for j in range(rg.num_columns)}
+    delta = {f.name for f in spec.columns if f.encoding == DELTA}
+    assert delta >= {"record_id", "ts_first", "ts_first_ns", "offset_start", "frame_first"}
+    for path, enc in encodings.items():
+        if path in delta:
+            assert "DELTA_BINARY_PACKED" in enc, path
+        elif spec.column(path.split(".")[0]).type != pa.bool_():
+            assert "RLE_DICTIONARY" in enc, path
+    got = pq.read_table(part, partitioning=None)
+    assert got.equals(pa.Table.from_batches([rows_to_batch(spec, rows)]))
