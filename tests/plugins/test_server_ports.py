@@ -21,6 +21,7 @@ from dissectors.api import Direction, Dissector, Session, Verdict
 from dissectors.registry import Registry, discover
 from dissectors.sdk.testing import Data, PcapFlow, write_pcap
 from reassembly.flows import DEFAULT_SERVER_PORTS
+from tests.plugins.pluginhelp import msgcap
 
 PLUGIN_PORT = 40999
 CLIENT_PORT = 30000  # below the plugin's port: the lower-port rule would call it the server
@@ -96,3 +97,15 @@ def test_server_ports_joins_default_declared_and_decode_as() -> None:
     # what the built-in dissectors declare is what `msgcap protocols` lists
     for cls in reg.dissectors.values():
         assert set(cls.default_ports) <= ports
+
+
+def test_follow_decides_roles_as_dissect_does(tmp_path: Path) -> None:
+    """``msgcap follow`` (bytes, not --decoded) reassembles with the same ports: the
+    client's bytes are c2s once ``--decode-as`` names the server's port."""
+    pcap = _mid_stream_pcap(tmp_path / "follow.pcap")
+    args = ("follow", str(pcap), "--flow", "0", "--direction", "c2s", "--raw")
+    plain = msgcap(*args)
+    named = msgcap(*args, "--decode-as", f"{PLUGIN_PORT}=nats")
+    assert (plain.returncode, named.returncode) == (0, 0), plain.stderr + named.stderr
+    assert plain.stdout == "world\n"  # the lower port taken as the server (text mode)
+    assert named.stdout == "hello\n"
