@@ -32,7 +32,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from dissectors.api import (
     CarriedMessage,
@@ -41,6 +41,7 @@ from dissectors.api import (
     PayloadDissector,
     Record,
     Session,
+    SessionOptions,
     Span,
     Verdict,
 )
@@ -120,9 +121,9 @@ class Run:
 def _new_session(dissector: type[Dissector] | Callable[[], Session],
                  options: dict[str, Any] | None) -> Session:
     if isinstance(dissector, type) and issubclass(dissector, Dissector):
-        return dissector.session(dict(options or {}))
+        return dissector.session(cast(SessionOptions, dict(options or {})))
     if callable(dissector):  # a factory: lambda: MySession(...)
-        return dissector()
+        return cast(Session, dissector())
     raise TypeError(f"want a Dissector class or a session factory, got {dissector!r}")
 
 
@@ -374,14 +375,15 @@ def assert_never_raises(
     if isinstance(dissector, type) and issubclass(dissector, PayloadDissector):
         _fuzz_payload(dissector, list(corpus), rng, rounds, options)
         return
-    has_probe = isinstance(dissector, type) and issubclass(dissector, Dissector)
+    probed = dissector if isinstance(dissector, type) and issubclass(dissector, Dissector) else None
+    fed = cast("type[Dissector] | Callable[[], Session]", dissector)
     for r in range(rounds):
         items = mutate_script(rng, corpus)
         split = random.Random(rng.random())
         try:
-            if has_probe:
-                _check_probe(dissector, items, rng)
-            run = run_session(dissector, items, options=options, split=split)
+            if probed is not None:
+                _check_probe(probed, items, rng)
+            run = run_session(fed, items, options=options, split=split)
             assert_accounting(run)
         except Exception as exc:
             raise AssertionError(
@@ -450,7 +452,7 @@ def run_payload(
     exceptions propagating.  Returns every record decoded."""
     from dissectors.dispatch import ScopeDispatcher
 
-    scope = ScopeDispatcher([dissector], dict(options or {}), strict=True)
+    scope = ScopeDispatcher([dissector], cast(SessionOptions, dict(options or {})), strict=True)
     out: list[Record] = []
     for msg in messages:
         out += scope.dispatch(msg)
@@ -460,7 +462,8 @@ def run_payload(
 # ------------------------------------------------------------------------ validation
 
 
-def _walk(records: Iterable[Record], parent: int | None, out: list) -> None:
+def _walk(records: Iterable[Record], parent: int | None,
+          out: list[tuple[Record, int | None]]) -> None:
     for rec in records:
         out.append((rec, parent))
         if rec.children:
@@ -557,7 +560,7 @@ def _checksum(data: bytes) -> int:
     s = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    return int(~s & 0xFFFF)
 
 
 def _ip(a: str) -> bytes:
@@ -607,7 +610,8 @@ def write_pcap(path: str | Path, flows: Sequence[PcapFlow], *, start_ns: int = T
         seq = [1000, 5000]  # next sequence number per direction (ISN + 1 after the SYN)
         ends = ((c_ip, s_ip, cport, sport), (s_ip, c_ip, sport, cport))
 
-        def seg(d: int, flags: int, data: bytes = b"", _e: tuple = ends,
+        def seg(d: int, flags: int, data: bytes = b"",
+                _e: tuple[tuple[bytes, bytes, int, int], ...] = ends,
                 _s: list[int] = seq) -> None:
             src, dst, a, b = _e[d]
             packets.append(
