@@ -112,15 +112,17 @@ def main(proto: Protocol, argv: list[str] | None = None) -> int:
         print(f"  run {i + 1}/{args.runs} msgcap dissect {m.wall_s:.2f} s", flush=True)
 
     wall = median(r.wall_s for r in runs)
+    cpu = median(r.cpu_user_s + r.cpu_sys_s for r in runs)
     msgs = rows.get(proto.table, {}).get("rows", 0)
     print()
     print_table(
-        ["row", "wall s", "packets/s", "MB/s", f"{proto.name} msgs/s", "peak RSS MB (tree)",
-         "max proc MB"],
-        [[f"msgcap dissect w={args.workers}", fmt(wall, ".2f"),
+        ["row", "wall s", "CPU s", "packets/s", "MB/s", f"{proto.name} msgs/s",
+         "msgs/CPU s", "peak RSS MB (tree)", "max proc MB"],
+        [[f"msgcap dissect w={args.workers}", fmt(wall, ".2f"), fmt(cpu, ".2f"),
           fmt(made["packets"] / wall if wall else None, ",.0f"),
           fmt(size / 1e6 / wall if wall else None, ",.1f"),
           fmt(msgs / wall if wall else None, ",.0f"),
+          fmt(msgs / cpu if cpu else None, ",.0f"),
           fmt(max((r.peak_rss_tree_mib for r in runs), default=None), ",.0f"),
           fmt(max((r.peak_rss_single_mib for r in runs), default=None), ",.0f")]],
     )
@@ -136,12 +138,14 @@ def main(proto: Protocol, argv: list[str] | None = None) -> int:
         print(f"vs the sample alone x rounds: {one[proto.table]['rows']:,} x "
               f"{made['rounds']:,} = {want:,}, got {msgs:,} -> "
               f"{'OK' if msgs == want else 'MISMATCH'}")
-    print(f"wall s: median process wall time; msgs/s = {proto.table} rows / wall s; RSS in "
-          "MiB, tree = sampled sum over the process and its children.")
+    print(f"wall s: median process wall time; CPU s: user + system of the tree (what the "
+          f"run costs whatever else the machine runs); msgs/s = {proto.table} rows / wall s; "
+          "RSS in MiB, tree = sampled sum over the process and its children.")
     json_path = args.json or data / f"{proto.name}-results.json"
     write_json(json_path, {
         "environment": environment(), "capture": made, "bytes": size,
-        "runs": [r.as_json() for r in runs], "median_wall_s": wall, "tables": rows,
+        "runs": [r.as_json() for r in runs], "median_wall_s": wall, "median_cpu_s": cpu,
+        "tables": rows,
         "check": check, "na": na,
     })
     print(f"\nraw measurements: {json_path}")
