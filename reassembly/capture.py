@@ -120,6 +120,7 @@ class CaptureReader:
         self.info = info
         self._buf = buf  # decompressed bytes not yet consumed, starting at self._base
         self._base = 0  # offset of self._buf[0] in the decompressed stream
+        self._number = 0  # frames numbered so far (the format readers set the start)
         self._iter: Iterator[Frame] | None = None
         self._closed = False
         self._stopped = False  # a fatal damage ended reading
@@ -149,6 +150,31 @@ class CaptureReader:
     def __repr__(self) -> str:
         i = self.info
         return f"<{type(self).__name__} {i.path!r} {i.format} packets={i.packets}>"
+
+    # -- bulk reading (reassembly.native) ----------------------------------------------
+    # A bulk walker parses the reader's records itself (in C) out of the same buffer
+    # and byte stream, so reading, the file digest and damage stay the reader's: it
+    # starts from ``unread``, grows the buffer with ``read_more`` and, where it stops
+    # (a record it would not take, or the end), hands the rest back with ``resume``
+    # and iterates the reader for it.
+    def unread(self) -> tuple[bytes, int]:
+        """``(buffer, offset)``: the bytes read and not yet parsed (before iteration:
+        from the start of the stream, file header included) and the stream offset of
+        the first of them."""
+        return self._buf, self._base
+
+    def read_more(self, buf: bytes, pos: int, need: int) -> bytes:
+        """``buf[pos:]`` extended from the stream to ``need`` bytes if it can be (the
+        result is shorter at the end of the stream); the walker restarts at 0."""
+        return self._fill(buf, pos, need)
+
+    def resume(self, buf: bytes, pos: int, number: int) -> None:
+        """The walker parsed the records before ``buf[pos]``, frames up to ``number``:
+        iterating the reader (not started yet) goes on from there."""
+        self._base += pos
+        self._buf = buf[pos:] if pos else buf
+        self._number = number
+        self.info.packets = number
 
     # -- helpers for the format readers ------------------------------------------------
     def _frames(self) -> Iterator[Frame]:  # pragma: no cover - overridden

@@ -21,9 +21,9 @@ from typing import Protocol
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.events import Anomaly, Event
-from reassembly.flows import DEFAULT_SERVER_PORTS, FlowTable
+from reassembly.flows import DEFAULT_SERVER_PORTS, FlowTable, RoleSwaps
 from reassembly.limits import SECOND_NS, Limits
-from reassembly.network import FirstReports, NetworkDecoder
+from reassembly.network import FirstReports, L4Packet, NetworkDecoder
 from reassembly.quic.keylog import KeyLog
 from reassembly.quic.layer import QuicLayer, add_capture_secrets
 from reassembly.tls import TlsLayer
@@ -93,25 +93,37 @@ class Reassembler:
         self.clock: Clock = clock if clock is not None else CaptureClock()
         self.counters = {"other_proto": 0}
 
+    def step(self, frame: Frame) -> L4Packet | None:
+        """One frame: decoded, fed to the flow table, then the clock's tick; its events
+        wait in the out list (``drain``).  Returns the decoded packet (None when the
+        decoder took it: a fragment held, a bad or foreign frame), which says what flow
+        it touched (``reassembly.native`` reviews that flow afterwards)."""
+        pkt = self.network.decode(frame)
+        if pkt is not None:
+            missing = pkt.l4_len - len(pkt.payload) if pkt.truncated else 0
+            if pkt.proto == TCP:
+                self.flows.tcp(
+                    pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans, missing
+                )
+            elif pkt.proto == UDP:
+                self.flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
+            else:
+                self.counters["other_proto"] += 1
+        self.clock.tick(self, frame.ts_ns)
+        return pkt
+
+    @property
+    def pending(self) -> list[Event]:
+        """The events of the frames stepped since the last drain, in order (the caller
+        that steps frames itself yields and clears them, as ``process`` does)."""
+        return self._out
+
     def process(self, frames: Iterable[Frame]) -> Iterator[Event]:
         """Events for ``frames`` followed by the end-of-capture flush."""
         out = self._out
-        decode = self.network.decode
-        flows = self.flows
-        tick = self.clock.tick
+        step = self.step
         for frame in frames:
-            pkt = decode(frame)
-            if pkt is not None:
-                missing = pkt.l4_len - len(pkt.payload) if pkt.truncated else 0
-                if pkt.proto == TCP:
-                    flows.tcp(
-                        pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans, missing
-                    )
-                elif pkt.proto == UDP:
-                    flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
-                else:
-                    self.counters["other_proto"] += 1
-            tick(self, frame.ts_ns)
+            step(frame)
             if out:
                 yield from out
                 out.clear()
@@ -142,12 +154,15 @@ def capture_damage_events(reader: CaptureReader) -> list[Event]:
     ]
 
 
-def stream_layers(events: Iterable[Event], limits: Limits, keylog: KeyLog) -> Iterator[Event]:
+def stream_layers(events: Iterable[Event], limits: Limits, keylog: KeyLog,
+                  flows: FlowTable | None = None) -> Iterator[Event]:
     """The layers above TCP: TLS decryption (``reassembly.tls``), then WebSocket
-    (``reassembly.websocket``); each replaces the stream events of the flows it takes."""
+    (``reassembly.websocket``); each replaces the stream events of the flows it takes.
+    ``flows``: the table the events come from (its ``swap_roles`` fixes roles)."""
     from reassembly.websocket import WebSocketLayer
 
-    return WebSocketLayer(limits).process(TlsLayer(limits, keylog).process(events))
+    swap = flows.swap_roles if flows is not None else None
+    return WebSocketLayer(limits, swap).process(TlsLayer(limits, keylog).process(events))
 
 
 def keylog_problems(keylog: KeyLog) -> list[Event]:
@@ -208,20 +223,33 @@ def capture_events(
     keylog: KeyLog | None = None,
     split: FlowSplit | None = None,
     server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
+    roles: RoleSwaps | None = None,
 ) -> Iterator[Event]:
     """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
-    Secrets Blocks as they appear), and the capture's damage at the end.  ``split``:
+    Secrets Blocks as they appear), and the capture's damage at the end.  TCP/UDP
+    reassembly runs on the native engine (``reassembly.native.engine_for``: a whole
+    classic pcap file, unless ``MSGCAP_NATIVE_ENGINE=0``) with the same events.  ``split``:
     only the events of the flows it owns and those tied to no flow (``FlowSplit``).
-    ``server_ports``: as for ``Reassembler``."""
+    ``server_ports``: as for ``Reassembler``.  ``roles``: connected to this run's flow
+    table, for a consumer that learns a flow's roles (``RoleSwaps``)."""
     # one memory budget shared by every layer of this run (``Limits.with_budget``)
     limits = (limits or Limits()).with_budget()
     if keylog is not None:
         # a key log file's own bad lines (pcapng DSBs are checked as they come)
         yield from keylog_problems(keylog)
     out: list[Event] = []
-    reassembler = Reassembler(limits, split.owns if split is not None else None,
-                              server_ports=server_ports)
+    owns = split.owns if split is not None else None
+    # the native engine (``reassembly.native``) when it can take the capture: the same
+    # events, the reference deciding everything but the common path
+    from reassembly import native
+
+    engine = native.engine_for(reader, limits, owns, server_ports)
+    reassembler = engine.ref if engine is not None else Reassembler(
+        limits, owns, server_ports=server_ports)
+    if engine is not None:  # a flow whose roles swap leaves the C core (its key changes)
+        reassembler.flows.on_roles_swapped = lambda info, key: engine.core.unregister(
+            *key, info.flow_id)
     quic = QuicLayer(limits, out.append, keylog, reassembler.flows.swap_roles)
     if split is not None:
         split.quic, split.flows = quic, reassembler.flows
@@ -239,13 +267,21 @@ def capture_events(
                     split.late_keylog_anomalies += 1
             yield frame
 
-    quic_events = quic.process(reassembler.process(frames()), out)
-    yield from stream_layers(quic_events, limits, quic.keylog)
+    if engine is not None:  # a pcap file: no Decryption Secrets Blocks
+        events = engine.events(native.reader_batches(reader))
+    else:
+        events = reassembler.process(frames())
+    quic_events = quic.process(events, out)
+    layered = stream_layers(quic_events, limits, quic.keylog, reassembler.flows)
+    if roles is not None:
+        roles.table = reassembler.flows
+        layered = roles.events(layered)
+    yield from layered
     yield from capture_damage_events(reader)
 
 
 def read_events(
-    path: str | os.PathLike, limits: Limits | None = None, keylog: KeyLog | None = None
+    path: str | os.PathLike[str], limits: Limits | None = None, keylog: KeyLog | None = None
 ) -> Iterator[Event]:
     """All events of one capture file (see ``capture_events``)."""
     with open_capture(path) as reader:

@@ -12,10 +12,11 @@ idle sweeps) is the reference's own.  Taken payloads that are adjacent in the ev
 order come out as one ``CoalescedData`` whose ``split()`` gives the reference's
 ``StreamData`` events.
 
-Not wired into ``reassembly.engine.capture_events`` yet: the C core reads the
-reference's private state (``FlowTable._tcp_keys``, ``TcpHalfStream`` fields) because
-issue 21 is reshaping those modules; the wiring will give them a small public surface
-for it (and a ``Reassembler`` method for one frame, which ``_reference_frame`` repeats).
+Wired into ``reassembly.engine.capture_events`` (``engine_for``) for whole classic pcap
+files, on unless ``MSGCAP_NATIVE_ENGINE=0``: the C walk reads the reader's own buffer
+and stream (``reader_batches``), so the digest and damage stay the reader's.  The C
+core still reads and writes the reference's flow state (``FlowTable``/``_Tcp``/
+``TcpHalfStream`` attributes); the differential test compares every one of them.
 """
 
 from __future__ import annotations
@@ -23,17 +24,16 @@ from __future__ import annotations
 import ipaddress
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from reassembly.capture import MAX_RECORD, MIN_CAPLEN_LIMIT, Frame, open_capture
-from reassembly.compression import ByteSource
+from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.engine import CaptureClock, Reassembler
 from reassembly.events import Direction, Event, FlowInfo, StreamData, Transport
 from reassembly.flows import UNKNOWN_WSCALE, _Tcp
 from reassembly.limits import SECOND_NS, TIER_WINDOWS, Limits
-from reassembly.pcap import FILE_HEADER_LEN
+from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
 from reassembly.tcp import TcpHalfStream, _Window
 
 try:
@@ -49,7 +49,9 @@ BATCH_RECORDS = 16384
 # Bytes read from the capture at a time (as reassembly.capture.CHUNK).
 READ_CHUNK = 1 << 20
 
-TCP, UDP = 6, 17
+TCP = 6
+# ``MSGCAP_NATIVE_ENGINE=0``: capture_events runs the reference alone (``enabled``).
+ENV_SWITCH = "MSGCAP_NATIVE_ENGINE"
 _SEG = struct.Struct("=qqq")  # a segment of CoalescedData: end offset, ts_ns, frame
 _DIRECTIONS = (Direction.C2S, Direction.S2C)
 
@@ -105,63 +107,66 @@ class CoalescedData:
 # -- record reading ------------------------------------------------------------------
 
 
-class _PcapLayout(NamedTuple):
-    big_endian: bool
-    rec_len: int
-    swap: int  # 0 as stored, 1 swapped, 2 swapped when caplen > len (version 2.3)
-    mult: int  # ns per timestamp fraction unit
-    limit: int  # caplen above this is damage
-    linktype: int
+def reader_batches(reader: CaptureReader, max_records: int = BATCH_RECORDS
+                   ) -> Iterator[_engine.Batch]:
+    """The records of a classic pcap file (gzip/zstd too) open as ``reader`` (by
+    ``open_capture``, not iterated yet) as C batches, in order.
+
+    The C walk parses the reader's own buffer, grown from the reader's own byte stream
+    (``CaptureReader.read_more``), so the file digest is the reader's; where the walk
+    stops (a record the reader would report as damage, or the end), the rest goes back
+    to the reader (``CaptureReader.resume``), which reports the damage and finishes the
+    digest; any frame it still yields comes in batches too.  Raises ValueError for a
+    reader that is not of a whole classic pcap file (pcapng, a range of a file, a cut
+    file header: ``supports``)."""
+    header = _whole_pcap(reader)
+    if header is None:
+        raise ValueError(f"{reader.info.path}: not a whole classic pcap file")
+    big, rec_len = header.endian == ">", header.rec_len
+    swap, mult, limit, linktype = header.swap, header.mult, header.limit, header.linktype
+    buf, _ = reader.unread()
+    pos, number = FILE_HEADER_LEN, 0
+    while True:
+        batch = _engine.walk_pcap(buf, pos, big, rec_len, swap, mult, limit, linktype, number,
+                                  max_records)
+        if len(batch):
+            number = batch.number
+            reader.info.packets = number
+            yield batch
+        pos = batch.end
+        if batch.stop:
+            break
+        if len(batch) == max_records:
+            continue
+        have = len(buf) - pos
+        need = rec_len
+        if have >= rec_len:
+            need += header.record(buf, pos)[2]
+        buf = reader.read_more(buf, pos, max(need, have + 1))
+        pos = 0
+        if len(buf) == have:  # the stream ended
+            break
+    reader.resume(buf, pos, number)
+    yield from frame_batches(reader, max_records)
 
 
-def _pcap_layout(path: str | os.PathLike[str]) -> _PcapLayout | None:
-    """The record layout of a classic pcap file, from the reference reader's public
-    facts (None: not a pcap with a whole file header, e.g. pcapng)."""
-    with open_capture(path, digest=False) as reader:
-        info = reader.info
-        if info.format != "pcap" or not info.link_types:
-            return None
-        version = reader.version  # type: ignore[attr-defined]
-        swap = 1 if version < (2, 3) else 2 if version == (2, 3) else 0
-        limit = max(MIN_CAPLEN_LIMIT, min(reader.snaplen, MAX_RECORD))  # type: ignore[attr-defined]
-        rec_len = 24 if info.variant == "modified" else 16
-        return _PcapLayout(info.byte_order == "big-endian", rec_len, swap,
-                           1000 if info.ts_resolution == "us" else 1, limit, info.link_types[0])
+def _whole_pcap(reader: CaptureReader) -> PcapHeader | None:
+    """The file header of a reader of a whole classic pcap file, not iterated yet
+    (None for anything else: a range reader starts past the file header)."""
+    header = getattr(reader, "header", None)
+    if (reader.info.format != "pcap" or not isinstance(header, PcapHeader)
+            or reader.unread()[1] != 0 or reader.info.packets):
+        return None
+    return header
 
 
 def pcap_batches(path: str | os.PathLike[str], max_records: int = BATCH_RECORDS
                  ) -> Iterator[_engine.Batch]:
-    """The records of a classic pcap file (gzip/zstd too) as C batches, in order.
-
-    Stops where ``reassembly.pcap`` would report damage (a record over the caplen
-    limit, a cut record at the end); the reference reader says what it was.  Raises
-    ValueError for a capture that is not classic pcap."""
-    layout = _pcap_layout(path)
-    if layout is None:
-        raise ValueError(f"{os.fspath(path)}: not a classic pcap file")
-    source = ByteSource(path, digest=False)
-    try:
-        buf = source.read_at_least(FILE_HEADER_LEN + READ_CHUNK, READ_CHUNK)
-        pos, number = FILE_HEADER_LEN, 0
-        while True:
-            batch = _engine.walk_pcap(buf, pos, layout.big_endian, layout.rec_len, layout.swap,
-                                      layout.mult, layout.limit, layout.linktype, number,
-                                      max_records)
-            if len(batch):
-                number = batch.number
-                yield batch
-            if batch.stop:
-                return
-            pos = batch.end
-            if len(batch) == max_records:
-                continue
-            more = source.read_at_least(READ_CHUNK, READ_CHUNK)
-            if not more:
-                return
-            buf = buf[pos:] + more
-            pos = 0
-    finally:
-        source.close()
+    """The records of a classic pcap file (gzip/zstd too) as C batches, in order
+    (``reader_batches`` over ``open_capture(path, digest=False)``).  Raises ValueError
+    for a capture that is not classic pcap."""
+    with open_capture(path, digest=False) as reader:
+        yield from reader_batches(reader, max_records)
 
 
 def frame_batches(frames: Iterable[Frame], max_records: int = BATCH_RECORDS
@@ -357,28 +362,18 @@ class NativeReassembler:
     # -- frames the reference handles -------------------------------------------------
 
     def _reference_frame(self, frame: Frame) -> None:
-        """One frame through the reference (``Reassembler.process``'s loop body), then
-        the flows it may have changed are reviewed."""
+        """One frame through the reference (``Reassembler.step``), then the flows it
+        may have changed are reviewed."""
         ref = self.ref
-        out = ref._out
+        out = ref.pending
         first = len(out)
         clock = ref.clock
         before = (getattr(clock, "last_sweep_ns", None), getattr(clock, "now_ns", 0))
-        pkt = ref.network.decode(frame)
+        pkt = ref.step(frame)
         touched = None
-        if pkt is not None:
-            missing = pkt.l4_len - len(pkt.payload) if pkt.truncated else 0
-            if pkt.proto == TCP:
-                ref.flows.tcp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans,
-                              missing)
-                if len(pkt.payload) >= 4:
-                    sport, dport = struct.unpack_from("!HH", pkt.payload)
-                    touched = (pkt.src, sport, pkt.dst, dport)
-            elif pkt.proto == UDP:
-                ref.flows.udp(pkt.src, pkt.dst, pkt.payload, pkt.ts_ns, pkt.frame, pkt.vlans)
-            else:
-                ref.counters["other_proto"] += 1
-        clock.tick(ref, frame.ts_ns)
+        if pkt is not None and pkt.proto == TCP and len(pkt.payload) >= 4:
+            sport, dport = struct.unpack_from("!HH", pkt.payload)
+            touched = (pkt.src, sport, pkt.dst, dport)
         self.counters["reference"] += 1
         if not self._capture_clock or before[0] != clock.last_sweep_ns or (  # type: ignore[attr-defined]
                 clock.now_ns and not before[1]):  # type: ignore[attr-defined]
@@ -436,9 +431,18 @@ class NativeReassembler:
             else:
                 yield chunk
 
+    def events(self, batches: Iterable[_engine.Batch]) -> Iterator[Event]:
+        """``process`` with every ``CoalescedData`` split into the reference's
+        ``StreamData`` (what consumers of ``reassembly.events`` take)."""
+        for event in self.process(batches):
+            if isinstance(event, CoalescedData):
+                yield from event.split()
+            else:
+                yield event
+
     def process(self, batches: Iterable[_engine.Batch]) -> Iterator[Event | CoalescedData]:
         """The events of the batches' records, then the end-of-capture flush."""
-        core, out = self.core, self.ref._out
+        core, out = self.core, self.ref.pending
         per_flow = self.coalesce == "flow"
         for batch in batches:
             n = len(batch)
@@ -456,6 +460,25 @@ class NativeReassembler:
                         out.clear()
         self._sync([])
         yield from self.ref.finish()
+
+
+def enabled() -> bool:
+    """Whether ``capture_events`` uses the engine: built, and not switched off by
+    ``MSGCAP_NATIVE_ENGINE=0``."""
+    return AVAILABLE and os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def engine_for(reader: CaptureReader, limits: Limits | None,
+               owns: Callable[[int], bool] | None, server_ports: Collection[int]
+               ) -> NativeReassembler | None:
+    """The engine for the capture ``reader`` is open on (not iterated yet), with the
+    reference ``Reassembler``'s options; None when the reference must run alone: the
+    engine is off (``enabled``), or the capture is not a whole classic pcap file (pcapng
+    frames would reach the engine batches ahead of the QUIC layer's reading of the
+    Decryption Secrets Blocks among them)."""
+    if not enabled() or _whole_pcap(reader) is None:
+        return None
+    return NativeReassembler(limits, owns, coalesce="none", server_ports=server_ports)
 
 
 _packed_cache: dict[str, bytes] = {}

@@ -545,3 +545,77 @@ def test_flow_coalescing_joins_round_robin_flows(tmp_path) -> None:
     events = list(native.NativeReassembler(coalesce="flow").process(native.pcap_batches(path)))
     coalesced = [e for e in events if isinstance(e, native.CoalescedData)]
     assert len(coalesced) == 2 and sum(len(e.segments) for e in coalesced) // 24 > 30
+
+
+# -- wiring: capture_events ----------------------------------------------------------------
+
+
+def _capture_run(path: Path) -> tuple[list, tuple]:
+    """``capture_events`` over ``path``: its events and the reader's facts after."""
+    from reassembly.engine import capture_events
+
+    with open_capture(path) as reader:
+        events = [_key(e) for e in capture_events(reader)]
+        info = reader.info
+        facts = (info.packets, info.sha256, [(d.offset, d.reason, d.frame) for d in info.damage])
+    return events, facts
+
+
+def _spy(monkeypatch) -> list:
+    """The ``NativeReassembler``s made from now on."""
+    made: list = []
+
+    class Spy(native.NativeReassembler):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(native, "NativeReassembler", Spy)
+    return made
+
+
+@pytest.mark.parametrize("path", [p for p in CORPUS if _is_pcap(p)],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_capture_events_are_the_same_with_the_engine_off(path: Path, monkeypatch) -> None:
+    """The whole-file path (layers above TCP, damage, digest) with the engine on equals
+    ``MSGCAP_NATIVE_ENGINE=0``; the engine ran."""
+    made = _spy(monkeypatch)
+    got = _capture_run(path)
+    assert len(made) == 1
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert _capture_run(path) == got
+    assert len(made) == 1
+
+
+def test_capture_events_of_damaged_and_compressed_files(tmp_path, monkeypatch) -> None:
+    """The reader reports the damage where the C walk stops, and hashes the file, as
+    without the engine; gzip is walked from the reader's decompressed stream."""
+    import gzip
+
+    raw = (ROOT / "samples" / "nats-basic.pcap").read_bytes()
+    first = 24 + 16 + struct.unpack_from("<I", raw, 24 + 8)[0]
+    bad = bytearray(raw)
+    struct.pack_into("<II", bad, first + 8, 300_000_000, 300_000_000)
+    made = _spy(monkeypatch)
+    for name, data in (("over.pcap", bytes(bad)), ("cut.pcap", raw[:-3]),
+                       ("header.pcap", raw[:24 + 9]), ("z.pcap.gz", gzip.compress(raw))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+        got = _capture_run(path)
+        monkeypatch.setenv(native.ENV_SWITCH, "0")
+        assert _capture_run(path) == got, name
+        assert got[1][1] and (got[1][2] or name.endswith(".gz")), name
+    assert len(made) == 4
+
+
+def test_dissect_runs_the_engine(tmp_path, monkeypatch) -> None:
+    """``msgcap dissect``'s path (the one tests/analyzer/test_golden.py checks) takes
+    the bulk of a sample's packets in C, so the golden test is not running the
+    reference alone."""
+    from analyzer.pipeline import Options, dissect_capture
+
+    made = _spy(monkeypatch)
+    dissect_capture(ROOT / "samples" / "pulsar-client.pcap", tmp_path / "out", Options())
+    assert len(made) == 1
+    assert made[0].counters["taken"] > 4 * made[0].counters["reference"]
