@@ -96,9 +96,10 @@ def _moved(frame: bytes, port: int, addr: bytes) -> bytes:
     return bytes(buf)
 
 
-def replicate(src: Path, dst: Path, target_bytes: int) -> dict[str, Any]:
+def replicate(src: Path, dst: Path, target_bytes: int,
+              max_rounds: int | None = None) -> dict[str, Any]:
     """Write ``dst``: ``src`` repeated (see the module doc) until it holds at least
-    ``target_bytes``; what was written."""
+    ``target_bytes`` or ``max_rounds`` rounds; what was written."""
     data = src.read_bytes()
     frames = _records(data)
     port = server_port(frames)
@@ -107,7 +108,7 @@ def replicate(src: Path, dst: Path, target_bytes: int) -> dict[str, Any]:
     size, rounds, packets = 24, 0, 0
     with dst.open("wb") as out:
         out.write(data[:24])
-        while size < target_bytes:
+        while size < target_bytes and (max_rounds is None or rounds < max_rounds):
             rounds += 1
             addr = bytes((10, (rounds >> 16) & 0xFF, (rounds >> 8) & 0xFF, rounds & 0xFF))
             chunk = bytearray()
