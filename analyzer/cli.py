@@ -246,6 +246,7 @@ class _FollowedBytes:
         self.encrypted = False  # the TLS layer passes this flow's records undecrypted
         self.pending = [0, 0]  # ciphertext bytes not yet reported, per direction
         self.stream: tuple[int, int] | None = None  # (QUIC stream, direction) last written
+        self.roles: _JoinedRoles | None = None  # not with --transport-only
 
     def run(self, wrap, reader) -> None:
         from reassembly.engine import Reassembler, capture_damage_events, capture_events
@@ -262,9 +263,13 @@ class _FollowedBytes:
             from analyzer.serverports import server_ports
             from dissectors.registry import discover
 
-            # who is client decided as `msgcap dissect` decides it (the dissectors' ports)
-            ports = server_ports(discover(), parse_decode_as(self.args.decode_as))
-            events = capture_events(reader, keylog=keylog, server_ports=ports)
+            # who is client decided as `msgcap dissect` decides it (the dissectors' ports,
+            # and for a flow joined late the ops it shows: ``_JoinedRoles``)
+            registry, decode_as = discover(), parse_decode_as(self.args.decode_as)
+            ports = server_ports(registry, decode_as)
+            self.roles = _JoinedRoles(registry, decode_as)
+            events = capture_events(reader, keylog=keylog, server_ports=ports,
+                                    roles=self.roles.swaps)
         for ev in wrap(events):
             t = type(ev)
             flow = getattr(ev, "flow", None)
@@ -277,14 +282,19 @@ class _FollowedBytes:
                 continue
             if t is StreamData or t is StreamGap:
                 self.found = True
-                if ev.direction in self.wanted:
-                    self._stream_event(ev)
+                for out in self.roles.settled(ev) if self.roles is not None else (ev,):
+                    if out.direction in self.wanted:
+                        self._stream_event(out)
             elif t is StreamClose:
                 self.found = True
                 break
             else:
                 self.streamless = True
                 self._layer_event(ev)
+        if self.roles is not None:  # the flow ended while detection still held it
+            for ev in self.roles.settled(None):
+                if ev.direction in self.wanted:
+                    self._stream_event(ev)
         self._flush_encrypted()
         self.degraded |= bool(capture_damage_events(reader))
 
@@ -349,6 +359,58 @@ class _FollowedBytes:
                                markup=False)
             else:
                 self.out.write(b"[%d bytes of TLS, %s, encrypted]" % (n, d.short.encode()))
+
+
+class _JoinedRoles:
+    """Raw follow of a flow whose start was not captured: its roles as `msgcap dissect`
+    decides them.  Detection (``analyzer.detect``) may swap them from the ops each side
+    shows, after holding the flow's first bytes, so those bytes are held here too until
+    detection decides (its own bound), then written in the orientation it settled on
+    (``--direction c2s`` is then the client's, as in the flows table)."""
+
+    def __init__(self, registry, decode_as: dict[int, str]) -> None:
+        from analyzer.detect import Detector
+        from reassembly.flows import RoleSwaps
+
+        self.swaps = RoleSwaps()
+        forced = {port: registry.get(name) for port, name in decode_as.items()}
+        self.detector = Detector(list(registry.dissectors.values()), forced)
+        self.detector.swap_roles = self._swap
+        self.fd = None
+        self.held: list = []
+        self.turned = False
+
+    def _swap(self, info, source) -> bool:
+        self.turned = self.swaps(info, source)
+        return self.turned
+
+    def settled(self, ev) -> list:
+        """The events to write now: ``ev`` (None: the end) and what was held before it,
+        once detection decided the flow (or it ended)."""
+        from reassembly.events import StreamData
+        from reassembly.flows import turned
+
+        fd, det = self.fd, self.detector
+        fed = ev is not None and ev.stream_id is None and (fd is None or not fd.decided)
+        if fed:
+            if fd is None:
+                fd = self.fd = det.start(ev.flow)
+            try:
+                if type(ev) is StreamData:
+                    det.data(fd, ev.direction, ev.data, ev)
+                else:
+                    det.gap(fd, ev.direction, ev.offset, ev.nbytes, ev.ts_ns)
+            except Exception:  # noqa: BLE001 - a dissector's bug: the roles stay
+                fd.unclaimed = True
+            self.held.append(ev)  # it came before the swap its bytes may have caused
+            if not fd.decided:
+                return []
+        elif ev is not None:
+            self.held.append(ev)
+        out = [turned(e) for e in self.held] if self.turned else self.held
+        self.held = []
+        self.turned = False
+        return out
 
 
 def _non_negative(text: str) -> int:

@@ -12,7 +12,11 @@ A direction whose start was not captured (``FlowInfo.mid_stream``, or a stream t
 begins with a gap) may begin inside a PDU: it is asked ``probe_joined`` instead, which
 lets a protocol that can resynchronise claim it on a unit further in, and its "no"
 rules nothing out.  Its first bytes before that unit reach the session like any
-others (the session skips them as undecoded).  A flow nobody claims stays unclaimed
+others (the session, told which directions joined late by the option ``joined``, skips
+them as undecoded).  When every direction joined late and the roles were only guessed
+from the ports, a candidate that says yes to a direction read as the other side's (a
+NATS server's ``MSG`` where the port hint put the client) claims the flow with its roles
+swapped (``swap_roles``, role source ``ops``).  A flow nobody claims stays unclaimed
 (its bytes count as undecoded) and is recorded so in the ``flows`` table.
 """
 
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dissectors.api import Dissector, Record, Session, Span, Verdict
-from reassembly.events import Direction, FlowInfo
+from reassembly.events import Direction, FlowInfo, RoleSource
 
 # Enough for any of our protocols to show its first PDU header; past it the flow is
 # declared unclaimed rather than buffering without bound.
@@ -84,6 +88,9 @@ class Detector:
         # the pipeline records it; by default it counts as a silent "no"
         self.on_probe_error: Callable[[FlowDispatch, type[Dissector], BaseException], None] = (
             lambda fd, cand, exc: None)
+        # swaps a flow's client and server (``reassembly.flows.RoleSwaps``: the run's
+        # flow table, and its events still on their way turned); None: roles stay
+        self.swap_roles: Callable[[FlowInfo, RoleSource], bool] | None = None
 
     def start(self, flow: FlowInfo, stream_id: int | None = None) -> FlowDispatch:
         """Detection state for a TCP flow, or for one QUIC stream (``stream_id``)."""
@@ -168,8 +175,9 @@ class Detector:
             # nothing, so only a direction seen from its start can rule a candidate out
             if any(v == Verdict.NO and not late[d] for d, v in verdicts.items()):
                 continue
-            verdicts = set(verdicts.values())
-            if Verdict.YES in verdicts:
+            if Verdict.YES in verdicts.values():
+                return self._lock(fd, cand)
+            if self._turned_yes(fd, cand, late) and self._swap(fd):
                 return self._lock(fd, cand)
             still.append(cand)
         fd.candidates = still
@@ -183,9 +191,40 @@ class Detector:
             fd.held.clear()
         return []
 
+    def _turned_yes(self, fd: FlowDispatch, cand: type[Dissector], late: list[bool]) -> bool:
+        """Joined late with roles guessed from the ports (no handshake seen): does a
+        direction read as the *other* side's (a NATS server's MSG where the port hint
+        put the client)?  Only asked when no direction says yes as it is."""
+        flow = fd.flow
+        if (self.swap_roles is None or not all(late)
+                or flow.role_source not in (RoleSource.PORT, RoleSource.FIRST_PACKET)):
+            return False
+        try:
+            return any(cand.probe_joined(d.flip(), bytes(fd.prefix[d])) == Verdict.YES
+                       for d in Direction if fd.prefix[d])
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - as in _probe
+            self.on_probe_error(fd, cand, exc)
+            return False
+
+    def _swap(self, fd: FlowDispatch) -> bool:
+        """Swap the flow's client and server (``swap_roles``, role source ``ops``); what
+        detection holds is turned with it."""
+        if self.swap_roles is None or not self.swap_roles(fd.flow, RoleSource.OPS):
+            return False
+        fd.held = [(item[0], item[1].flip(), *item[2:]) for item in fd.held]
+        fd.prefix.reverse()
+        fd.joined.reverse()
+        return True
+
     def _lock(self, fd: FlowDispatch, cand: type[Dissector]) -> list[Record]:
         fd.dissector = cand
-        fd.session = session = cand.session(self._options_for(fd))
+        options = self._options_for(fd)
+        late = tuple(d for d in Direction if fd.flow.mid_stream[d] or fd.joined[d])
+        if late:  # the session may start those directions looking for a unit start
+            options = {**options, "joined": late}
+        fd.session = session = cand.session(options)
         self.on_session(fd)
         records: list[Record] = []
         for item in fd.held:

@@ -75,6 +75,7 @@ from reassembly.events import (
     StreamData,
     StreamGap,
 )
+from reassembly.flows import RoleSwaps
 from reassembly.limits import Limits
 
 try:
@@ -187,6 +188,9 @@ class CaptureDissection:
             list(registry.dissectors.values()), decode_as, session_options, self._on_session
         )
         self.detector.on_probe_error = self._probe_error
+        # a flow joined late may show its roles (``capture_events(roles=...)``)
+        self.roles = RoleSwaps()
+        self.detector.swap_roles = self.roles
         # ColumnarSessions fill columns (ColumnBatch records) only for a sink of batches
         self.columnar = options.fast and writer.columnar
         # rows of ColumnBatch records, per table, until they become an Arrow batch
@@ -735,7 +739,8 @@ def run_dissection(
     with open_capture(path, digest=False) as reader:
         try:
             keylog = KeyLog.from_file(options.keylog) if options.keylog else None
-            events = capture_events(reader, job.limits, keylog, split, job.server_ports)
+            events = capture_events(reader, job.limits, keylog, split, job.server_ports,
+                                    job.roles)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
         except OutputError:  # OUT cannot take more (disk full): the caller ends the run

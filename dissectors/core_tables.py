@@ -109,7 +109,10 @@ FLOWS = register_table(
                 "How client and server were decided, most to least reliable: `syn` (client's "
                 "SYN seen), `syn-ack` (server's SYN-ACK seen), `port` (well-known or lower "
                 "port taken as the server), `first-packet` (first sender taken as client), "
-                "`quic-initial` (the sender of the QUIC connection's first Initial).",
+                "`quic-initial` (the sender of the QUIC connection's first Initial); joined "
+                "late with the port guess the other way round (then swapped, with a "
+                "`flow.roles_swapped` anomaly): `websocket-mask` (the side sending masked "
+                "WebSocket frames), `ops` (the protocol operations each side sends).",
                 False,
             ),
             Field(

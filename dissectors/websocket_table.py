@@ -66,8 +66,9 @@ WEBSOCKET_TABLE = register_table(
                   "the direction sent nothing while the flow was looked at."),
             Field("first_frame_s2c", _I64, "joined: the same, server to client."),
             Field("client_direction", _STR, "joined: the direction of the masked frames "
-                  "(`c2s`; `s2c` when the flow's roles, guessed from its ports, are the "
-                  "other way round from WebSocket's: a `websocket.roles` anomaly)."),
+                  "(`c2s`: when the roles guessed from the ports were the other way round "
+                  "the flow's roles are swapped, role_source `websocket-mask`; `s2c` only "
+                  "where they cannot be, with a `websocket.roles` anomaly)."),
             Field("payload", pa.binary(), "close/ping/pong: the control frame's payload "
                   "(at most 125 bytes, unmasked)."),
             Field("close_code", _I32, "close: status code (RFC 6455 §7.4), e.g. 1000; "

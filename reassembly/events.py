@@ -43,6 +43,8 @@ class RoleSource(IntEnum):
     PORT = 2  # no handshake: the well-known / lower port is taken as the server
     FIRST_PACKET = 3  # ports gave no hint: the first sender is taken as the client
     QUIC_INITIAL = 4  # the sender of a QUIC connection's first Initial is the client
+    WEBSOCKET_MASK = 5  # joined late: the side whose WebSocket frames are masked
+    OPS = 6  # joined late: the protocol operations each side sends (NATS: PUB vs MSG)
 
     @property
     def label(self) -> str:

@@ -32,10 +32,11 @@ single packet; ``tick`` (a count of TCP packets) says which of the two fronts is
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import struct
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from reassembly.events import (
     Anomaly,
@@ -102,6 +103,9 @@ _ENDPOINT_CACHE = 4096
 # QUIC, DNS over TLS) and of common services (FTP, SSH, SMTP, DNS, NTP).  Ephemeral
 # ports are never in here.
 DEFAULT_SERVER_PORTS = frozenset({21, 22, 25, 53, 80, 123, 443, 853, 8080})
+# The anomaly kind ``FlowTable.swap_roles`` emits for a TCP flow (its place in the event
+# order says which of the flow's events are in which orientation).
+ROLES_SWAPPED = "flow.roles_swapped"
 
 
 def _ip_text(raw: bytes) -> str:
@@ -251,6 +255,8 @@ class FlowTable:
         self._asleep: OrderedDict[int, _Tcp] = OrderedDict()
         self._next_id = 0
         self._endpoints: dict[tuple[bytes, int], Endpoint] = {}
+        # told (flow, old client-to-server key) before a TCP flow's roles swap
+        self.on_roles_swapped: Callable[[FlowInfo, tuple], None] | None = None
         self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0,
                          "light_flows": 0}
 
@@ -809,12 +815,28 @@ class FlowTable:
         self._end(conn, "idle-timeout")
         return None
 
-    def swap_roles(self, info: FlowInfo, source: RoleSource) -> None:
+    def swap_roles(self, info: FlowInfo, source: RoleSource) -> bool:
         """A layer above learned the roles better than the port hint did (QUIC: who sent
-        the first Initial): swap client and server of a UDP flow in place."""
-        state = self._udp.get(info.flow_id)
+        the first Initial; WebSocket: who masks; a dissector: which ops each side sends):
+        swap client and server of the flow in place.  Returns whether it did (False: not
+        a live flow of this table, or a young one, which has no data to tell by).
+
+        A TCP flow's directions swap too (its halves emit in the new orientation from
+        now on), and one ``ROLES_SWAPPED`` anomaly naming the flow is emitted: the
+        flow's events emitted before it were in the old orientation, those after it in
+        the new one, so a layer that holds or receives them in between knows which to
+        turn (``reassembly.websocket``, ``analyzer.detect``).  ``on_roles_swapped``
+        (set by an engine that keeps its own copy of flows) hears of it first, with the
+        flow's old client-to-server key."""
+        fid = info.flow_id
+        state: _Tcp | _Udp | None = self._udp.get(fid)
+        if state is None:
+            state = self._open.get(fid) or self._closing.get(fid) or self._asleep.get(fid)
         if state is None or state.info is not info:
-            return
+            return False
+        if state.__class__ is _Tcp and self.on_roles_swapped is not None:
+            self.on_roles_swapped(info, state.key)
+        before = info.role_source
         info.client, info.server = info.server, info.client
         for counts in (info.packets, info.payload_bytes, info.stream_bytes, info.gap_bytes,
                        info.overlap_conflicts, info.mid_stream):
@@ -824,6 +846,19 @@ class FlowTable:
         src, sport, dst, dport = state.key
         state.key = (dst, dport, src, sport)
         self._register(state)
+        if isinstance(state, _Tcp):
+            state.c2s, state.s2c = state.s2c, state.c2s
+            for half in state.halves:
+                if isinstance(half, TcpHalfStream):
+                    half.direction = half.direction.flip()
+            state.wscale = (state.wscale[1], state.wscale[0])
+            state.fin = ((state.fin & 1) << 1) | ((state.fin >> 1) & 1)
+            if state.owned:
+                self.emit(Anomaly(ROLES_SWAPPED, f"client and server swapped: decided by "
+                                  f"{source.label}, not by {before.label} (the other way "
+                                  f"round); the client is {info.client}", info.ts_last_ns,
+                                  info.frame_last, info))
+        return True
 
     def _is_new_connection(self, conn: _Tcp, direction: Direction, seq: int) -> bool:
         """A bare SYN on a known 4-tuple starts a new connection unless it repeats the SYN."""
@@ -922,3 +957,64 @@ class FlowTable:
 
 def _info_of(state: _Tcp | _Udp) -> FlowInfo:
     return state.info
+
+
+def turned(ev: Event) -> Event:
+    """``ev`` in the other orientation: its direction flipped (a flow whose roles were
+    swapped after ``ev`` was emitted; events without a direction are as they were)."""
+    direction = getattr(ev, "direction", None)
+    if direction is None:
+        return ev
+    return dataclasses.replace(ev, direction=direction.flip())  # type: ignore[type-var]
+
+
+class Turning:
+    """The flows a layer swapped the roles of (``FlowTable.swap_roles``) whose
+    ``ROLES_SWAPPED`` anomaly it has not seen yet: their events until then were
+    emitted in the old orientation and are turned (``turned``) as they arrive."""
+
+    __slots__ = ("_flows",)
+
+    def __init__(self) -> None:
+        self._flows: set[int] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self._flows)
+
+    def begin(self, info: FlowInfo) -> None:
+        """``info``'s roles were just swapped: turn its events until the anomaly."""
+        self._flows.add(info.flow_id)
+
+    def see(self, ev: Event) -> Event:
+        """``ev`` as it is meant now: turned while its flow waits for the anomaly (which
+        ends the wait and is passed on as it is)."""
+        flow = getattr(ev, "flow", None)
+        if flow is None or flow.flow_id not in self._flows:
+            return ev
+        if type(ev) is Anomaly and ev.kind == ROLES_SWAPPED:
+            self._flows.discard(flow.flow_id)
+            return ev
+        return turned(ev)
+
+
+class RoleSwaps:
+    """How a consumer of a run's events (detection, in the analyzer) swaps a flow's
+    roles: ``reassembly.engine.capture_events`` connects it to the run's flow table
+    (``table``) and passes its events through ``events``, which turns those of a
+    swapped flow that were emitted before the swap (``Turning``).  Unconnected, it
+    swaps nothing."""
+
+    def __init__(self) -> None:
+        self.table: FlowTable | None = None
+        self._turning = Turning()
+
+    def __call__(self, info: FlowInfo, source: RoleSource) -> bool:
+        if self.table is None or not self.table.swap_roles(info, source):
+            return False
+        self._turning.begin(info)
+        return True
+
+    def events(self, events: Iterable[Event]) -> Iterator[Event]:
+        turning = self._turning
+        for ev in events:
+            yield turning.see(ev) if turning else ev

@@ -21,11 +21,12 @@ Strategy (sans-IO, after wsproto; one ``_Conn`` per WebSocket flow):
   bytes; RSV1 only on a message's first frame, for permessage-deflate; the shortest
   length encoding, as RFC 6455 §5.2 requires), every frame of a direction masked alike,
   the two directions the other way round from each other (clients mask, servers do
-  not: the masked side is taken as the client, whatever the port hint said), and the
-  frames must tile what was held.  NATS and TLS never pass (their first bytes are
-  reserved opcodes, FIN-less control frames or continuations without a message).  The
-  flow becomes WebSocket with one ``WebSocketJoin`` event; the bytes before a
-  direction's first frame (the tail of a frame whose header was not captured) are a
+  not: the masked side is taken as the client, whatever the port hint said: the flow's
+  roles are swapped when the hint had them the other way, role source
+  ``websocket-mask``), and the frames must tile what was held.  NATS and TLS never pass
+  (their first bytes are reserved opcodes, FIN-less control frames or continuations
+  without a message).  The flow becomes WebSocket with one ``WebSocketJoin`` event; the
+  bytes before a direction's first frame (the tail of a frame whose header was not captured) are a
   ``websocket-unreadable`` gap, and a message already in progress is read on (its
   continuation frames) unless the direction carries compressed messages.
   permessage-deflate cannot be known from a handshake: a message with RSV1 is inflated
@@ -62,7 +63,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from reassembly.events import (
@@ -70,12 +71,14 @@ from reassembly.events import (
     Direction,
     Event,
     FlowInfo,
+    RoleSource,
     StreamClose,
     StreamData,
     StreamGap,
     WebSocketControl,
     WebSocketHandshake,
 )
+from reassembly.flows import Turning, turned
 from reassembly.limits import Limits
 
 __all__ = ["WebSocketJoin", "WebSocketLayer", "accept_key", "parse_extensions"]
@@ -246,8 +249,14 @@ class _Conn:
 class WebSocketLayer:
     """Stream events → WebSocket message streams (see the module docstring)."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits,
+                 swap_roles: Callable[[FlowInfo, RoleSource], bool] | None = None) -> None:
+        """``swap_roles`` (the flow table's): fixes a flow joined late whose masked side
+        (the client) the port hint took for the server; without it the flow keeps its
+        roles and its frames are read the other way round (``websocket.roles``)."""
         self.limits = limits
+        self._swap_roles = swap_roles
+        self._turning = Turning()  # flows swapped here, until the table's anomaly
         self._out: list[Event] = []
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
@@ -257,7 +266,10 @@ class WebSocketLayer:
 
     def process(self, events: Iterable[Event]) -> Iterator[Event]:
         out = self._out
+        turning = self._turning
         for ev in events:
+            if turning:
+                ev = turning.see(ev)
             t = type(ev)
             if (t is StreamData or t is StreamGap) and ev.stream_id is None:  # type: ignore[union-attr]
                 self.stream(ev)  # type: ignore[arg-type]
@@ -523,6 +535,14 @@ class WebSocketLayer:
         unmasked = [d for d, x in found.items() if not x.masked]
         client = masked[0] if masked else unmasked[0].flip()
         held, conn.late = conn.late, []
+        if client != _C2S and self._swap_roles is not None and self._swap_roles(
+                flow, RoleSource.WEBSOCKET_MASK):
+            # the held events (and those still on their way: ``Turning``) were emitted
+            # in the orientation the port hint gave
+            self._turning.begin(flow)
+            held = [turned(ev) for ev in held]  # type: ignore[misc]
+            found = {d.flip(): x for d, x in found.items()}
+            client = _C2S
         first, last = held[0], held[-1]
         self._out.append(WebSocketJoin(
             flow, _ts(first), _ts(last, True), _frame(first), _frame(last, True),

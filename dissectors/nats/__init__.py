@@ -10,6 +10,8 @@ dict given to ``NatsDissector.session``):
 ``max_server_line``   longest server control line accepted (default 65536)
 ``carry_max``         largest payload handed whole to ``NatsSession.on_message`` (64 MiB)
 ``keep_secrets``      keep CONNECT credentials in ``json_raw`` (default False: redacted)
+``joined``            directions whose start was not captured (set by detection): read
+                      from the first line the resync rule finds
 
 Joining late (``probe_joined``): a direction whose start was not captured usually begins
 inside an operation (the tail of a payload, half a control line).  It is claimed on the

@@ -138,6 +138,13 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         super().__init__(LineFramer(max_line_bytes=c2s_line, resync=parser.resync),
                          LineFramer(max_line_bytes=s2c_line, resync=parser.resync))
         self._dirs = (_Direction(self.framers[0]), _Direction(self.framers[1]))
+        # directions whose start was not captured (option ``joined``, from detection):
+        # read from the first line the resync rule finds, not from byte 0 (a partial
+        # line there is no op, and no ``nats.unknown_op``); True until that resync
+        self._joined = [False, False]
+        for d in options.get("joined") or ():
+            self._joined[d] = True
+            self.framers[d].start_resync()
         budget = options.get("memory_budget")
         if callable(getattr(budget, "hold", None)):  # a line being buffered draws from it
             for st in self._dirs:
@@ -446,6 +453,9 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
 
     def _on_resynced(self, direction: Direction, ev: Resynced, out: list[Record]) -> None:
         how = "until the next NATS operation" if ev.found else "(cut by a gap or the end)"
+        if self._joined[direction]:
+            self._joined[direction] = False
+            how += ": the start of this direction was not captured (joined mid-stream)"
         self.anomaly(out, NatsAnomaly.RESYNC,
                      f"skipped {ev.end - ev.start} bytes {how}", direction, ev)
 

@@ -69,8 +69,13 @@ def test_both_directions_joined_inside_an_op(tmp_path, uncut):
     for x in ("c2s", "s2c"):
         assert _content([r for r in got if r["direction"] == x]) == _content(
             [r for r in after if r["direction"] == x]), x
-    kinds = [a["kind"] for a in d.rows("anomalies") if a["flow_id"] == f["flow_id"]]
-    assert sorted(set(kinds)) == ["nats.resync", "nats.unknown_op", "tcp.gap"]
+    # each joined direction starts looking for an op: one resync saying why, no
+    # unknown_op for its partial first line
+    mine = [a for a in d.rows("anomalies") if a["flow_id"] == f["flow_id"]]
+    assert sorted(set(a["kind"] for a in mine)) == ["nats.resync", "tcp.gap"]
+    resyncs = [a for a in mine if a["kind"] == "nats.resync"]
+    assert sorted(a["direction"] for a in resyncs) == ["c2s", "s2c"]
+    assert all("start of this direction was not captured" in a["detail"] for a in resyncs)
 
 
 def test_probe_joined_needs_a_whole_op():
@@ -105,3 +110,64 @@ def test_detector_claims_a_flow_begun_by_gaps_on_a_later_op():
     records = det.data(fd, S, b"tail\r\nMSG a 1 3\r\nabc\r\n", span)
     assert fd.dissector is NatsDissector
     assert [r.values["op"] for r in records if r.table == "nats"] == ["MSG"]
+
+
+JS = Path(__file__).resolve().parents[2] / "samples" / "nats-js.pcap"
+JS_CLIENT, JS_SERVER = 37220, 47569  # samples/nats-js.truth.json: the server's port is higher
+
+
+def _js_cut(tmp_path: Path) -> tuple[Path, int]:
+    """nats-js.pcap from 20% of its data packets on: nothing of the start kept."""
+    _, packets = capcut.read(JS)
+    data = [p for p in packets if JS_CLIENT in p.ports and p.payload]
+    cut_at = data[len(data) // 5].number
+    return capcut.cut(JS, tmp_path / "cut.pcap",
+                      lambda p: JS_CLIENT not in p.ports or p.number >= cut_at), cut_at
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_roles_from_ops_when_nothing_of_the_start_was_captured(tmp_path, monkeypatch, native):
+    """nats-js.pcap cut at 20% of its data packets, handshake and all: the port hint
+    takes the server (on the higher port) for the client; the ops each direction shows
+    (MSG from one, PUB from the other) swap the roles, so the flows table, every row's
+    direction and the rows themselves are the uncut run's after the cut."""
+    monkeypatch.setenv("MSGCAP_NATIVE_ENGINE", native)
+    pcap, cut_at = _js_cut(tmp_path)
+    d = Dissected(pcap, tmp_path / "out")
+    (f,) = d.rows("flows")
+    assert (f["client_port"], f["server_port"], f["role_source"], f["protocol"]) == (
+        JS_CLIENT, JS_SERVER, "ops", "nats")
+    assert f["mid_stream_c2s"] and f["mid_stream_s2c"]
+    assert_accounting(d)
+    uncut = Dissected(JS, tmp_path / "uncut")
+    (old,) = uncut.rows("flows")
+    assert (old["client_port"], old["role_source"]) == (JS_CLIENT, "syn")
+    after = [r for r in uncut.rows("nats") if r["frame_first"] >= cut_at]
+    got = d.rows("nats")
+    assert {r["direction"] for r in after} == {"c2s", "s2c"}
+    for x in ("c2s", "s2c"):
+        assert _content([r for r in got if r["direction"] == x]) == _content(
+            [r for r in after if r["direction"] == x]), x
+    kinds = [a["kind"] for a in d.rows("anomalies")]
+    assert kinds.count("flow.roles_swapped") == 1 and "nats.wrong_direction" not in kinds
+
+
+def test_follow_a_flow_joined_late(tmp_path, capfdbinary):
+    """`msgcap follow` of the cut JetStream flow: raw, each direction is the tail of the
+    uncut flow's (the roles as dissect decides them, from the ops); decoded, its NATS
+    messages (before the roles were decided from ops it printed none: unclaimed)."""
+    from analyzer.cli import main
+
+    pcap, _ = _js_cut(tmp_path)
+
+    def follow(capture: Path, *args: str) -> bytes:
+        main(["follow", str(capture), "--flow", "0", *args])
+        return capfdbinary.readouterr().out
+
+    for x in ("c2s", "s2c"):
+        got, whole = follow(pcap, "--direction", x), follow(JS, "--direction", x)
+        assert len(got) > 1000 and whole.endswith(got), x
+    assert follow(JS, "--direction", "c2s").startswith(b"CONNECT ")
+    decoded = follow(pcap, "--decoded").decode()
+    assert "[nats]" in decoded and f"127.0.0.1:{JS_CLIENT} \u21c4" in decoded
+    assert "C\u2192S PUB" in decoded and "S\u2192C MSG" in decoded

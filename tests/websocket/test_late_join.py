@@ -85,18 +85,33 @@ def test_joined_after_the_upgrade_decodes_what_follows(tmp_path, uncut, port, sk
         "tcp.gap", "nats.resync"}
 
 
-def test_joined_with_nothing_of_its_start_takes_the_masked_side_for_the_client(tmp_path):
-    """No SYN either: the roles come from the ports (the recorder's server port is the
-    higher one, so the port hint has them the wrong way round); the masking says so."""
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_joined_with_nothing_of_its_start_takes_the_masked_side_for_the_client(
+        tmp_path, uncut, monkeypatch, native):
+    """No SYN either: the port hint takes the recorder's server (on the higher port) for
+    the client; the masking says otherwise and the flow's roles are swapped (flows
+    table, directions of every row), so its NATS rows are the uncut run's after the
+    cut, with their directions.  With the native engine and without it."""
+    monkeypatch.setenv("MSGCAP_NATIVE_ENGINE", native)
     cut_at = _first_data(PLAIN, 16)
     d = _run(tmp_path, lambda p: PLAIN not in p.ports or p.number >= cut_at)
     f = _flow(d, PLAIN)
+    assert (f["client_port"], f["role_source"], f["protocol"]) == (
+        PLAIN, "websocket-mask", "nats")
     assert f["mid_stream_c2s"] and f["mid_stream_s2c"] and f["layers"] == ["websocket"]
     (join,) = [r for r in d.rows("websocket")
                if r["flow_id"] == f["flow_id"] and r["kind"] == "joined"]
-    assert join["client_direction"] == "s2c" and join["first_frame_s2c"] == 0
-    assert "websocket.roles" in d.kinds()
+    assert join["client_direction"] == "c2s" and join["first_frame_c2s"] == 0
+    kinds = [a["kind"] for a in d.rows("anomalies") if a["flow_id"] == f["flow_id"]]
+    assert "websocket.roles" not in kinds and kinds.count("flow.roles_swapped") == 1
     assert_accounting(d)
+    old = _flow(uncut, PLAIN)
+    after = [r for r in _nats(uncut, old["flow_id"]) if r["frame_first"] >= cut_at]
+    got = _nats(d, f["flow_id"])
+    assert {r["direction"] for r in after} == {"c2s", "s2c"}
+    for x in ("c2s", "s2c"):
+        assert _content([r for r in got if r["direction"] == x]) == _content(
+            [r for r in after if r["direction"] == x]), x
 
 
 def test_compressed_direction_whose_window_began_before_the_capture(tmp_path):
