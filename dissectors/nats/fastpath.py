@@ -15,9 +15,11 @@ anomaly, no payload dissector involved, all bytes present — and otherwise stop
 lets the reference handle that operation (``REFUSE``) before trying again after it.
 While an operation is not complete in the buffer the fast path waits for more bytes
 instead of letting the reference start on it (``NEED_MORE``); a gap or the end of the
-stream first runs the reference over what is buffered, so a cut operation is reported
-exactly as the reference reports it.  ``tests/perf/test_fastpath.py`` dissects every
-sample capture (and hostile and hand-built streams) both ways and compares the tables.
+stream first runs the reference over what is buffered (the session driver,
+``dissectors.sessions.FramedSession``, drains before every gap and the end), so a cut
+operation is reported exactly as the reference reports it.
+``tests/perf/test_fastpath.py`` dissects every sample capture (and hostile and hand-built
+streams) both ways and compares the tables.
 
 Payload dissectors (STAN, Liftbridge, plugins): an operation goes to the reference —
 which offers it to them — when its payload's first byte is one a probe may claim
