@@ -39,7 +39,10 @@ import re
 from collections import deque
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 from reassembly.provenance import Chunk, Extent, ProvenanceBuffer, Span
 
@@ -247,6 +250,10 @@ class Released(NamedTuple):
                 "parsing resumes where it ends")
 
 
+Event = Line | Block | Pdu | Oversize | Invalid | Resynced | Dropped | Released
+"""What ``next_event``, ``gap`` and ``close`` hand out."""
+
+
 def resync_after_lf(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
     """Default line resync rule: a line starts at the stream start, or after an LF."""
     if prev_byte == 0x0A:
@@ -329,7 +336,7 @@ class _Framer:
         self._b = ProvenanceBuffer(start_offset)
         self._scan = 0  # LineFramer: where the LF search resumes inside a partial line
         self._prev_byte: int | None = None  # stream byte before _b.data[0]
-        self._events: deque = deque()
+        self._events: deque[Event] = deque()
         self._resync = resync
         self._mode = 0
         self._normal = 0
@@ -382,16 +389,17 @@ class _Framer:
         if self._closed:
             raise ValueError("feed after close")
         b = self._b
-        if b.base is None:
-            b.base = span.offset
-        elif span.offset != b.base + len(b.data):
+        expected = b.end
+        if expected is not None and span.offset != expected:
             raise ValueError(
-                f"non-contiguous feed at {span.offset}, expected {b.base + len(b.data)}"
+                f"non-contiguous feed at {span.offset}, expected {expected}"
                 " (announce missing bytes with gap())"
             )
         self._waiting = False
         n = len(data)
         if not n:
+            if expected is None:
+                b.reset(span.offset)  # (the stream starts here)
             return
         self.fed_bytes += n
         pos = b.pos
@@ -437,7 +445,7 @@ class _Framer:
         if self.budget is not None:
             self.budget.hold(self, self._budget_bytes())
 
-    def next_event(self):
+    def next_event(self) -> Event | _NeedMore:
         """The next event, or ``NEED_MORE`` (then what is left buffered is what the run's
         budget is told)."""
         ev = self._next_event()
@@ -449,7 +457,7 @@ class _Framer:
             self._waiting = False
         return ev
 
-    def _next_event(self):
+    def _next_event(self) -> Event | _NeedMore:
         raise NotImplementedError
 
     def reject(self, nbytes: int) -> None:
@@ -478,7 +486,7 @@ class _Framer:
         if self.budget is not None:
             self.budget.hold(self, 0)
 
-    def gap(self, offset: int, nbytes: int) -> list:
+    def gap(self, offset: int, nbytes: int) -> list[Event]:
         """``nbytes`` at ``offset`` were never captured.  Returns the events this causes."""
         if self._closed:
             raise ValueError("gap after close")
@@ -515,7 +523,7 @@ class _Framer:
             self._rs_prev = None
         return out
 
-    def close(self) -> list:
+    def close(self) -> list[Event]:
         """End of stream: report what is left; everything still pending is undecoded."""
         if self._closed:
             return []
@@ -545,7 +553,7 @@ class _Framer:
     def _drop_partial(self) -> None:
         """Forget a partial unit whose bytes are no longer buffered (abandon)."""
 
-    def _flush_partial(self, out: list, end: int) -> int | None:
+    def _flush_partial(self, out: list[Event], end: int) -> int | None:
         """Report the partial unit at a gap/close; return its known end, if any.
 
         Base version handles the shared modes (resync and skip)."""
@@ -556,7 +564,7 @@ class _Framer:
             return self._skip_end
         return None
 
-    def _resync_flush(self, out: list, end: int) -> None:
+    def _resync_flush(self, out: list[Event], end: int) -> None:
         """Close a resync episode cut by a gap/close (the undecided tail counts too)."""
         pending = self._b.held
         if pending:
@@ -589,7 +597,7 @@ class _Framer:
         if self._resync is None:
             skip, found = avail, False
         else:
-            skip, found = self._resync_scan(buf, pos, avail)
+            skip, found = self._resync_scan(self._resync, buf, pos, avail)
         if not found and avail - skip > MAX_RESYNC_HOLD_BYTES:
             skip = avail - MAX_RESYNC_HOLD_BYTES
         if skip:
@@ -604,7 +612,8 @@ class _Framer:
             return True
         return False
 
-    def _resync_scan(self, buf: bytearray, pos: int, avail: int) -> tuple[int, bool]:
+    def _resync_scan(self, resync: ResyncFn, buf: bytearray, pos: int,
+                     avail: int) -> tuple[int, bool]:
         """Ask the resync rule about ``buf[pos:]`` through a window that starts small and
         grows 4x while nothing is found: a resync that finds a candidate soon (each line
         of a flood of bad ops) copies and scans only that far, so the work stays linear
@@ -614,7 +623,7 @@ class _Framer:
         skip = 0
         while True:
             seen = min(avail - skip, window)
-            k, found = self._resync(bytes(buf[pos + skip : pos + skip + seen]), prev)
+            k, found = resync(bytes(buf[pos + skip : pos + skip + seen]), prev)
             k = max(0, min(int(k), seen))
             if found and k < seen:
                 return skip + k, True
@@ -682,7 +691,7 @@ class LineFramer(_Framer):
         self._blk_keep = 0
         self._blk_parts: list[bytes] = []
         self._blk_kept = 0
-        self._blk_hash = None
+        self._blk_hash: _Hash | None = None
         self._blk_start = 0
         self._blk: Extent | None = None  # the block's bytes consumed so far
         self._blk_trailer = b""
@@ -702,7 +711,7 @@ class LineFramer(_Framer):
         ``ProvenanceBuffer``'s own ``data``, ``pos``, ``base`` and ``chunks`` (its
         ``Chunk`` tuples are what ``dissectors/nats/_speedups.c`` reads)."""
         b = self._b
-        return b.data, b.pos, b.base or 0, b.chunks
+        return b.data, b.pos, b.base, b.chunks
 
     def consumed(self, nbytes: int) -> None:
         """A scanner decoded ``nbytes`` of whole units at the read position."""
@@ -736,7 +745,8 @@ class LineFramer(_Framer):
         self._blk_parts = []
         self._blk_kept = 0
         self._blk_hash = hashlib.sha256() if sha256 else None
-        self._blk_start = self._b.base + self._b.pos if self._b.base is not None else 0
+        b = self._b
+        self._blk_start = b.base + b.pos
         self._blk = None
         self._blk_trailer = trailer
         self._blk_lenient = lenient_trailers
@@ -783,7 +793,7 @@ class LineFramer(_Framer):
         self._long_quiet = True
         self._mode = _LONG
 
-    def _next_event(self):
+    def _next_event(self) -> Event | _NeedMore:
         """The next ``Line``/``Block``/``Oversize``/``Resynced``/``Released`` event, or
         ``NEED_MORE``."""
         if self._events:
@@ -807,6 +817,7 @@ class LineFramer(_Framer):
                 cr = i > pos and buf[i - 1] == 13
                 j = i - 1 if cr else i
                 base = b.base
+                ev: Event
                 if j - pos > self.max_line_bytes:
                     ev = Oversize(end - pos, bytes(buf[pos : pos + HEAD_BYTES]),
                                   *b.extent(base + pos, base + end))
@@ -821,10 +832,8 @@ class LineFramer(_Framer):
                 b.pos = self._scan = end
                 return ev
             if mode == _BLOCK:
-                ev = self._block_step()
-                if ev is None:
-                    return NEED_MORE
-                return ev
+                blk = self._block_step()
+                return NEED_MORE if blk is None else blk
             if mode == _LONG:
                 b = self._b
                 buf = b.data
@@ -925,17 +934,14 @@ class LineFramer(_Framer):
         used = 0
         found = b""
         if trailer:
-            status = None
             found = bytes(buf[pos : pos + len(trailer)])
             if found == trailer:
                 status, used = TrailerStatus.OK, len(trailer)
             else:
-                for alt in self._blk_lenient:
-                    if buf.startswith(alt, pos):
-                        status, used = TrailerStatus.LENIENT, len(alt)
-                        found = alt
-                        break
-                if status is None:
+                alt = next((a for a in self._blk_lenient if buf.startswith(a, pos)), None)
+                if alt is not None:
+                    status, used, found = TrailerStatus.LENIENT, len(alt), alt
+                else:
                     cands = (trailer, *self._blk_lenient)
                     for cand in cands:
                         if avail < len(cand) and cand.startswith(found):
@@ -945,30 +951,32 @@ class LineFramer(_Framer):
                         # whatever the cut: the same stream cut differently must give the
                         # same row (a gap or the end flushes what there is)
                         return None
-                    status = TrailerStatus.BAD
+                    return self._emit_block(TrailerStatus.BAD, found, used)
         return self._emit_block(status, found, used)
 
-    def _blk_piece(self, start: int, n: int) -> None:
+    def _blk_piece(self, start: int, n: int) -> Extent:
         """Bytes ``[start, start + n)`` of the block being read (or of its trailer) were
         consumed: they extend its provenance (an empty piece counts only as the first)."""
         piece = self._b.extent(start, start + n)
         blk = self._blk
         if blk is None:
-            self._blk = piece
+            blk = piece
         elif n:
-            self._blk = blk.through(piece)
+            blk = blk.through(piece)
+        self._blk = blk
+        return blk
 
     def _emit_block(self, status: TrailerStatus, found: bytes, used: int) -> Block:
         b = self._b
-        if used or self._blk is None:  # (an empty block: its provenance is where it is)
-            self._blk_piece(b.offset, used)
+        blk = self._blk
+        if used or blk is None:  # (an empty block: its provenance is where it is)
+            blk = self._blk_piece(b.offset, used)
             b.pos += used
         self.decoded_bytes += self._blk_n + used
         h = self._blk_hash
         end = b.offset
         self._mode = _LINE
         self._scan = b.pos
-        blk = self._blk
         data = b"".join(self._blk_parts)
         self._blk_parts = []
         return Block(data, self._blk_n, h.hexdigest() if h is not None else None, status,
@@ -980,7 +988,7 @@ class LineFramer(_Framer):
             self.undecoded_bytes += self._blk_n - self._blk_left
             self._blk_parts = []
 
-    def _flush_partial(self, out: list, end: int) -> int | None:
+    def _flush_partial(self, out: list[Event], end: int) -> int | None:
         mode = self._mode
         base = self._b.base
         pos = self._b.pos
@@ -1003,8 +1011,7 @@ class LineFramer(_Framer):
                 found = self.peek(len(self._blk_trailer))
                 out.append(self._emit_block(TrailerStatus.MISSING, found, 0))
                 return known
-            got = self._blk_n - self._blk_left
-            self.undecoded_bytes += got
+            self.undecoded_bytes += self._blk_n - self._blk_left
             blk = self._blk if self._blk is not None else Extent.of(0, 0, self._b.last,
                                                                     self._b.last)
             self._blk_parts = []
@@ -1014,7 +1021,7 @@ class LineFramer(_Framer):
             return known
         return super()._flush_partial(out, end)
 
-    def gap(self, offset: int, nbytes: int) -> list:
+    def gap(self, offset: int, nbytes: int) -> list[Event]:
         out = super().gap(offset, nbytes)
         # a known unit end at or past the gap's end is where parsing resumes
         gap_end = offset + nbytes
@@ -1071,7 +1078,7 @@ class LengthPrefixedFramer(_Framer):
     def _on_found(self) -> None:
         pass  # the episode ends when pdu_length accepts the candidate
 
-    def _next_event(self):
+    def _next_event(self) -> Event | _NeedMore:
         """The next ``Pdu``/``Oversize``/``Invalid``/``Resynced``/``Released`` event, or
         ``NEED_MORE``."""
         if self._events:
@@ -1087,10 +1094,12 @@ class LengthPrefixedFramer(_Framer):
                     return NEED_MORE
                 n = self._want
                 if n < 0:
-                    n = self._ask_length(pos)
-                    if n is None:
-                        if avail < self.max_pdu_bytes:
-                            return NEED_MORE
+                    asked = self._ask_length(pos)
+                    if asked is not None:
+                        n = asked
+                    elif avail < self.max_pdu_bytes:
+                        return NEED_MORE
+                    else:
                         n = -1  # no header decision within a whole maximum unit
                     if n <= 0:
                         ev = self._invalid(pos)
@@ -1210,7 +1219,7 @@ class LengthPrefixedFramer(_Framer):
         self._ov_head = b""
         self._mode = _OVERSIZE
 
-    def _flush_partial(self, out: list, end: int) -> int | None:
+    def _flush_partial(self, out: list[Event], end: int) -> int | None:
         mode = self._mode
         if mode == _HEADER:
             pos = self._b.pos
@@ -1243,7 +1252,7 @@ class LengthPrefixedFramer(_Framer):
             return self._ov_end
         return super()._flush_partial(out, end)
 
-    def gap(self, offset: int, nbytes: int) -> list:
+    def gap(self, offset: int, nbytes: int) -> list[Event]:
         out = super().gap(offset, nbytes)
         gap_end = offset + nbytes
         for i, ev in enumerate(out):

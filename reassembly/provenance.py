@@ -29,9 +29,9 @@ them (``dissectors.framing.LineFramer.scan_view``, ``dissectors/nats/_speedups.c
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-__all__ = ["Chunk", "Extent", "ProvenanceBuffer", "Span"]
+__all__ = ["Chunk", "Extent", "ProvenanceBuffer", "Span", "SpanLike"]
 
 Chunk = tuple[int, int, int, int, int]
 """One fed chunk as the buffer remembers it: ``(end, ts_first_ns, ts_last_ns,
@@ -50,6 +50,22 @@ class Span(NamedTuple):
     ts_last_ns: int
     frame_first: int
     frame_last: int
+
+
+class SpanLike(Protocol):
+    """What ``ProvenanceBuffer.feed`` reads of a chunk's provenance: a ``Span``, or a
+    TCP ``reassembly.events.StreamData`` as it is (no copy made per chunk)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def ts_first_ns(self) -> int: ...
+    @property
+    def ts_last_ns(self) -> int: ...
+    @property
+    def frame_first(self) -> int: ...
+    @property
+    def frame_last(self) -> int: ...
 
 
 class Extent(NamedTuple):
@@ -77,19 +93,21 @@ class Extent(NamedTuple):
 class ProvenanceBuffer:
     """The bytes of one stream direction fed but not yet resolved, with their packets.
 
-    ``data[pos:]`` is unresolved; ``base`` is the stream offset of ``data[0]`` (None
-    before the first ``feed``/``reset``); ``chunks`` the fed chunks not yet forgotten
-    (see ``Chunk``), ``last`` the most recent one (it outlives ``clear``: the
-    provenance of an offset past everything held).  Feeds must be contiguous; a caller
-    that skips bytes says so with ``reset``.
+    ``data[pos:]`` is unresolved; ``base`` is the stream offset of ``data[0]``;
+    ``chunks`` the fed chunks not yet forgotten (see ``Chunk``), ``last`` the most
+    recent one (it outlives ``clear``: the provenance of an offset past everything
+    held).  ``started`` is False until a ``feed`` or ``reset`` says where the stream is
+    (a buffer made with ``base=None``: the first feed's offset is taken).  Feeds must
+    be contiguous; a caller that skips bytes says so with ``reset``.
     """
 
-    __slots__ = ("data", "pos", "base", "chunks", "last")
+    __slots__ = ("data", "pos", "base", "chunks", "last", "started")
 
     def __init__(self, base: int | None = None) -> None:
         self.data = bytearray()
         self.pos = 0
-        self.base = base
+        self.started = base is not None
+        self.base = base or 0
         self.chunks: deque[Chunk] = deque()
         self.last: Chunk = _NO_CHUNK
 
@@ -103,53 +121,54 @@ class ProvenanceBuffer:
     @property
     def offset(self) -> int:
         """Stream offset of the read position (the next unresolved byte)."""
-        return (self.base or 0) + self.pos
+        return self.base + self.pos
 
     @property
     def end(self) -> int | None:
         """Stream offset the next ``feed`` must start at (None before the first one)."""
-        return None if self.base is None else self.base + len(self.data)
+        return self.base + len(self.data) if self.started else None
 
     # ---- input -----------------------------------------------------------------------
 
-    def feed(self, data: bytes, span: Span) -> int:
+    def feed(self, data: bytes, span: SpanLike) -> int:
         """Append ``data`` (it starts at ``span.offset``), first dropping the resolved
         prefix.  Returns how many resolved bytes were dropped (the caller's own
         buffer-relative positions move back by that much).  A feed that does not start
         where the bytes held end is a caller bug: ``ValueError``."""
         base = self.base
         buf = self.data
-        if base is None:
+        if not self.started:
             self.base = base = span.offset
+            self.started = True
         elif span.offset != base + len(buf):
             raise ValueError(f"non-contiguous feed at {span.offset}, expected "
                              f"{base + len(buf)} (announce missing bytes with a gap)")
-        pos = self.pos
-        if pos:
-            del buf[:pos]
-            self.base = base = base + pos
-            self.pos = 0
+        dropped = self.compact() if self.pos else 0
+        base = self.base
         buf += data
         chunk = (base + len(buf), span.ts_first_ns, span.ts_last_ns, span.frame_first,
                  span.frame_last)
         self.chunks.append(chunk)
         self.last = chunk
-        return pos
+        return dropped
 
     def compact(self) -> int:
-        """Drop the resolved prefix now (``feed`` does it anyway); returns its length."""
+        """Drop the resolved prefix now (``feed`` does it anyway), and the chunks wholly
+        inside it; returns its length."""
         pos = self.pos
         if pos:
             del self.data[:pos]
-            self.base = (self.base or 0) + pos
+            self.base = base = self.base + pos
             self.pos = 0
+            ch = self.chunks
+            while len(ch) > 1 and ch[0][0] <= base:
+                ch.popleft()
         return pos
 
     def clear(self) -> None:
         """Give up everything held (its bytes count as resolved): the buffer is empty at
         the offset where the held bytes ended.  ``last`` is kept."""
-        if self.base is not None:
-            self.base += len(self.data)
+        self.base += len(self.data)
         self.data = bytearray()
         self.pos = 0
         self.chunks.clear()
@@ -159,6 +178,7 @@ class ProvenanceBuffer:
         never captured, or that the caller skips without buffering)."""
         self.clear()
         self.base = offset
+        self.started = True
 
     # ---- output ----------------------------------------------------------------------
 
@@ -173,32 +193,43 @@ class ProvenanceBuffer:
     def extent(self, start: int, end: int) -> Extent:
         """Provenance of the stream bytes ``[start, end)`` (an empty range: that of the
         byte at ``start``)."""
-        c1 = self.chunk_at(start)
-        c2 = c1 if end - 1 < c1[0] else self.chunk_at(end - 1)
+        # (``chunk_at`` written out: this runs once per unit)
+        ch = self.chunks
+        if not ch:
+            c1 = c2 = self.last
+        else:
+            c1 = ch[0]
+            while c1[0] <= start and len(ch) > 1:
+                ch.popleft()
+                c1 = ch[0]
+            c2 = c1
+            while c2[0] < end and len(ch) > 1:
+                ch.popleft()
+                c2 = ch[0]
         return _tuple_new(Extent, (start, end, c1[1], c2[2], c1[3], c2[4]))
 
     def take(self, n: int) -> tuple[bytes, Extent]:
         """The next ``n`` unresolved bytes (fewer if fewer are held) and their
         provenance; they are resolved."""
         pos = self.pos
-        n = min(n, len(self.data) - pos)
-        start = (self.base or 0) + pos
-        self.pos = pos + n
-        return bytes(self.data[pos : pos + n]), self.extent(start, start + n)
+        data = bytes(self.data[pos : pos + n])
+        return data, self.skip(len(data))
 
     def skip(self, n: int) -> Extent:
         """Resolve the next ``n`` held bytes (fewer if fewer are held) without copying
         them; returns their provenance."""
         pos = self.pos
-        n = min(n, len(self.data) - pos)
-        start = (self.base or 0) + pos
+        avail = len(self.data) - pos
+        if n > avail:
+            n = avail
         self.pos = pos + n
+        start = self.base + pos
         return self.extent(start, start + n)
 
     def discard_to(self, offset: int) -> int:
         """Resolve every held byte before stream ``offset`` (none if it is behind the read
         position, all if past the end); returns how many were resolved."""
         pos = self.pos
-        n = min(max(offset - (self.base or 0) - pos, 0), len(self.data) - pos)
+        n = min(max(offset - self.base - pos, 0), len(self.data) - pos)
         self.pos = pos + n
         return n

@@ -19,8 +19,10 @@ these names) when TLS over TCP needed them too.  Every primitive comes from the
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, hmac
@@ -28,6 +30,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from reassembly.quic.buffer import Cursor, NeedMore
+
+_T = TypeVar("_T")
 
 __all__ = [
     "TLS13_SUITES",
@@ -51,7 +55,9 @@ __all__ = [
 # -- HKDF (RFC 5869 via ``cryptography``; TLS 1.3 labels RFC 8446 §7.1) --------------
 
 
-def hkdf_extract(salt: bytes, ikm: bytes, hash_cls: type[hashes.HashAlgorithm] = hashes.SHA256):
+def hkdf_extract(
+    salt: bytes, ikm: bytes, hash_cls: type[hashes.HashAlgorithm] = hashes.SHA256
+) -> bytes:
     """HKDF-Extract(salt, IKM) = HMAC-Hash(salt, IKM) (RFC 5869 §2.2)."""
     h = hmac.HMAC(salt, hash_cls())
     h.update(ikm)
@@ -335,7 +341,7 @@ class HandshakeReader:
             return []
         buf = self.buf
         buf += data
-        out = []
+        out: list[tuple[int, bytes]] = []
         pos = 0
         while len(buf) - pos >= 4:
             mtype = buf[pos]
@@ -355,7 +361,7 @@ class HandshakeReader:
         return out
 
 
-def safe_parse(parse, body: bytes):
+def safe_parse(parse: Callable[[bytes], _T], body: bytes) -> tuple[_T | None, str | None]:
     """Run a parse function; (result, None) or (None, error text)."""
     try:
         return parse(body), None

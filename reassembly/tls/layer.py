@@ -53,13 +53,14 @@ from reassembly.events import (
     Direction,
     Event,
     FlowInfo,
+    LayerEvent,
     StreamClose,
     StreamData,
     StreamGap,
     TlsConnection,
 )
 from reassembly.limits import Limits
-from reassembly.provenance import Extent, ProvenanceBuffer, Span
+from reassembly.provenance import Extent, ProvenanceBuffer, Span, SpanLike
 from reassembly.quic.keylog import KeyLog, Labels
 from reassembly.tls.records import (
     HEADER_BYTES,
@@ -233,11 +234,11 @@ class TlsLayer:
 
     def __init__(
         self, limits: Limits, keylog: KeyLog | None = None,
-        emit: Callable[[Event], None] | None = None,
+        emit: Callable[[Event | LayerEvent], None] | None = None,
     ) -> None:
         self.limits = limits
         self.keylog = keylog if keylog is not None else KeyLog()
-        self._out: list[Event] = []
+        self._out: list[Event | LayerEvent] = []
         self._emit = emit or self._out.append
         self._conns: dict[int, _Conn] = {}
         self._reading: set[int] = set()  # id() of sides inside _read_records
@@ -246,7 +247,7 @@ class TlsLayer:
 
     # -- event stream -------------------------------------------------------------------
 
-    def process(self, events: Iterable[Event]) -> Iterator[Event]:
+    def process(self, events: Iterable[Event]) -> Iterator[Event | LayerEvent]:
         """Wrap an event stream: TLS flows' stream events are replaced by this layer's."""
         out = self._out
         for ev in events:
@@ -388,9 +389,9 @@ class TlsLayer:
     def _pass(self, side: _Side, ev: Event) -> None:
         """Deliver a raw event unchanged (plain or transparent)."""
         if type(ev) is StreamData:
-            side.out_off = ev.offset + len(ev.data)  # type: ignore[union-attr]
-        else:
-            side.out_off = ev.offset + ev.nbytes  # type: ignore[union-attr]
+            side.out_off = ev.offset + len(ev.data)
+        elif type(ev) is StreamGap:
+            side.out_off = ev.offset + ev.nbytes
         self._emit(ev)
 
     def _begin_tls(self, conn: _Conn, side: _Side, ev: StreamData) -> None:
@@ -458,6 +459,7 @@ class TlsLayer:
         data = ev.data
         off = ev.offset
         b = side.buf
+        span: SpanLike = ev
         if side.skip_to is not None:
             if off + len(data) <= side.skip_to:
                 b.reset(off + len(data))
@@ -465,10 +467,11 @@ class TlsLayer:
             if off < side.skip_to:
                 data = data[side.skip_to - off :]
                 off = side.skip_to
+                span = Span(off, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
             side.skip_to = None
-        if not b.held or b.end != off:  # (the TCP stream is contiguous: only the former)
+        if b.base + len(b.data) != off:  # (after a skip; a TCP stream is otherwise contiguous)
             b.reset(off)
-        b.feed(data, Span(off, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last))
+        b.feed(data, span)
 
     def _at(self, side: _Side, offset: int) -> Extent:
         """Provenance of the TCP byte at ``offset`` (a whole record's comes from
@@ -511,14 +514,15 @@ class TlsLayer:
                 break  # protected record before the decision: wait for the ServerHello
             header = bytes(buf[pos : pos + HEADER_BYTES])
             fragment = bytes(buf[pos + HEADER_BYTES : end])
-            rec = b.skip(end - pos)
+            start = b.base + pos
+            b.pos = end
             side.records += 1
             side.record_bytes += end - pos
             self.counters["records"] += 1
-            self._record(conn, side, ctype, header, fragment, rec)
+            self._record(conn, side, ctype, header, fragment, start, start + end - pos)
             if side.mode == _OPAQUE and not side.observing:
                 break
-        if b.pos > 65536 or not b.held:
+        if b.pos > 65536 or b.pos >= len(b.data):
             b.compact()
 
     def _needs_keys(self, conn: _Conn, side: _Side, ctype: int) -> bool:
@@ -546,9 +550,13 @@ class TlsLayer:
     # -- records --------------------------------------------------------------------------
 
     def _record(self, conn: _Conn, side: _Side, ctype: int, header: bytes, fragment: bytes,
-                rec: Extent) -> None:
-        """One whole record; ``rec``: where it is and which packets carried it."""
-        start = rec.start
+                start: int, end: int) -> None:
+        """One whole record, TCP bytes ``[start, end)``.  Where it came from (``rec``,
+        ``side.buf.extent``) is asked only by the branches that report or deliver
+        something, at most once per record (the buffer forgets packets as it is
+        asked, in stream order): most records of a connection passed on undecrypted
+        need none."""
+        buf = side.buf
         decrypting = conn.decided and conn.decrypt
         tls13 = conn.version == 0x0304
         if ctype == ContentType.CHANGE_CIPHER_SPEC:
@@ -559,7 +567,8 @@ class TlsLayer:
                 if side.ccs and decrypting:
                     self._once(conn, side, "tls.renegotiation",
                                "a second ChangeCipherSpec (renegotiation): its new keys cannot "
-                               "be derived; the following records stay encrypted", rec)
+                               "be derived; the following records stay encrypted",
+                               buf.extent(start, end))
                 side.ccs = True
                 side.seq = 0
                 if decrypting:
@@ -568,7 +577,7 @@ class TlsLayer:
         protected = ctype == ContentType.APPLICATION_DATA or (not tls13 and side.ccs)
         if not protected:
             if ctype == ContentType.HANDSHAKE:
-                self._handshake_bytes(conn, side, fragment, rec)
+                self._handshake_bytes(conn, side, fragment, buf.extent(start, end))
             elif ctype == ContentType.ALERT:
                 self._alert(conn, side, alert_text(fragment))
             return
@@ -579,16 +588,17 @@ class TlsLayer:
         if not tls13 and not side.ccs:
             self._once(conn, side, "tls.bad_record",
                        f"application data before the handshake protected it "
-                       f"({side.direction.short}, TCP offset {start})", rec)
+                       f"({side.direction.short}, TCP offset {start})", buf.extent(start, end))
             return
+        rec = buf.extent(start, end)
         if tls13:
             opened = self._open13(side, header, fragment)
             if opened is None:
                 if side.ep < side.app_ep and not any(n == "handshake" for n, _ in side.epochs):
                     return  # a handshake record whose secret the key log lacks: skipped
                 # a record of the handshake epoch carries no application data
-                plain = len(fragment) - 17 if side.ep >= side.app_ep else 0
-                self._undecrypted(conn, side, plain, rec)
+                lost = len(fragment) - 17 if side.ep >= side.app_ep else 0
+                self._undecrypted(conn, side, lost, rec)
                 return
             inner, content = opened
         else:
@@ -657,18 +667,20 @@ class TlsLayer:
             return
         side.pending_gap = 0
         d = side.direction
-        self._emit(StreamGap(conn.flow, d, side.out_off, n, side.gap_ts, side.gap_frame,
+        off = side.out_off or 0  # (set when TLS began)
+        self._emit(StreamGap(conn.flow, d, off, n, side.gap_ts, side.gap_frame,
                              side.gap_reason))
         conn.flow.gap_bytes[d] += n
-        side.out_off += n  # type: ignore[operator]
+        side.out_off = off + n
 
     def _deliver(self, conn: _Conn, side: _Side, content: bytes, rec: Extent) -> None:
         self._flush_gap(conn, side)
         d = side.direction
-        self._emit(StreamData(conn.flow, d, side.out_off, content, rec.ts_first_ns,
-                              rec.ts_last_ns, rec.frame_first, rec.frame_last))
+        off = side.out_off or 0  # (set when TLS began)
+        self._emit(StreamData(conn.flow, d, off, content, rec.ts_first_ns, rec.ts_last_ns,
+                              rec.frame_first, rec.frame_last))
         conn.flow.stream_bytes[d] += len(content)
-        side.out_off += len(content)  # type: ignore[operator]
+        side.out_off = off + len(content)
         side.app_bytes += len(content)
 
     def _alert(self, conn: _Conn, side: _Side, text: str) -> None:
@@ -791,8 +803,10 @@ class TlsLayer:
 
     def _keys12(self, conn: _Conn, d: Direction) -> Tls12Keys | None:
         ch, sh = conn.ch, conn.sh
-        master = self.keylog.get(ch.random, Labels.CLIENT_RANDOM) if ch else None
-        if master is None or sh is None or conn.suite not in TLS12_AEAD:
+        if ch is None or sh is None or conn.suite not in TLS12_AEAD:
+            return None
+        master = self.keylog.get(ch.random, Labels.CLIENT_RANDOM)
+        if master is None:
             return None
         try:
             ck, sk, civ, siv = tls12_key_block(conn.suite, master, ch.random, sh.random)

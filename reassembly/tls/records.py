@@ -54,6 +54,9 @@ def is_plausible_header(data: bytes | bytearray, pos: int = 0) -> bool:
     record layer of every TLS version says 3.x), and a length a record can have."""
     if len(data) - pos < HEADER_BYTES:
         return False
+    ctype: int
+    version: int
+    length: int
     ctype, version, length = _HDR.unpack_from(data, pos)
     return 20 <= ctype <= 24 and 0x0300 <= version <= 0x0304 and 0 < length <= MAX_RECORD_BYTES
 
