@@ -171,3 +171,41 @@ def test_follow_a_flow_joined_late(tmp_path, capfdbinary):
     decoded = follow(pcap, "--decoded").decode()
     assert "[nats]" in decoded and f"127.0.0.1:{JS_CLIENT} \u21c4" in decoded
     assert "C\u2192S PUB" in decoded and "S\u2192C MSG" in decoded
+
+
+def test_flow_table_swaps_a_tcp_flow_in_place():
+    """``FlowTable.swap_roles`` on a TCP flow joined mid-stream: client/server and the
+    per-direction counters swap, one ``flow.roles_swapped`` anomaly marks the point in
+    the event order, later segments (and a hole filled after the swap) come out in the
+    new orientation, and the flow closes once."""
+    from reassembly.events import Anomaly, Endpoint, RoleSource, StreamClose, StreamData
+    from reassembly.flows import ROLES_SWAPPED, FlowTable
+    from reassembly.limits import Limits
+    from tests.reassembly.test_tcp import ACK, seg
+
+    hi, lo = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+    events: list = []
+    ft = FlowTable(Limits(), events.append)
+    # the real server on 47569 speaks first; the port hint takes the lower port (37220)
+    ft.tcp(hi, lo, seg(47569, 37220, 1000, 500, ACK, b"MSG a 1 2\r\nhi\r\n"), 1, 1)
+    ft.tcp(lo, hi, seg(37220, 47569, 500, 1015, ACK, b"PUB a 2\r\n"), 2, 2)
+    # past a hole: held by the client's half while it is still the port hint's s2c
+    ft.tcp(lo, hi, seg(37220, 47569, 513, 1015, ACK, b"\r\n"), 3, 3)
+    info = events[0].flow
+    assert info.client == Endpoint("10.0.0.1", 47569) and info.role_source is RoleSource.PORT
+    assert ft.swap_roles(info, RoleSource.OPS)
+    assert (info.client, info.server, info.role_source) == (
+        Endpoint("10.0.0.2", 37220), Endpoint("10.0.0.1", 47569), RoleSource.OPS)
+    assert info.stream_bytes == [9, 15] and info.packets == [2, 1]
+    (mark,) = [e for e in events if isinstance(e, Anomaly)]
+    assert mark.kind == ROLES_SWAPPED and mark.flow is info
+    n = len(events)
+    # the hole filled after the swap: the client's bytes, now c2s
+    ft.tcp(lo, hi, seg(37220, 47569, 509, 1015, ACK, b"hi\r\n"), 4, 4)
+    ft.tcp(hi, lo, seg(47569, 37220, 1015, 515, ACK, b"+OK\r\n"), 5, 5)
+    ft.close_all()
+    later = [(e.direction.short, e.data) for e in events[n:] if isinstance(e, StreamData)]
+    assert later == [("c2s", b"hi\r\n"), ("c2s", b"\r\n"), ("s2c", b"+OK\r\n")]
+    assert info.stream_bytes == [15, 20] and info.packets == [3, 2]
+    assert len([e for e in events if isinstance(e, StreamClose)]) == 1
+    assert not ft.swap_roles(info, RoleSource.OPS)  # closed: nothing to swap
