@@ -153,7 +153,7 @@ _MOVED = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         if name in _MOVED:  # ImportError: ``from dissectors.api import Data`` shows it

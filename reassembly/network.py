@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from .capture import Frame
 from .defrag import Defragmenter
 from .events import Anomaly
 from .ip import (
@@ -116,14 +117,14 @@ class FirstReports:
         self.snaplen_reported = False
         self.unknown_reported: set[int] = set()
 
-    def snaplen_cut(self, frame: Any) -> bool:
+    def snaplen_cut(self, frame: Frame) -> bool:
         """True: report this snaplen-cut packet on its own; False: only count it."""
         if self.snaplen_reported:
             return False
         self.snaplen_reported = True
         return True
 
-    def unknown_linktype(self, frame: Any) -> bool:
+    def unknown_linktype(self, frame: Frame) -> bool:
         """True: report that ``frame.linktype`` is not decoded, at this frame."""
         lt = frame.linktype
         if lt in self.unknown_reported:
@@ -177,7 +178,7 @@ class NetworkDecoder:
         self._lt_since = frames_before
 
     # ------------------------------------------------------------------ public
-    def decode(self, frame: Any) -> L4Packet | None:
+    def decode(self, frame: Frame) -> L4Packet | None:
         """Decode one frame; ``None`` for non-IP, unknown link types, fragments still
         waiting and broken packets (those are reported).  Never raises on input bytes."""
         c = self.counters
@@ -322,7 +323,7 @@ class NetworkDecoder:
         return len(self._defrag)
 
     # ------------------------------------------------------------------ IPv4
-    def _ipv4(self, frame: Any, data: bytes, off: int, vlans: tuple[int, ...]) -> L4Packet | None:
+    def _ipv4(self, frame: Frame, data: bytes, off: int, vlans: tuple[int, ...]) -> L4Packet | None:
         c = self.counters
         c["ipv4"] += 1
         n = len(data)
@@ -403,7 +404,7 @@ class NetworkDecoder:
         )
 
     # ------------------------------------------------------------------ IPv6
-    def _ipv6(self, frame: Any, data: bytes, off: int, vlans: tuple[int, ...]) -> L4Packet | None:
+    def _ipv6(self, frame: Frame, data: bytes, off: int, vlans: tuple[int, ...]) -> L4Packet | None:
         c = self.counters
         c["ipv6"] += 1
         n = len(data)
@@ -504,11 +505,11 @@ class NetworkDecoder:
         )
 
     # ------------------------------------------------------------------ reporting
-    def _snaplen_cut(self, frame: Any, data: bytes) -> bool:
+    def _snaplen_cut(self, frame: Frame, data: bytes) -> bool:
         orig = frame.orig_len
         return orig is not None and orig > len(data)
 
-    def _truncated(self, frame: Any, detail: str) -> None:
+    def _truncated(self, frame: Frame, detail: str) -> None:
         """A decodable packet with fewer bytes than its IP header declares."""
         self.counters["truncated"] += 1
         if self._snaplen_cut(frame, frame.data):
@@ -523,7 +524,7 @@ class NetworkDecoder:
             detail += f"; the frame is complete ({frame.orig_len} bytes): the IP length lies"
         self.report(Anomaly(KIND_TRUNCATED, detail, frame.ts_ns, frame.number))
 
-    def _cut(self, frame: Any, data: bytes, detail: str) -> PacketError:
+    def _cut(self, frame: Frame, data: bytes, detail: str) -> PacketError:
         """The IP header itself is incomplete: nothing can be decoded."""
         if self._snaplen_cut(frame, data):
             return PacketError(

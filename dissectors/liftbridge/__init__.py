@@ -32,8 +32,9 @@ from typing import Any, ClassVar
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
 from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_header
 from dissectors.liftbridge.table import ENTRIES_TABLE, LIFTBRIDGE_TABLE, MSG_TYPES
-from dissectors.options import read_payload_cap
+from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.proto import Decoded, Kind, decode, schema
+from dissectors.proto.wire import FieldSpec
 
 __all__ = ["ENTRIES_TABLE", "LIFTBRIDGE_TABLE", "MSG_TYPES", "LiftbridgeDissector"]
 
@@ -79,7 +80,7 @@ MAX_STREAM_SUBJECTS = 100_000
 
 
 class LiftbridgeState:
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: SessionOptions) -> None:
         self.payload_cap = read_payload_cap(options, "liftbridge")
         self.stream_subjects: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
 
@@ -120,7 +121,7 @@ def _subject_stream(subject: str, suffix: str) -> tuple[str | None, int | None]:
     return None, None
 
 
-def _json_value(v: Any, spec: Any = None) -> Any:
+def _json_value(v: object, spec: FieldSpec | None = None) -> object:
     if isinstance(v, Decoded):
         return _json_obj(v)
     if isinstance(v, bytes):
@@ -129,17 +130,17 @@ def _json_value(v: Any, spec: Any = None) -> Any:
         return [_json_value(x, spec) for x in v]
     if isinstance(v, dict):
         return {str(k): _json_value(x) for k, x in v.items()}
-    if spec is not None and spec.kind is Kind.ENUM and spec.enum:
+    if spec is not None and spec.kind is Kind.ENUM and spec.enum and isinstance(v, int):
         return spec.enum.get(v, v)
     return v
 
 
-def _json_obj(d: Decoded) -> dict[str, Any]:
+def _json_obj(d: Decoded) -> dict[str, object]:
     by_name = {s.name: s for s in d.schema.fields.values()}
     return {k: _json_value(v, by_name.get(k)) for k, v in d.values.items()}
 
 
-def _dumps(obj: Any) -> str:
+def _dumps(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -156,7 +157,7 @@ class LiftbridgeDissector(PayloadDissector):
         return Verdict.YES if payload[:4] == MAGIC else Verdict.NO
 
     @classmethod
-    def new_state(cls, options: dict[str, Any]) -> LiftbridgeState:
+    def new_state(cls, options: SessionOptions) -> LiftbridgeState:
         return LiftbridgeState(options)
 
     @classmethod
@@ -192,6 +193,7 @@ class LiftbridgeDissector(PayloadDissector):
             values["decode_error"] = detail
             anomalies.append(("liftbridge.unknown_msg_type", detail))
         else:
+            assert code is not None  # MSG_TYPES named it
             at = header.payload_at or 0
             body = payload[at:]
             values["payload_len"] = len(body)
@@ -404,7 +406,7 @@ class LiftbridgeDissector(PayloadDissector):
     # -- learning ---------------------------------------------------------------------
 
     @classmethod
-    def _bind_stream(cls, state: LiftbridgeState, bindings: Bindings, subject: Any,
+    def _bind_stream(cls, state: LiftbridgeState, bindings: Bindings, subject: object,
                      stream: str, partition: int | None) -> None:
         if not isinstance(subject, str) or not subject or any(c.isspace() for c in subject):
             return
@@ -459,7 +461,7 @@ class LiftbridgeDissector(PayloadDissector):
             )
 
 
-def _default(kind: Kind) -> Any:
+def _default(kind: Kind) -> str | bytes | bool | int:
     if kind is Kind.STRING:
         return ""
     if kind is Kind.BYTES:
@@ -481,7 +483,7 @@ def _set_u64(values: dict[str, Any], col: str, v: int, anomalies: list[tuple[str
         values[col] = v
 
 
-def _set(values: dict[str, Any], col: str, v: Any, spec: Any,
+def _set(values: dict[str, Any], col: str, v: Any, spec: FieldSpec,
          anomalies: list[tuple[str, str]], where: str) -> None:
     if spec.kind is Kind.ENUM:
         v = spec.enum.get(v, str(v)) if spec.enum else str(v)

@@ -174,7 +174,7 @@ def decoded_source(table: str) -> DecodedSource | None:
 # ------------------------------------------------------------------------- JSON output
 
 
-def _jsonable(v: Any, depth: int = 0) -> Any:
+def _jsonable(v: object, depth: int = 0) -> object:
     """``v`` made of JSON types only: bytes as base64, keys as strings, NaN as a string;
     redacted on the way (see ``_member``)."""
     if depth > MAX_DEPTH:
@@ -205,7 +205,7 @@ def _jsonable(v: Any, depth: int = 0) -> Any:
     return str(v)
 
 
-def _member(key: str, value: Any, depth: int) -> tuple[str, Any]:
+def _member(key: str, value: object, depth: int) -> tuple[str, object]:
     """One member, its value a redaction marker when the key may name a credential.
     Redacting the decoded value, not its JSON text, keeps the column valid JSON whatever
     the payload held."""
@@ -229,14 +229,14 @@ def _secret_name(key: str) -> bool:
     return not folded or any(stem in folded for stem in SECRET_STEMS)
 
 
-def _key_text(k: Any) -> str:
+def _key_text(k: object) -> str:
     if isinstance(k, bytes | bytearray):
         return base64.b64encode(bytes(k)).decode("ascii")
     return json.dumps(_jsonable(k), separators=(",", ":"), sort_keys=True) \
         if isinstance(k, Mapping | list | tuple) else str(k)
 
 
-def to_json_text(value: Any) -> str:
+def to_json_text(value: object) -> str:
     """The decoded value as compact JSON text (member order as decoded), redacted:
     secret members are markers, string values passed the gate."""
     return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False,
@@ -271,13 +271,13 @@ def load_decoders() -> dict[str, PayloadDecoder]:
             cls = ep.load()
             dec = cls()
         except Exception as e:  # noqa: BLE001 - a broken plugin costs its decoder only
-            load_decoders.errors[ep.name] = repr(e)
+            load_decoders.errors[ep.name] = repr(e)  # type: ignore[attr-defined]  # see below
             continue
         found[getattr(cls, "name", ep.name)] = dec
     return found
 
 
-load_decoders.errors = {}  # type: ignore[attr-defined]
+load_decoders.errors = {}  # type: ignore[attr-defined]  # a function's attribute: mypy has none
 
 
 class PayloadDecoding:
@@ -324,7 +324,7 @@ class PayloadDecoding:
                 return b
         return self.announced.get((subject, version)) or self.announced.get((subject, None))
 
-    def observe(self, table: str, rows: list[dict]) -> None:
+    def observe(self, table: str, rows: list[dict[str, Any]]) -> None:
         """Show rows on their way to the sink to the schema sources (Pulsar's commands
         announce schemas); a source that fails learns nothing from those rows."""
         for source in self.observers:
@@ -358,7 +358,8 @@ class PayloadDecoding:
             out["payload_decode_error"] = f"decoder failed: {_why(e)}"
         return out
 
-    def _decode(self, data: bytes, binding: Binding | None, out: dict) -> None:
+    def _decode(self, data: bytes, binding: Binding | None, out: dict[str, str | None]
+                ) -> None:
         prefix = ""
         if binding is not None and self.decoders[binding.decoder].wrapper:
             # a subject bound to a wrapper: unwrap without sniffing, detect what is inside
@@ -402,6 +403,11 @@ class PayloadDecoding:
             except Exception as e:  # noqa: BLE001
                 out["payload_decode_error"] = f"{dec.name}: {_why(e)}"
             return
+        self._detect(data, prefix, out)
+
+    def _detect(self, data: bytes, prefix: str, out: dict[str, str | None]) -> None:
+        """``data`` (unwrapped by ``prefix``) bound to no schema: the first detecting
+        decoder that takes it, in order; a strong sniff that fails to decode is the error."""
         for dec in self._detectors:
             strength = dec.sniff(data)
             if strength is Strength.NO:

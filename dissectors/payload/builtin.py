@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import zlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import cbor2
@@ -134,7 +135,7 @@ class TextDecoder(PayloadDecoder):
         return text
 
 
-def _bounded(chunks: Any) -> bytes:
+def _bounded(chunks: Iterable[bytes]) -> bytes:
     out = bytearray()
     for chunk in chunks:
         out += chunk
@@ -153,7 +154,7 @@ class GzipDecoder(PayloadDecoder):
         return Strength.STRONG if data[:3] == b"\x1f\x8b\x08" else Strength.NO
 
     def decode(self, data: bytes, schema: Any = None) -> bytes:
-        def chunks() -> Any:
+        def chunks() -> Iterator[bytes]:
             rest = data
             while rest:
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -182,7 +183,7 @@ class ZstdDecoder(PayloadDecoder):
     def decode(self, data: bytes, schema: Any = None) -> bytes:
         # fed in small steps so one step cannot inflate far past the limit (a zstd block
         # is at most 128 KiB, an RLE block costs 4 bytes); every frame must end
-        def chunks() -> Any:
+        def chunks() -> Iterator[bytes]:
             rest = data
             while rest:
                 d = zstandard.ZstdDecompressor().decompressobj()

@@ -134,8 +134,8 @@ def binding_for(schema: dict[str, Any], topic: str, schema_id: str) -> Binding |
         vdata = data[8 + klen:8 + klen + vlen]
 
         def part(which: str, raw: bytes) -> Binding:
-            sub = {"type": props.get(f"{which}.schema.type", "Bytes"), "schema_data": raw.hex(),
-                   "properties": []}
+            sub: dict[str, Any] = {"type": props.get(f"{which}.schema.type", "Bytes"),
+                                   "schema_data": raw.hex(), "properties": []}
             b = binding_for(sub, topic, schema_id)
             if b is None:  # BYTES: the part kept as it is (base64 in the JSON)
                 return Binding(topic, "pulsar_primitive", "Bytes", schema_id)
@@ -152,10 +152,11 @@ class PulsarSchemaSource:
 
     def __init__(self) -> None:
         # (flow_id, request_id) -> (topic, Schema dict) of a PRODUCER / GET_SCHEMA in flight
-        self._producers: dict[tuple[int, int], tuple[str, dict]] = {}
-        self._gets: dict[tuple[int, int], str] = {}
+        # (keys as the rows and commands hold them: either may be missing, None)
+        self._producers: dict[tuple[object, object], tuple[str, dict[str, Any]]] = {}
+        self._gets: dict[tuple[object, object], str] = {}
 
-    def observe(self, engine: PayloadDecoding, table: str, rows: list[dict]) -> None:
+    def observe(self, engine: PayloadDecoding, table: str, rows: list[dict[str, Any]]) -> None:
         if table != "pulsar_commands":
             return
         for row in rows:
@@ -171,7 +172,8 @@ class PulsarSchemaSource:
                 continue
             self._command(engine, cmd, row, body)
 
-    def _command(self, engine: PayloadDecoding, cmd: str, row: dict, body: dict) -> None:
+    def _command(self, engine: PayloadDecoding, cmd: str, row: dict[str, Any], body: dict[str, Any]
+                 ) -> None:
         flow, rid = row.get("flow_id"), body.get("request_id")
         topic = body.get("topic")
         if cmd in ("PRODUCER", "SUBSCRIBE") and isinstance(body.get("schema"), dict) \
@@ -194,7 +196,7 @@ class PulsarSchemaSource:
                 self._register(engine, topic, body.get("schema_version"), body["schema"])
 
     def _register(self, engine: PayloadDecoding, topic: str, version_hex: str | None,
-                  schema: dict) -> None:
+                  schema: dict[str, Any]) -> None:
         if len(engine.announced) >= MAX_ANNOUNCED:
             return
         try:
@@ -223,7 +225,7 @@ class PulsarSchemaSource:
             engine.announced[(topic, None)] = b
 
 
-def _learned_on(engine: PayloadDecoding, row: dict) -> None:
+def _learned_on(engine: PayloadDecoding, row: dict[str, Any]) -> None:
     """Note the server of the connection ``row`` came on (``engine.learned_from``): the
     schema it announces may decode messages of that server's other connections."""
     c2s = row.get("direction") == "c2s"

@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+from fastavro.types import Schema as AvroSchema
 from google.protobuf import descriptor_pb2, descriptor_pool, empty_pb2, json_format, message_factory
+from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from dissectors.dispatch import subject_matches
-from dissectors.payload import Binding, DecodeError, PayloadDecoder
+from dissectors.payload import Binding, DecodeError, PayloadDecoder, PayloadDecoding
 
 __all__ = [
     "AvroDecoder",
@@ -52,7 +54,7 @@ class SchemaSpecError(ValueError):
 
 
 @lru_cache(maxsize=256)
-def _compiled(pattern: str) -> Any:
+def _compiled(pattern: str) -> re.Pattern[str] | tuple[str, ...]:
     if "://" in pattern:
         return re.compile(pattern)
     return tuple(pattern.split("."))
@@ -74,7 +76,8 @@ def pattern_matches(pattern: str, subject: str) -> bool:
 # --------------------------------------------------------------------------- Protobuf
 
 
-def _pool_from(files: list[descriptor_pb2.FileDescriptorProto]) -> Any:
+def _pool_from(files: list[descriptor_pb2.FileDescriptorProto]
+               ) -> descriptor_pool.DescriptorPool:
     pool = descriptor_pool.DescriptorPool()
     pending = list(files)
     # add in dependency order (a descriptor set from protoc is, a Pulsar schema may not be)
@@ -135,14 +138,16 @@ class ProtobufDecoder(PayloadDecoder):
         return json_format.MessageToDict(msg, preserving_proto_field_name=True)
 
 
-def _raw_fields(msg: Any, depth: int = 0) -> list[dict[str, Any]]:
+def _raw_fields(msg: Message, depth: int = 0) -> list[dict[str, Any]]:
     out = []
-    for f in UnknownFieldSet(msg):
+    fields = UnknownFieldSet(msg)
+    for i in range(len(fields)):  # the stub gives it no __iter__, only the sequence protocol
+        f = fields[i]
         v = f.data
         entry: dict[str, Any] = {"field": f.field_number, "wire_type": f.wire_type}
         if isinstance(v, UnknownFieldSet):  # group
-            v = [{"field": g.field_number, "wire_type": g.wire_type, "value": g.data}
-                 for g in v]
+            v = [{"field": v[j].field_number, "wire_type": v[j].wire_type, "value": v[j].data}
+                 for j in range(len(v))]
         entry["value"] = v
         out.append(entry)
     return out
@@ -151,7 +156,7 @@ def _raw_fields(msg: Any, depth: int = 0) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------- Avro
 
 
-def avro_schema(definition: Any) -> Any:
+def avro_schema(definition: AvroSchema) -> AvroSchema:
     """A parsed (fastavro) schema from its JSON definition (a dict, list or string)."""
     try:
         return fastavro.parse_schema(definition)
@@ -185,7 +190,7 @@ class AvroDecoder(PayloadDecoder):
 # ------------------------------------------------------------------------ JSON Schema
 
 
-def check_json_schema(value: Any, schema: Any) -> None:
+def check_json_schema(value: object, schema: object) -> None:
     """Validate a decoded JSON value against a JSON Schema (``jsonschema`` when
     installed; without it the value is kept unvalidated)."""
     try:
@@ -280,10 +285,9 @@ def load_schema_spec(spec: str) -> Binding:
                           "use .proto, .desc (descriptor set), .avsc or .json (JSON Schema)")
 
 
-def decoding_for(specs: tuple[str, ...] | list[str]) -> Any:
+def decoding_for(specs: tuple[str, ...] | list[str]) -> PayloadDecoding:
     """The ``PayloadDecoding`` engine of a run: the registered decoders plus one binding
     per ``--schema`` spec (later specs win over earlier ones)."""
-    from dissectors.payload import PayloadDecoding
     from dissectors.payload.pulsar import PulsarSchemaSource
 
     engine = PayloadDecoding()

@@ -10,17 +10,19 @@ the pipeline only has to wrap its writer once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 
 from dissectors.payload import DECODED_COLUMNS, PayloadDecoding, decoded_source
 from dissectors.redaction import keeping_secrets
+from dissectors.tables import TableSpec
 
 __all__ = ["DecodingWriter", "decode_batch", "decode_rows"]
 
 
-def decode_rows(engine: PayloadDecoding, table: str, rows: list[dict]) -> None:
+def decode_rows(engine: PayloadDecoding, table: str, rows: list[dict[str, Any]]) -> None:
     """Set the decoded columns of dict ``rows`` of ``table`` in place."""
     src = decoded_source(table)
     if src is None:
@@ -37,7 +39,8 @@ def decode_rows(engine: PayloadDecoding, table: str, rows: list[dict]) -> None:
         ))
 
 
-def decode_batch(engine: PayloadDecoding, table: str, batch: Any) -> Any:
+def decode_batch(engine: PayloadDecoding, table: str, batch: pa.RecordBatch | pa.Table
+                 ) -> pa.RecordBatch | pa.Table:
     """``batch`` (a ``RecordBatch`` or ``Table``) with its decoded columns computed (the
     other columns untouched)."""
     src = decoded_source(table)
@@ -53,7 +56,7 @@ def decode_batch(engine: PayloadDecoding, table: str, batch: Any) -> Any:
                 else [None] * len(payloads))
     versions = (batch.column("schema_version").to_pylist() if "schema_version" in names
                 else [None] * len(payloads))
-    cols: dict[str, list] = {c: [None] * len(payloads) for c in DECODED_COLUMNS}
+    cols: dict[str, list[str | None]] = {c: [None] * len(payloads) for c in DECODED_COLUMNS}
     for i, data in enumerate(payloads):
         if data is None:
             continue
@@ -77,7 +80,7 @@ class DecodingWriter:
         self.engine = engine
         self.keep_secrets = keep_secrets  # --keep-secrets: decoded values not redacted
 
-    def write_rows(self, spec: Any, rows: Any) -> Any:
+    def write_rows(self, spec: TableSpec, rows: Iterable[dict[str, Any]]) -> None:
         if not isinstance(rows, list):
             rows = list(rows)
         self.engine.observe(spec.name, rows)  # schemas announced (Pulsar commands)
@@ -88,12 +91,13 @@ class DecodingWriter:
             mine = rows if owns is None else [r for r in rows if owns(r.get("flow_id"))]
             with keeping_secrets(self.keep_secrets):
                 decode_rows(self.engine, spec.name, mine)
-        return self._inner.write_rows(spec, rows)
+        self._inner.write_rows(spec, rows)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
         if name == "write_batch":
-            def write_batch(spec: Any, batch: pa.RecordBatch, *a: Any, **kw: Any) -> Any:
+            def write_batch(spec: TableSpec, batch: pa.RecordBatch | pa.Table, *a: Any,
+                            **kw: Any) -> Any:
                 with keeping_secrets(self.keep_secrets):
                     batch = decode_batch(self.engine, spec.name, batch)
                 return attr(spec, batch, *a, **kw)
