@@ -24,7 +24,7 @@ from abc import abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar, Protocol
 
-from dissectors.api import Direction, Record, Session, Span
+from dissectors.api import Direction, Provenance, Record, Session, Span
 from dissectors.framing import NEED_MORE, LengthPrefixedFramer, LineFramer, Released
 from dissectors.redaction import keeping_secrets, redact_text, secrets_kept
 
@@ -192,7 +192,7 @@ class FramedSession(Session):
             self.on_event(direction, ev, out)
 
     def anomaly(self, out: list[Record], kind: str, detail: str, direction: Direction,
-                ev: Any, start: int | None = None, end: int | None = None) -> None:
+                ev: Provenance, start: int | None = None, end: int | None = None) -> None:
         """An ``anomalies`` row about the bytes of event ``ev`` (or ``start``..``end``
         with its timestamps and frames).  ``kind`` may be a protocol's ``StrEnum``; the
         row gets its plain string."""

@@ -151,12 +151,13 @@ class WebSocketLayer(LayerDissector):
     @classmethod
     def rows(cls, ev: WebSocketHandshake | WebSocketJoin | WebSocketControl,
              facts: LayerFacts) -> list[LayerRow]:
-        if type(ev) is WebSocketHandshake:
+        # isinstance, not ``type(ev) is``: mypy narrows the union only so (no subclasses)
+        if isinstance(ev, WebSocketHandshake):
             if ev.status == 101:
                 facts.layers.append("websocket")
                 facts.claim("websocket", 1)
             return [LayerRow(WEBSOCKET_TABLE, Direction.C2S, websocket_handshake_row(ev))]
-        if type(ev) is WebSocketJoin:
+        if isinstance(ev, WebSocketJoin):
             facts.layers.append("websocket")
             facts.claim("websocket", 1)
             return [LayerRow(WEBSOCKET_TABLE, Direction.C2S, websocket_join_row(ev))]

@@ -11,9 +11,17 @@ listed in ``dissectors.felix.session``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dissectors.api import Direction, Dissector, Session, TableSpec, Transport, Verdict
+from dissectors.api import (
+    Direction,
+    Dissector,
+    Session,
+    SessionOptions,
+    TableSpec,
+    Transport,
+    Verdict,
+)
 from dissectors.felix import wire
 from dissectors.felix.session import FelixSession
 from dissectors.felix.table import FELIX, FELIX_MESSAGES
@@ -39,5 +47,5 @@ class FelixDissector(Dissector):
         return wire.probe(prefix)
 
     @classmethod
-    def session(cls, options: dict[str, Any]) -> Session:
+    def session(cls, options: SessionOptions) -> Session:
         return FelixSession(options)

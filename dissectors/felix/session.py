@@ -88,15 +88,22 @@ def _option(options: Mapping[str, Any], name: str, default: int | None, *,
                           owner="felix")
 
 
+def _limit(options: Mapping[str, Any], name: str, default: int, minimum: int = 1) -> int:
+    """An option that is always an int (None refused): ``_option`` typed so."""
+    v = _option(options, name, default, minimum=minimum)
+    assert v is not None  # none_ok False and an int default: session_option gives an int
+    return v
+
+
 class FelixSession(FramedSession):
     """One QUIC stream (or TCP connection) of Felix frames, both directions."""
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         options = options or {}
         self.payload_cap = read_payload_cap(options, "felix")
         self.json_cap = _option(options, "json_cap", DEFAULT_JSON_CAP, none_ok=True, minimum=0)
-        self.max_frame_bytes = _option(options, "max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES,
-                                       minimum=0)
+        self.max_frame_bytes = _limit(options, "max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES,
+                                      minimum=0)
         self.keep_secrets = options.get("keep_secrets", False) is True
         sid = options.get("stream_id")
         self.stream_id = sid if type(sid) is int and sid >= 0 else None

@@ -23,9 +23,10 @@ import binascii
 import functools
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag, StrEnum
-from typing import Any
+from typing import Any, NoReturn
 
 from dissectors.api import Verdict
 
@@ -135,7 +136,8 @@ _OFFSETS = int(Flag.EVENT_BATCH_OFFSETS)
 _SKIPPED = int(Flag.EVENT_BATCH_SKIPPED)
 _PUBLISHER = int(Flag.EVENT_BATCH_PUBLISHER)
 _TIMESTAMPS = int(Flag.EVENT_BATCH_TIMESTAMPS)
-_FLAG_BITS = tuple((int(f.value), f.name) for f in Flag)
+# (str(): typeshed types a Flag member's name ``str | None``, for unnamed combinations)
+_FLAG_BITS = tuple((int(f.value), str(f.name)) for f in Flag)
 _LAYOUT_BITS = (Flag.BINARY_PUBLISH_BATCH | Flag.BINARY_EVENT_BATCH
                 | Flag.BINARY_EVENT_BATCH_SHARED | Flag.BINARY_PUBLISH_ACK)
 
@@ -246,7 +248,7 @@ def probe(prefix: bytes) -> Verdict:
     return Verdict.YES if prefix[:4] == MAGIC else Verdict.NO
 
 
-def make_pdu_length(max_frame_bytes: int):
+def make_pdu_length(max_frame_bytes: int) -> Callable[[memoryview], int | None]:
     """The ``pdu_length`` rule for ``LengthPrefixedFramer``: header + payload length,
     ``None`` for need-more, 0 when no acceptable frame starts here (no magic, or a length
     above ``max_frame_bytes``).  Any version is accepted: the magic identifies the
@@ -260,7 +262,7 @@ def make_pdu_length(max_frame_bytes: int):
             return 0
         if n < HEADER_BYTES:
             return None
-        length = _U32.unpack_from(view, 8)[0]
+        length: int = _U32.unpack_from(view, 8)[0]
         if length > max_frame_bytes:
             return 0
         return HEADER_BYTES + length
@@ -409,7 +411,7 @@ class _Cursor:
         if self.left < st.size:
             raise _Short(f"{what}: {st.size} bytes needed at payload byte {self.pos}, "
                          f"{self.left} left")
-        v = st.unpack_from(self.buf, self.pos)[0]
+        v: int = st.unpack_from(self.buf, self.pos)[0]
         self.pos += st.size
         return v
 
@@ -627,7 +629,7 @@ _COMMON = ("tenant_id", "namespace", "stream", "key", "request_id", "ack_mode",
 _LIMITS = {"u16": 1 << 16, "u32": 1 << 32, "u64": _U64_LIMIT}
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -639,7 +641,7 @@ def _b64(s: str) -> bytes | None:
         return None
 
 
-def _compact(v: Any) -> str:
+def _compact(v: object) -> str:
     return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"),
                                                    ensure_ascii=False)
 

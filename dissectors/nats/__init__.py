@@ -22,9 +22,17 @@ the prefix holds its end, ends in CRLF.  The bytes before it stay undecoded.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dissectors.api import Direction, Dissector, Session, TableSpec, Transport, Verdict
+from dissectors.api import (
+    Direction,
+    Dissector,
+    Session,
+    SessionOptions,
+    TableSpec,
+    Transport,
+    Verdict,
+)
 from dissectors.nats import parser
 from dissectors.nats.session import NatsSession
 from dissectors.nats.table import NATS_TABLE
@@ -67,7 +75,7 @@ class NatsDissector(Dissector):
             return Verdict.NO
 
     @classmethod
-    def session(cls, options: dict[str, Any]) -> Session:
+    def session(cls, options: SessionOptions) -> Session:
         return NatsSession(options)
 
 

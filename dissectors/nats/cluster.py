@@ -69,6 +69,7 @@ import base64
 import binascii
 import json
 from collections import deque
+from collections.abc import Mapping
 from enum import IntEnum, StrEnum
 from typing import Any, ClassVar
 
@@ -80,6 +81,7 @@ from dissectors.api import (
     Field,
     Record,
     Session,
+    SessionOptions,
     Span,
     TableSpec,
     Transport,
@@ -327,7 +329,7 @@ class NatsClusterSession(FramedSession):
 
     redact_details = True
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         options = options or {}
         self.payload_cap = read_payload_cap(options, "nats_cluster")
         self.keep_secrets = options.get("keep_secrets", False) is True
@@ -335,9 +337,10 @@ class NatsClusterSession(FramedSession):
         self.budget = budget if callable(getattr(budget, "hold", None)) else None
         block = options.get("s2_max_block_bytes", s2.MAX_BLOCK_BYTES)
         self.s2_max_block = block if type(block) is int and block > 0 else s2.MAX_BLOCK_BYTES
-        super().__init__(LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync),
-                         LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync))
-        self._dirs = (_Dir(self.framers[0]), _Dir(self.framers[1]))
+        c2s = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync)
+        s2c = LineFramer(max_line_bytes=MAX_LINE_BYTES, resync=resync)
+        super().__init__(c2s, s2c)
+        self._dirs = (_Dir(c2s), _Dir(s2c))
         for fr in self.framers:  # a line being buffered draws from the run's budget
             fr.budget = self.budget
         self.link: str | None = None
@@ -434,13 +437,13 @@ class NatsClusterSession(FramedSession):
         for data, span in pieces:
             self._s2_events(direction, st, st.s2.feed(data, span), out)
 
-    def _s2_events(self, direction: Direction, st: _Dir, events: list,
+    def _s2_events(self, direction: Direction, st: _Dir, events: list[s2.Data | s2.Corrupt],
                    out: list[Record]) -> None:
         """Decoded chunks into the inner framer; corrupt ones become anomalies + a hole."""
         assert st.s2 is not None
         events = st.s2.take_events() + events  # a memory release since the last call
         for ev in events:
-            if type(ev) is s2.Data:
+            if isinstance(ev, s2.Data):  # (isinstance: mypy narrows the union's else so)
                 if ev.crc is not s2.CrcStatus.OK:
                     self.anomaly(out, NatsClusterAnomaly.S2_CRC,
                                  f"{ev.kind.name.lower()} S2 chunk of {ev.end - ev.start} "
@@ -779,5 +782,5 @@ class NatsClusterDissector(Dissector):
             return Verdict.NO
 
     @classmethod
-    def session(cls, options: dict[str, Any]) -> Session:
+    def session(cls, options: SessionOptions) -> Session:
         return NatsClusterSession(options)

@@ -49,17 +49,19 @@ from dissectors.schema import timestamp_from_ns
 from dissectors.tables import NS_SUFFIX
 
 try:
-    from dissectors.nats import _speedups
+    from dissectors.nats import _speedups  # type: ignore[attr-defined]  # C, no stub
 except ImportError:  # not built (no C compiler at install time): reference only
-    _speedups = None  # type: ignore[assignment]
+    _speedups = None
 
 __all__ = ["AVAILABLE", "FORMAT", "FastRows", "batch_from_export", "enabled", "new_columns"]
 
 AVAILABLE = _speedups is not None
 if AVAILABLE:
     scan = _speedups.scan
-    NEED_MORE, REFUSE = _speedups.NEED_MORE, _speedups.REFUSE
-    NEED_VERDICT, NEED_PROBE = _speedups.NEED_VERDICT, _speedups.NEED_PROBE
+    NEED_MORE: int = _speedups.NEED_MORE
+    REFUSE: int = _speedups.REFUSE
+    NEED_VERDICT: int = _speedups.NEED_VERDICT
+    NEED_PROBE: int = _speedups.NEED_PROBE
 
 
 def _hook_openssl() -> str:
@@ -93,7 +95,7 @@ def enabled(requested: bool = True) -> bool:
     return requested and AVAILABLE and os.environ.get("MSGCAP_NATS_FAST", "1") != "0"
 
 
-def new_columns() -> Any:
+def new_columns() -> object:
     return _speedups.Columns()
 
 
@@ -115,7 +117,8 @@ class _Accumulator:
 
     @property
     def nbytes(self) -> int:
-        return self._cols.nbytes
+        n: int = self._cols.nbytes
+        return n
 
     def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
         return batch_from_export(schema, self._cols.export(), capture_id)
@@ -135,11 +138,13 @@ _DIRECTIONS: pa.Array | None = None  # built on first use: pa.array() at import 
 # makes pyarrow import pandas (~0.4 s of every msgcap start)
 
 
-def _validity(buf: Any) -> pa.Buffer | None:
+def _validity(buf: object) -> pa.Buffer | None:
     return None if buf is None else pa.py_buffer(buf)
 
 
-def _column(t: pa.DataType, n: int, parts: tuple) -> pa.Array:
+def _column(t: pa.DataType, n: int, parts: tuple[Any, ...]) -> pa.Array:
+    # ``parts``: a column's validity bitmap, null count and buffers as the extension
+    # exports them (buffer objects and ints, by position)
     if pa.types.is_map(t):
         valid, nulls, h_off, k_off, k_data, l_off, i_off, i_data = parts
         nkeys = memoryview(k_off).nbytes // 4 - 1
@@ -163,7 +168,7 @@ def _column(t: pa.DataType, n: int, parts: tuple) -> pa.Array:
     return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(data)], null_count=nulls)
 
 
-def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple]],
+def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple[Any, ...]]],
                       capture_id: str) -> pa.RecordBatch:
     """The Arrow batch of an accumulator's ``export()``, in ``schema``'s column order.
 

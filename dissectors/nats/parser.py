@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -206,7 +207,7 @@ def _hpub(line: bytes, args: list[bytes]) -> ParseResult:
         return _bad_args("HPUB", n - 1, "3 or 4", line)
     sizes = _sizes("HPUB", args[-2], args[-1], line)
     if len(sizes) != 2:
-        return sizes  # type: ignore[return-value]
+        return sizes
     hdr, total = sizes
     values = {"op": "HPUB", "subject": text(args[1]), "reply_to": reply}
     return "HPUB", values, hdr, total, _NO_PROBLEMS
@@ -223,7 +224,7 @@ def _hmsg(line: bytes, args: list[bytes]) -> ParseResult:
         return _bad_args("HMSG", n - 1, "4 or 5", line)
     sizes = _sizes("HMSG", args[-2], args[-1], line)
     if len(sizes) != 2:
-        return sizes  # type: ignore[return-value]
+        return sizes
     hdr, total = sizes
     values = {"op": "HMSG", "subject": text(args[1]), "sid": text(args[2]), "reply_to": reply}
     if reply is not None and reply.startswith(ACK_PREFIX):  # a JetStream delivery
@@ -259,7 +260,7 @@ def _unsub(line: bytes, args: list[bytes]) -> ParseResult:
     return "UNSUB", values, -1, -1, _NO_PROBLEMS
 
 
-def _bare(op: str) -> Any:
+def _bare(op: str) -> Callable[[bytes, list[bytes]], ParseResult]:
     def parse(line: bytes, args: list[bytes]) -> ParseResult:
         problems = _NO_PROBLEMS
         if len(args) > 1:
@@ -396,7 +397,7 @@ CONNECT_FIELDS: tuple[tuple[str, str, str], ...] = (
 AUTH_KEYS = ("user", "pass", "auth_token", "jwt", "nkey", "sig")
 
 
-def _typed(v: Any, kind: str) -> tuple[bool, Any]:
+def _typed(v: object, kind: str) -> tuple[bool, object]:
     if kind == "str":
         return type(v) is str, v
     if kind == "bool":

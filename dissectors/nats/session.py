@@ -124,7 +124,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
 
     redact_details = True
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         options = options or {}
         self.payload_cap = read_payload_cap(options, "nats")
         self.carry_max = _option(options, "carry_max", DEFAULT_CARRY_MAX)
@@ -135,9 +135,10 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         s2c_line = _option(options, "max_server_line", DEFAULT_MAX_SERVER_LINE)
         if not c2s_line or not s2c_line:
             raise ValueError("nats options max_control_line/max_server_line must be >= 1")
-        super().__init__(LineFramer(max_line_bytes=c2s_line, resync=parser.resync),
-                         LineFramer(max_line_bytes=s2c_line, resync=parser.resync))
-        self._dirs = (_Direction(self.framers[0]), _Direction(self.framers[1]))
+        c2s = LineFramer(max_line_bytes=c2s_line, resync=parser.resync)
+        s2c = LineFramer(max_line_bytes=s2c_line, resync=parser.resync)
+        super().__init__(c2s, s2c)
+        self._dirs = (_Direction(c2s), _Direction(s2c))
         # directions whose start was not captured (option ``joined``, from detection):
         # read from the first line the resync rule finds, not from byte 0 (a partial
         # line there is no op, and no ``nats.unknown_op``); True until that resync
@@ -192,7 +193,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         else:
             self.enable_fast(rows, sc.first_bytes, sc.verdicts, sc.bound, sc.probed)
 
-    def enable_fast(self, rows: Any, first_bytes: bytes | None = None,
+    def enable_fast(self, rows: object, first_bytes: bytes | None = None,
                     verdicts: dict[str, bool] | None = None,
                     verdict: Callable[[str], bool] | None = None,
                     probe: Callable[[bytes], bool] | None = None) -> None:
@@ -232,7 +233,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
 
     # ---- compiled fast path --------------------------------------------------------
 
-    def _drain_fast(self, direction: Direction, st: _Direction, out: list) -> None:
+    def _drain_fast(self, direction: Direction, st: _Direction, out: list[Record]) -> None:
         """Alternate between the compiled scanner (runs of ordinary operations) and the
         reference (one operation the scanner refused, then back)."""
         fr = st.framer
@@ -250,7 +251,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         fr = st.framer
         return st.values is None and fr.at_line
 
-    def _reference_step(self, direction: Direction, st: _Direction, out: list) -> bool:
+    def _reference_step(self, direction: Direction, st: _Direction, out: list[Record]) -> bool:
         """Reference events until between operations again; False once it needs bytes."""
         nxt = st.framer.next_event
         handle = self.handle
@@ -262,7 +263,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             if self._between_ops(st):
                 return True
 
-    def _scan(self, direction: Direction, st: _Direction, out: list, c2s: bool) -> int:
+    def _scan(self, direction: Direction, st: _Direction, out: list[Record], c2s: bool) -> int:
         fr = st.framer
         mp = self.max_payload
         cap = self.payload_cap
@@ -270,6 +271,11 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         verdicts = self._fast_verdicts if self.on_message is not None else None
         first = self._fast_first if verdicts is not None else None
         cleared = False
+        # the ColumnarSession contract: ``out`` (typed by FramedSession) takes ColumnBatch
+        batches: list[Record | ColumnBatch] = out  # type: ignore[assignment]  # (see above)
+        status: int
+        new_pos: int
+        n: int
         while True:
             buf, pos, base, chunks = fr.scan_view()
             status, new_pos, n, subject = fastpath.scan(
@@ -281,11 +287,11 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             if n:
                 fr.consumed(new_pos - pos)
                 self.ops[direction] += n
-                last = out[-1] if out else None
+                last = batches[-1] if batches else None
                 if type(last) is ColumnBatch and last.direction == direction:
-                    out[-1] = last._replace(n=last.n + n)  # no row between
+                    batches[-1] = last._replace(n=last.n + n)  # no row between
                 else:
-                    out.append(ColumnBatch(_TABLE, direction, n, self.fast_rows,
+                    batches.append(ColumnBatch(_TABLE, direction, n, self.fast_rows,
                                            fastpath.FORMAT))
             if status == fastpath.NEED_VERDICT:
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
@@ -459,7 +465,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self.anomaly(out, NatsAnomaly.RESYNC,
                      f"skipped {ev.end - ev.start} bytes {how}", direction, ev)
 
-    def _tls(self, direction: Direction, st: _Direction, ev: Any, out: list[Record]) -> None:
+    def _tls(self, direction: Direction, st: _Direction, ev: Line | Oversize,
+             out: list[Record]) -> None:
         self.anomaly(out, NatsAnomaly.TLS,
                      f"TLS handshake at offset {ev.start}: the connection was upgraded to TLS; "
                      "the rest of this direction is encrypted and left undecoded",

@@ -9,9 +9,17 @@ listed in ``dissectors.pulsar.session``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dissectors.api import Direction, Dissector, Session, TableSpec, Transport, Verdict
+from dissectors.api import (
+    Direction,
+    Dissector,
+    Session,
+    SessionOptions,
+    TableSpec,
+    Transport,
+    Verdict,
+)
 from dissectors.pulsar import frame
 from dissectors.pulsar.session import PulsarSession
 from dissectors.pulsar.table import PULSAR_COMMANDS, PULSAR_MESSAGES
@@ -34,5 +42,5 @@ class PulsarDissector(Dissector):
         return frame.probe(prefix)
 
     @classmethod
-    def session(cls, options: dict[str, Any]) -> Session:
+    def session(cls, options: SessionOptions) -> Session:
         return PulsarSession(options)

@@ -112,7 +112,8 @@ def _lz4(data: bytes, declared: int | None) -> bytes:
     if not declared:
         raise _Problem(PulsarAnomaly.DECOMPRESSION_FAILED,
                        "a raw LZ4 block cannot be decoded without uncompressed_size")
-    return lz4.block.decompress(data, uncompressed_size=declared)
+    out: bytes = lz4.block.decompress(data, uncompressed_size=declared)
+    return out
 
 
 def _zlib(data: bytes, limit: int) -> bytes:

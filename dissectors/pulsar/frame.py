@@ -15,7 +15,9 @@ Nothing here raises on input bytes: problems come back as ``(kind, detail)`` pai
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import crc32c
 import numpy as np
@@ -23,6 +25,9 @@ import numpy as np
 from dissectors.api import Verdict
 from dissectors.pulsar import pb
 from dissectors.pulsar.codes import CommandType, PulsarAnomaly
+
+if TYPE_CHECKING:
+    from dissectors.framing import ResyncFn
 
 __all__ = [
     "COMMAND_NAMES",
@@ -103,7 +108,7 @@ def _header_ok(total: int, cmd: int) -> bool:
     return total >= MIN_TOTAL_SIZE and MIN_COMMAND_SIZE <= cmd <= total - 4
 
 
-def make_pdu_length(max_frame_bytes: int):
+def make_pdu_length(max_frame_bytes: int) -> Callable[[memoryview], int | None]:
     """The ``pdu_length`` rule for ``LengthPrefixedFramer``: whole frame length, ``None``
     for need-more, 0 when no frame starts here.  A header is accepted when the sizes are
     consistent and the command starts with its type tag; sizes above the limit are
@@ -113,7 +118,7 @@ def make_pdu_length(max_frame_bytes: int):
         n = len(view)
         if n < 4:
             return None
-        total = _U32.unpack_from(view, 0)[0]
+        total: int = _U32.unpack_from(view, 0)[0]
         if total < MIN_TOTAL_SIZE:
             return 0
         if n < HEADER_BYTES:
@@ -160,7 +165,7 @@ def probe(prefix: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Verd
         return Verdict.NO
 
 
-def make_resync(max_frame_bytes: int):
+def make_resync(max_frame_bytes: int) -> ResyncFn:
     """The resync rule: the next offset holding a plausible header (sizes consistent and
     within the limit, a known command type).
 
@@ -189,7 +194,8 @@ def make_resync(max_frame_bytes: int):
             np.frombuffer(buf, dtype=np.uint8, count=upto + HEADER_BYTES)[HEADER_BYTES:]
             == TYPE_TAG)
         if len(tags) <= 32:  # few type tags (most junk): the exact rule on each is cheaper
-            return tags.tolist()
+            few: list[int] = tags.tolist()
+            return few
         found: list[np.ndarray] = []
         for k in range(4):
             words = np.frombuffer(buf, dtype=">u4", count=(len(buf) - k) // 4, offset=k)
@@ -200,7 +206,8 @@ def make_resync(max_frame_bytes: int):
             ok &= types[(tag >> 16) & 0xFF]
             found.append(np.flatnonzero(ok) * 4 + k)
         every = np.sort(np.concatenate(found))
-        return every[every < upto].tolist()
+        offsets: list[int] = every[every < upto].tolist()
+        return offsets
 
     def resync(buf: bytes, prev_byte: int | None) -> tuple[int, bool]:
         n = len(buf)

@@ -14,8 +14,13 @@ are not reported as unknown.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (at run time protobuf is imported inside the functions, as before)
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message import Message
 
 from dissectors.proto.wire import Decoded, FieldSpec, Kind, MessageSchema, decode
 from dissectors.pulsar._descriptors import FILE
@@ -51,7 +56,7 @@ OMITTED: dict[str, frozenset[int]] = {}
 """Message full name → numbers of fields left out of its wire schema (doubles)."""
 
 
-def _file_proto() -> Any:
+def _file_proto() -> descriptor_pb2.FileDescriptorProto:
     from google.protobuf import descriptor_pb2
 
     return descriptor_pb2.FileDescriptorProto.FromString(FILE)
@@ -59,10 +64,11 @@ def _file_proto() -> Any:
 
 @cache
 def _index() -> tuple[dict[str, MessageSchema], dict[str, dict[int, str]]]:
-    messages: dict[str, Any] = {}
+    messages: dict[str, descriptor_pb2.DescriptorProto] = {}
     enums: dict[str, dict[int, str]] = {}
 
-    def walk(prefix: str, msgs: Any, enum_types: Any) -> None:
+    def walk(prefix: str, msgs: Iterable[descriptor_pb2.DescriptorProto],
+             enum_types: Iterable[descriptor_pb2.EnumDescriptorProto]) -> None:
         for e in enum_types:
             enums[f"{prefix}.{e.name}"] = {v.number: v.name for v in e.value}
         for m in msgs:
@@ -109,7 +115,7 @@ def enum_names(name: str) -> dict[int, str]:
 
 
 @cache
-def _pool() -> Any:
+def _pool() -> descriptor_pool.DescriptorPool:
     from google.protobuf import descriptor_pool
 
     pool = descriptor_pool.DescriptorPool()
@@ -118,7 +124,7 @@ def _pool() -> Any:
 
 
 @cache
-def message_class(name: str) -> Any:
+def message_class(name: str) -> type[Message]:
     """A protobuf message class (private pool; for encoding in tests and emulators)."""
     from google.protobuf import message_factory
 

@@ -46,7 +46,7 @@ from typing import Any
 from dissectors.api import Direction, Record
 from dissectors.framing import Dropped, Invalid, LengthPrefixedFramer, Oversize, Pdu, Resynced
 from dissectors.options import read_payload_cap, session_option
-from dissectors.proto.wire import Decoded, Kind
+from dissectors.proto.wire import Decoded, FieldSpec, Kind
 from dissectors.pulsar import codec, pb
 from dissectors.pulsar.codes import CommandType, PulsarAnomaly, ResourceType
 from dissectors.pulsar.frame import (
@@ -94,7 +94,8 @@ _FEATURES = [f.name for f in pb.schema("FeatureFlags").fields.values()]
 
 # commands that only ever go one way (a first one the other way is reported)
 _C = CommandType
-_ONLY = {
+# (keyed by int: the other direction is looked up as ``1 - direction``)
+_ONLY: dict[int, frozenset[CommandType]] = {
     Direction.C2S: frozenset({_C.CONNECT, _C.SUBSCRIBE, _C.PRODUCER, _C.SEND, _C.ACK, _C.FLOW,
                               _C.PARTITIONED_METADATA, _C.LOOKUP}),
     Direction.S2C: frozenset({_C.CONNECTED, _C.SEND_RECEIPT, _C.MESSAGE, _C.PRODUCER_SUCCESS,
@@ -153,13 +154,14 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def _option(options: Mapping[str, Any], name: str, default: int | None, *,
-            none_ok: bool = False, minimum: int = 1) -> int | None:
-    return session_option(options, name, default, minimum=minimum, none_ok=none_ok,
-                          owner="pulsar")
+def _limit(options: Mapping[str, Any], name: str, default: int, minimum: int = 1) -> int:
+    """An int option, None refused (every Pulsar limit is one)."""
+    v = session_option(options, name, default, minimum=minimum, owner="pulsar")
+    assert v is not None  # none_ok False and an int default: session_option gives an int
+    return v
 
 
-def _kv(items: Any) -> list[tuple[str, str]] | None:
+def _kv(items: list[Any] | None) -> list[tuple[str, str]] | None:
     """Repeated KeyValue → map entries (duplicates and order kept)."""
     if not items:
         return None
@@ -170,7 +172,7 @@ def _kv(items: Any) -> list[tuple[str, str]] | None:
     return out
 
 
-def _message_id(d: Any) -> dict[str, int | None] | None:
+def _message_id(d: object) -> dict[str, int | None] | None:
     if not isinstance(d, Decoded):
         return None
     v = d.values
@@ -194,7 +196,7 @@ def _plain(d: Decoded) -> dict[str, Any]:
     return out
 
 
-def _plain_value(name: str, v: Any, spec: Any) -> Any:
+def _plain_value(name: str, v: Any, spec: FieldSpec | None) -> Any:
     if isinstance(v, list):
         return [_plain_value(name, x, spec) for x in v]
     if isinstance(v, Decoded):
@@ -209,7 +211,7 @@ def _plain_value(name: str, v: Any, spec: Any) -> Any:
     return v
 
 
-def _enum(spec: Any, v: Any) -> str | None:
+def _enum(spec: FieldSpec | None, v: object) -> str | None:
     if not isinstance(v, int):
         return None
     if spec is not None and spec.enum is not None:
@@ -246,17 +248,17 @@ class _Chunked:
 class PulsarSession(FramedSession):
     """One Pulsar connection (both directions)."""
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         options = options or {}
-        self.max_frame_bytes = _option(options, "max_frame_bytes", DEFAULT_MAX_FRAME_BYTES,
-                                       minimum=16)
+        self.max_frame_bytes = _limit(options, "max_frame_bytes", DEFAULT_MAX_FRAME_BYTES,
+                                      minimum=16)
         self.payload_cap = read_payload_cap(options, "pulsar")
-        self.max_uncompressed = _option(options, "max_uncompressed_bytes",
-                                        codec.DEFAULT_MAX_UNCOMPRESSED_BYTES)
-        self.max_chunked_bytes = _option(options, "max_chunked_bytes",
-                                         DEFAULT_MAX_CHUNKED_BYTES, minimum=0)
-        self.max_pending_chunked = _option(options, "max_pending_chunked",
-                                           DEFAULT_MAX_PENDING_CHUNKED)
+        self.max_uncompressed = _limit(options, "max_uncompressed_bytes",
+                                       codec.DEFAULT_MAX_UNCOMPRESSED_BYTES)
+        self.max_chunked_bytes = _limit(options, "max_chunked_bytes",
+                                        DEFAULT_MAX_CHUNKED_BYTES, minimum=0)
+        self.max_pending_chunked = _limit(options, "max_pending_chunked",
+                                          DEFAULT_MAX_PENDING_CHUNKED)
         pdu_length = make_pdu_length(self.max_frame_bytes)
         resync = make_resync(self.max_frame_bytes)
         super().__init__(
@@ -356,7 +358,7 @@ class PulsarSession(FramedSession):
                              f"{values['command']}: BaseCommand does not decode: {cmd.error}"))
         unknown = [u for u in cmd.unknown if u not in _OMITTED]
         values["unknown_fields"] = unknown
-        if isinstance(sub, Decoded):
+        if isinstance(sub, Decoded) and t is not None:  # (a sub-command implies a type)
             self._columns(direction, t, sub, values)
             values["command_json"] = json.dumps(_plain(sub), separators=(",", ":"),
                                                 ensure_ascii=False)
@@ -808,7 +810,7 @@ def _single_fields(src: dict[str, Any], values: dict[str, Any]) -> None:
         values["event_time"] = _ms_to_ns(src["event_time"])
 
 
-def _ms_to_ns(ms: Any) -> int | None:
+def _ms_to_ns(ms: object) -> int | None:
     if not isinstance(ms, int) or ms <= 0 or ms > _MAX_MS:
         return None
     return ms * 1_000_000
