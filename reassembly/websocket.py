@@ -80,6 +80,7 @@ from reassembly.events import (
 )
 from reassembly.flows import Turning, turned
 from reassembly.limits import Limits
+from reassembly.provenance import Extent, ProvenanceBuffer
 
 __all__ = ["WebSocketJoin", "WebSocketLayer", "accept_key", "parse_extensions"]
 
@@ -107,6 +108,7 @@ LATE_HOLD_BYTES = 64 * 1024
 LATE_SEARCH_STEP = 512
 _DATA_OPS = (OP_CONT, OP_TEXT, OP_BINARY)
 _CONTROL_OPS = (OP_CLOSE, OP_PING, OP_PONG)
+_NO_EXTENT = Extent(0, 0, 0, 0, 0, 0)
 
 
 @dataclass(slots=True, frozen=True)
@@ -176,7 +178,7 @@ def _unmask(data: bytes, mask: bytes, pos: int) -> bytes:
 
 class _Side:
     __slots__ = (
-        "direction", "mode", "out_off", "hdr", "hdr_off", "hdr_ts", "hdr_frame", "remaining",
+        "direction", "mode", "out_off", "buf", "hdr_off", "hdr_at", "remaining",
         "mask", "mask_pos", "opcode", "fin", "control", "msg_op", "msg_deflate", "inflater",
         "inflated", "no_context", "skip_msg", "masked_reported", "frames", "messages",
         "deflate_in", "deflate_out", "masks", "joined", "unread", "tail",
@@ -186,10 +188,11 @@ class _Side:
         self.direction = direction
         self.mode = _FRAMES
         self.out_off = 0
-        self.hdr = bytearray()
+        # the frame bytes fed and not yet read, with their packets (the stream below
+        # WebSocket's offsets): a frame header cut by a packet boundary waits here
+        self.buf = ProvenanceBuffer()
         self.hdr_off = 0  # offset (below) of the current frame's first byte
-        self.hdr_ts = 0
-        self.hdr_frame = 0
+        self.hdr_at = _NO_EXTENT  # the current frame header's bytes and packets
         self.remaining = -1  # payload bytes left in the current frame; -1: reading a header
         self.mask: bytes | None = None
         self.mask_pos = 0
@@ -589,10 +592,11 @@ class WebSocketLayer:
         d = side.direction
         if type(ev) is StreamGap:
             flow.gap_bytes[d] -= ev.nbytes  # type: ignore[union-attr]
-            if side.joined and not side.frames and not side.hdr:  # no frame read yet
+            if side.joined and not side.frames and not side.buf.held:  # no frame read yet
                 self._emit_gap(conn, side, ev.nbytes, ev.ts_ns, ev.frame, ev.reason)  # type: ignore[union-attr]
-                return
-            self._gap(conn, side, ev)  # type: ignore[arg-type]
+            else:
+                self._gap(conn, side, ev)  # type: ignore[arg-type]
+            side.buf.reset(ev.offset + ev.nbytes)  # (a header it cut is lost with the framing)
             return
         data = ev.data  # type: ignore[union-attr]
         flow.stream_bytes[d] -= len(data)
@@ -600,66 +604,66 @@ class WebSocketLayer:
             self._emit_gap(conn, side, len(data), ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
                            "websocket-unreadable")
             return
+        b = side.buf
+        if b.end not in (None, ev.offset):  # (after bytes this layer did not read)
+            b.reset(ev.offset)
+        b.feed(data, ev)  # type: ignore[arg-type]
         out = bytearray()
-        i, n = 0, len(data)
-        off = ev.offset
-        while i < n and side.mode == _FRAMES:
+        buf = b.data
+        while side.mode == _FRAMES and b.pos < len(buf):
             if side.remaining < 0:
-                i = self._header(conn, side, data, i, ev, out)
+                if not self._header(conn, side, ev, out):  # type: ignore[arg-type]
+                    break
                 continue
-            take = min(side.remaining, n - i)
-            chunk = data[i : i + take]
+            pos = b.pos
+            take = min(side.remaining, len(buf) - pos)
+            chunk = buf[pos : pos + take]
+            b.pos = pos + take
             if side.mask is not None:
                 chunk = _unmask(chunk, side.mask, side.mask_pos)
             side.mask_pos += take
             side.remaining -= take
-            i += take
             op = side.opcode
             if op >= 8:
                 side.control += chunk
-            elif op in (OP_CONT, OP_TEXT, OP_BINARY) and side.msg_op is not None:
-                self._payload(conn, side, chunk, ev, out)
+            elif op in _DATA_OPS and side.msg_op is not None:
+                self._payload(conn, side, chunk, ev, out)  # type: ignore[arg-type]
             if side.remaining == 0:
-                self._frame_end(conn, side, ev, out, off + i)
-        if side.mode == _DEAD and i < n:
-            self._flush(conn, side, out, ev)
-            self._emit_gap(conn, side, n - i, ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
+                self._frame_end(conn, side, ev, out, b.offset)  # type: ignore[arg-type]
+        self._flush(conn, side, out, ev)  # type: ignore[arg-type]
+        if side.mode == _DEAD and b.held:
+            self._emit_gap(conn, side, b.held, ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
                            "websocket-unreadable")
-            return
-        self._flush(conn, side, out, ev)
+        if b.held and side.mode == _FRAMES:
+            b.compact()  # what is left is a frame header cut by the end of the chunk
+        else:
+            b.clear()
 
-    def _header(self, conn: _Conn, side: _Side, data: bytes, i: int, ev: StreamData,
-                out: bytearray) -> int:
-        hdr = side.hdr
-        if not hdr:
-            side.hdr_off = ev.offset + i
-            side.hdr_ts, side.hdr_frame = ev.ts_first_ns, ev.frame_first
-        need = 2
-        while True:
-            if len(hdr) < need:
-                take = min(need - len(hdr), len(data) - i)
-                hdr += data[i : i + take]
-                i += take
-                if len(hdr) < need:
-                    return i
-            b1 = hdr[1]
-            ln = b1 & 0x7F
-            full = 2 + (2 if ln == 126 else 8 if ln == 127 else 0) + (4 if b1 & 0x80 else 0)
-            if need == full:
-                break
-            need = full
-        b0 = hdr[0]
+    def _header(self, conn: _Conn, side: _Side, ev: StreamData, out: bytearray) -> bool:
+        """Read the frame header at the buffer's read position; False (nothing read) when
+        the buffer does not hold all of it yet."""
+        b = side.buf
+        buf, pos = b.data, b.pos
+        side.hdr_off = b.offset
+        avail = len(buf) - pos
+        if avail < 2:
+            return False
+        b0, b1 = buf[pos], buf[pos + 1]
+        ln = b1 & 0x7F
+        size = 2 + (2 if ln == 126 else 8 if ln == 127 else 0) + (4 if b1 & 0x80 else 0)
+        if avail < size:
+            return False
         fin, rsv, op = bool(b0 & 0x80), (b0 >> 4) & 7, b0 & 0x0F
         masked = bool(b1 & 0x80)
-        pos = 2
+        at = pos + 2
         if ln == 126:
-            ln = int.from_bytes(hdr[2:4], "big")
-            pos = 4
+            ln = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+            at = pos + 4
         elif ln == 127:
-            ln = int.from_bytes(hdr[2:10], "big")
-            pos = 10
-        mask = bytes(hdr[pos : pos + 4]) if masked else None
-        side.hdr = bytearray()
+            ln = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+            at = pos + 10
+        mask = bytes(buf[at : at + 4]) if masked else None
+        side.hdr_at = b.skip(size)
         side.frames += 1
         self.counters["frames"] += 1
         problem = None
@@ -678,13 +682,14 @@ class WebSocketLayer:
         if problem is not None:
             self._lost(conn, side, f"bad frame header at offset {side.hdr_off}: {problem}",
                        ev, out)
-            return i
+            return True
+        hdr_at = side.hdr_at
         if masked != side.masks and not side.masked_reported:
             side.masked_reported = True
             self._anomaly(conn, side, "websocket.masking",
                           f"{side.direction.short} frame {'with' if masked else 'without'} a "
                           "mask (RFC 6455 §5.1: clients mask, servers do not); read anyway",
-                          side.hdr_ts, side.hdr_frame, side.hdr_off)
+                          hdr_at.ts_first_ns, hdr_at.frame_first, side.hdr_off)
         if tail:
             # its opcode and compression are unknown: read on unless the flow compresses
             side.msg_op, side.msg_deflate, side.inflated = OP_BINARY, False, 0
@@ -694,7 +699,7 @@ class WebSocketLayer:
                 self._anomaly(conn, side, "websocket.bad_frame",
                               f"new data frame at offset {side.hdr_off} while a fragmented "
                               "message was still open; the open message ends here",
-                              side.hdr_ts, side.hdr_frame, side.hdr_off)
+                              hdr_at.ts_first_ns, hdr_at.frame_first, side.hdr_off)
                 self._message_end(conn, side, ev, out)
             side.msg_op = op
             side.msg_deflate = bool(rsv & 4)
@@ -704,8 +709,8 @@ class WebSocketLayer:
         side.remaining = ln
         side.control = bytearray()
         if ln == 0:
-            self._frame_end(conn, side, ev, out, ev.offset + i)
-        return i
+            self._frame_end(conn, side, ev, out, hdr_at.end)
+        return True
 
     def _payload(self, conn: _Conn, side: _Side, chunk: bytes, ev: StreamData,
                  out: bytearray) -> None:
@@ -815,9 +820,12 @@ class WebSocketLayer:
             if op == OP_CLOSE and len(payload) >= 2:
                 code = int.from_bytes(payload[:2], "big")
                 reason = payload[2:].decode("utf-8", "backslashreplace")
+            at = side.hdr_at
+            if end_off > at.end:  # through the packet of the payload's last byte
+                at = at.through(side.buf.extent(end_off - 1, end_off))
             self._out.append(WebSocketControl(
-                conn.flow, side.direction, side.hdr_off, end_off - side.hdr_off, side.hdr_ts,
-                ev.ts_last_ns, side.hdr_frame, ev.frame_last, op, payload, code, reason,
+                conn.flow, side.direction, at.start, end_off - at.start, at.ts_first_ns,
+                at.ts_last_ns, at.frame_first, at.frame_last, op, payload, code, reason,
             ))
             side.control = bytearray()
             return
