@@ -36,7 +36,8 @@ import dataclasses
 import ipaddress
 import struct
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from reassembly.events import (
     Anomaly,
@@ -52,6 +53,10 @@ from reassembly.events import (
 )
 from reassembly.limits import TIER_POOLS, Limits
 from reassembly.tcp import TcpHalfStream, TcpHalfTracker
+
+_E = TypeVar("_E")  # an event of any layer (``turned``, ``Turning.see``)
+FlowKey = tuple[bytes, int, bytes, int]
+"""A packet's (source address, source port, destination address, destination port)."""
 
 _TCP_HDR = struct.Struct("!HHIIBBH")  # sport, dport, seq, ack, data offset, flags, window
 _UDP_HDR = struct.Struct("!HH")
@@ -170,7 +175,7 @@ class _Tcp:
     __slots__ = ("info", "key", "c2s", "s2c", "fin", "rst", "closing", "owned", "wscale",
                  "tick")
 
-    def __init__(self, info: FlowInfo, key: tuple, owned: bool = True) -> None:
+    def __init__(self, info: FlowInfo, key: FlowKey, owned: bool = True) -> None:
         self.info = info
         self.key = key  # the client-to-server key; the other is its reverse
         self.owned = owned
@@ -205,9 +210,12 @@ class _Udp:
 
     __slots__ = ("info", "key")
 
-    def __init__(self, info: FlowInfo, key: tuple) -> None:
+    def __init__(self, info: FlowInfo, key: FlowKey) -> None:
         self.info = info
         self.key = key
+
+
+_S = TypeVar("_S", _Tcp, _Udp)  # a flow's state in one of the two key tables
 
 
 class FlowTable:
@@ -237,8 +245,8 @@ class FlowTable:
         # a flow's client-to-server 5-tuple -> its state: one key a flow; a packet
         # found under its reversed 5-tuple travels server to client (``_entry``); TCP
         # and UDP apart (the same 4-tuple may carry both)
-        self._tcp_keys: dict[tuple, _Tcp] = {}
-        self._udp_keys: dict[tuple, _Udp] = {}
+        self._tcp_keys: dict[FlowKey, _Tcp] = {}
+        self._udp_keys: dict[FlowKey, _Udp] = {}
         # young TCP flows (module docstring): packed 5-tuple -> record, the records in
         # order of their packet (some no longer live: ``_stale`` of them), their count
         self._young_keys: dict[bytes, bytes] = {}
@@ -256,7 +264,7 @@ class FlowTable:
         self._next_id = 0
         self._endpoints: dict[tuple[bytes, int], Endpoint] = {}
         # told (flow, old client-to-server key) before a TCP flow's roles swap
-        self.on_roles_swapped: Callable[[FlowInfo, tuple], None] | None = None
+        self.on_roles_swapped: Callable[[FlowInfo, FlowKey], None] | None = None
         self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0,
                          "light_flows": 0}
 
@@ -286,8 +294,13 @@ class FlowTable:
         self._next_id += 1
         return info
 
-    def _keys(self, state: _Tcp | _Udp) -> dict:
+    def _keys(self, state: _Tcp | _Udp) -> dict[FlowKey, Any]:
+        """The key table ``state`` belongs in (values: ``state``'s class)."""
         return self._tcp_keys if state.__class__ is _Tcp else self._udp_keys
+
+    def _registered(self, state: _Tcp | _Udp) -> bool:
+        """``state`` is the flow its key leads to (not one ended since)."""
+        return self._keys(state).get(state.key) is state
 
     def _register(self, state: _Tcp | _Udp) -> None:
         self._keys(state)[state.key] = state
@@ -302,7 +315,7 @@ class FlowTable:
         self._hold_budget()
 
     @staticmethod
-    def _entry(keys: dict, key: tuple) -> tuple | None:
+    def _entry(keys: dict[FlowKey, _S], key: FlowKey) -> tuple[_S, Direction] | None:
         """The flow a packet with this 5-tuple belongs to, and the packet's direction."""
         state = keys.get(key)
         if state is not None:
@@ -362,7 +375,7 @@ class FlowTable:
         rec = keys.get(pack(dst, src, dport, sport))
         return None if rec is None else (self._promote(rec), Direction.S2C)
 
-    def _young_info(self, rec: bytes) -> tuple[FlowInfo, tuple]:
+    def _young_info(self, rec: bytes) -> tuple[FlowInfo, FlowKey]:
         """A young flow's ``FlowInfo`` (as ``tcp`` would have left it after its packet)
         and its client-to-server 5-tuple."""
         flow_id, ts_first, ts_last, frame, _, _, bits, role, _ = _YOUNG.unpack_from(rec)
@@ -450,7 +463,7 @@ class FlowTable:
         from it when it does.  Flows not owned only ever get trackers."""
         half = conn.s2c if direction else conn.c2s
         if half.__class__ is TcpHalfStream:
-            return half  # type: ignore[return-value]
+            return half
         if full and conn.owned:
             new: TcpHalfStream | TcpHalfTracker = TcpHalfStream(
                 conn.info, direction, self.limits, self.emit)
@@ -500,23 +513,23 @@ class FlowTable:
     def _evict(self, ts_ns: int | None, frame: int | None, memory: bool = False) -> None:
         """Table full (or, ``memory``, the run's memory budget reached): close the least
         recently active flow, closing ones first."""
-        young: bytes | None = None  # the victim, if it is a young flow
-        for table in (self._asleep, self._closing, self._udp):
+        oldest: _Tcp | _Udp | bytes | None  # the victim (bytes: a young flow)
+        tables: tuple[Mapping[int, _Tcp | _Udp], ...] = (
+            self._asleep, self._closing, self._udp)
+        for table in tables:
             if table:
                 oldest = next(iter(table.values()))
                 break
         else:
-            oldest = self._oldest_open()  # type: ignore[assignment]
+            oldest = self._oldest_open()
             if oldest is None:
                 return
-            if oldest.__class__ is bytes:
-                young = oldest  # type: ignore[assignment]
-        if young is None:
+        if isinstance(oldest, bytes):
+            victim = self._young_info(oldest)[0]
+            owned = bool(oldest[_Y_FLAGS_AT] & _Y_OWNED)
+        else:
             victim = _info_of(oldest)
             owned = self._owned(oldest)
-        else:
-            victim = self._young_info(young)[0]
-            owned = bool(young[_Y_FLAGS_AT] & _Y_OWNED)
         if owned:
             if memory:
                 budget = self.limits.budget
@@ -537,12 +550,12 @@ class FlowTable:
                     victim,
                 )
             )
-        if young is None:
-            self._end(oldest, "evicted")
+        if isinstance(oldest, bytes):
+            self._end_young(oldest, victim, "evicted")
         else:
-            self._end_young(young, victim, "evicted")
+            self._end(oldest, "evicted")
 
-    def _end(self, state: object, reason: str) -> None:
+    def _end(self, state: _Tcp | _Udp, reason: str) -> None:
         """Close a flow.  Its close (and any final gap) is stamped with the flow's own
         last packet, never with whatever packet happened to trigger the close, so the
         result does not depend on other flows' traffic (the Spark split path relies on
@@ -563,7 +576,7 @@ class FlowTable:
         else:
             info.close_reason = reason
             self._udp.pop(info.flow_id, None)
-            self._unregister(state)  # type: ignore[arg-type]
+            self._unregister(state)
             if self.owns is None or self.owns(info.flow_id):
                 self.emit(FlowEnd(info, ts_ns, reason))
 
@@ -572,39 +585,42 @@ class FlowTable:
     def expire(self, now_ns: int) -> None:
         """Close flows whose idle timeout (capture time) has passed."""
         lim = self.limits
-        for table, timeout in (
+        tables: tuple[tuple[Mapping[int, _Tcp | _Udp], int], ...] = (
             (self._closing, lim.closed_linger_ns),
             (self._open, lim.tcp_idle_timeout_ns),
             (self._asleep, lim.tcp_sleep_max_ns),
             (self._udp, lim.udp_idle_timeout_ns),
-        ):
+        )
+        for table, timeout in tables:
             while True:
+                state: _Tcp | _Udp | bytes | None
                 if table is self._open:
                     state = self._oldest_open()
                     if state is None:
                         break
-                    if state.__class__ is bytes:
-                        idle = now_ns - _YOUNG.unpack_from(state)[2]  # type: ignore[arg-type]
+                    if isinstance(state, bytes):
+                        idle = now_ns - _YOUNG.unpack_from(state)[2]
                         if idle <= timeout:
                             break
                         if idle > lim.tcp_sleep_max_ns:
-                            young_info = self._young_info(state)[0]  # type: ignore[arg-type]
-                            self._end_young(state, young_info, "idle-timeout")  # type: ignore[arg-type]
+                            young_info = self._young_info(state)[0]
+                            self._end_young(state, young_info, "idle-timeout")
                             continue
-                        state = self._promote(state)  # type: ignore[arg-type]
+                        state = self._promote(state)
                 elif table:
                     state = next(iter(table.values()))
                 else:
                     break
-                info = _info_of(state)  # type: ignore[arg-type]
+                info = _info_of(state)
                 if now_ns - info.ts_last_ns <= timeout:
                     break
-                if table is self._open and now_ns - info.ts_last_ns <= lim.tcp_sleep_max_ns:
-                    self._sleep(state)  # type: ignore[arg-type]
+                if (table is self._open and isinstance(state, _Tcp)
+                        and now_ns - info.ts_last_ns <= lim.tcp_sleep_max_ns):
+                    self._sleep(state)
                     self._hold_budget()  # a young flow slept in its full form
                     continue
                 reason = "closed" if table is self._closing else "idle-timeout"
-                self._end(state, reason)  # type: ignore[arg-type]
+                self._end(state, reason)
 
     def restamp_untimed(self, now_ns: int) -> None:
         """Flows seen only at time 0 (no timestamp) get ``now_ns`` as their last activity."""
@@ -634,20 +650,25 @@ class FlowTable:
         ``FlowInfo``s and close events together (~90 MB; the young ones had none until
         then).  A flow evicted during a pause (the budget, reached by whoever consumed
         the events) is not closed again."""
-        states: list = [*self._open.values(), *self._closing.values(), *self._udp.values(),
-                        *self._asleep.values(), *self._young_keys.values()]
-        states.sort(key=lambda s: _YOUNG.unpack_from(s)[0] if s.__class__ is bytes
-                    else s.info.flow_id)
+        every: list[_Tcp | _Udp | bytes] = [
+            *self._open.values(), *self._closing.values(), *self._udp.values(),
+            *self._asleep.values(), *self._young_keys.values()]
+        every.sort(key=_flow_id)
+        states: list[_Tcp | _Udp | bytes | None] = []
+        states += every
+        del every
         young = self._young_keys
         for i, state in enumerate(states):
             states[i] = None  # a young record is freed once its flow is closed
-            if state.__class__ is bytes:
+            if state is None:
+                continue  # (not reached: each place is read before it is cleared)
+            if isinstance(state, bytes):
                 if young.get(_young_key(state)) is state:
                     self._end_young(state, self._young_info(state)[0], "end-of-capture")
                     if i % batch == batch - 1:
                         yield
                 continue
-            if self._keys(state).get(state.key) is not state:
+            if not self._registered(state):
                 continue
             if isinstance(state, _Tcp) and state.info.flow_id in self._asleep:
                 reason = "idle-timeout"  # asleep: it had been idle past the timeout
@@ -693,7 +714,7 @@ class FlowTable:
         syn_only = flags & (SYN | ACK) == SYN
         if entry is not None and syn_only:
             conn, direction = entry
-            if self._is_new_connection(conn, direction, seq):  # type: ignore[arg-type]
+            if self._is_new_connection(conn, direction, seq):
                 self._end(conn, "port-reuse")
                 entry = None
         if entry is None:
@@ -704,7 +725,7 @@ class FlowTable:
                 return
             conn, direction = self._open_tcp(src, sport, dst, dport, flags, ts_ns, frame, vlans)
         else:
-            conn, direction = entry  # type: ignore[assignment]
+            conn, direction = entry
         info = conn.info
         info.ts_last_ns = max(info.ts_last_ns, ts_ns)
         info.frame_last = frame
@@ -761,7 +782,8 @@ class FlowTable:
             del self._open[info.flow_id]
             self._closing[info.flow_id] = conn
 
-    def _stale_checked(self, entry: tuple | None, ts_ns: int) -> tuple | None:
+    def _stale_checked(self, entry: tuple[_S, Direction] | None, ts_ns: int
+                       ) -> tuple[_S, Direction] | None:
         """A flow idle past its timeout is closed before this packet is placed, so
         whether a packet starts a new flow depends only on this flow's own history (not
         on when a sweep, driven by other traffic, happened to run)."""
@@ -793,7 +815,8 @@ class FlowTable:
             if isinstance(half, TcpHalfStream):
                 half.forget_recent()
 
-    def _wake(self, entry: tuple, seq: int, ack: int, flags: int) -> tuple | None:
+    def _wake(self, entry: tuple[_Tcp, Direction], seq: int, ack: int, flags: int
+              ) -> tuple[_Tcp, Direction] | None:
         """A packet on the 4-tuple of a sleeping flow: if its sequence number continues
         where its side left off (or its ACK where the peer's did), it is the same
         connection after a pause and the flow goes on; otherwise (a SYN, a new
@@ -867,7 +890,8 @@ class FlowTable:
         half = conn.halves[direction]
         return half is not None and half.base is not None and (seq + 1) % (1 << 32) != half.base
 
-    def _open_tcp(self, src, sport, dst, dport, flags, ts_ns, frame, vlans):
+    def _open_tcp(self, src: bytes, sport: int, dst: bytes, dport: int, flags: int,
+                  ts_ns: int, frame: int, vlans: tuple[int, ...]) -> tuple[_Tcp, Direction]:
         if flags & (SYN | ACK) == SYN:
             src_is_server, source = False, RoleSource.SYN
         elif flags & (SYN | ACK) == SYN | ACK:
@@ -886,7 +910,9 @@ class FlowTable:
         self.counters["tcp_flows"] += 1
         return conn, direction
 
-    def _create(self, transport, tup, src_is_server, source, ts_ns, frame, vlans):
+    def _create(self, transport: Transport, tup: FlowKey, src_is_server: bool,
+                source: RoleSource, ts_ns: int, frame: int, vlans: tuple[int, ...]
+                ) -> tuple[FlowInfo, FlowKey, Direction]:
         """A new flow's info, its client-to-server key and the direction of this packet."""
         src, sport, dst, dport = tup
         a, b = self._endpoint(src, sport), self._endpoint(dst, dport)
@@ -959,7 +985,12 @@ def _info_of(state: _Tcp | _Udp) -> FlowInfo:
     return state.info
 
 
-def turned(ev: Event) -> Event:
+def _flow_id(state: _Tcp | _Udp | bytes) -> int:
+    """A flow's id, a young one's (its record) included."""
+    return int(_YOUNG.unpack_from(state)[0]) if isinstance(state, bytes) else state.info.flow_id
+
+
+def turned(ev: _E) -> _E:
     """``ev`` in the other orientation: its direction flipped (a flow whose roles were
     swapped after ``ev`` was emitted; events without a direction are as they were)."""
     direction = getattr(ev, "direction", None)
@@ -985,13 +1016,13 @@ class Turning:
         """``info``'s roles were just swapped: turn its events until the anomaly."""
         self._flows.add(info.flow_id)
 
-    def see(self, ev: Event) -> Event:
+    def see(self, ev: _E) -> _E:
         """``ev`` as it is meant now: turned while its flow waits for the anomaly (which
         ends the wait and is passed on as it is)."""
         flow = getattr(ev, "flow", None)
         if flow is None or flow.flow_id not in self._flows:
             return ev
-        if type(ev) is Anomaly and ev.kind == ROLES_SWAPPED:
+        if isinstance(ev, Anomaly) and ev.kind == ROLES_SWAPPED:
             self._flows.discard(flow.flow_id)
             return ev
         return turned(ev)

@@ -65,12 +65,14 @@ import hashlib
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from reassembly.events import (
     Anomaly,
     Direction,
     Event,
     FlowInfo,
+    LayerEvent,
     RoleSource,
     StreamClose,
     StreamData,
@@ -166,7 +168,7 @@ def _head(block: bytes) -> tuple[str, dict[str, str]]:
     return lines[0], headers
 
 
-def _unmask(data: bytes, mask: bytes, pos: int) -> bytes:
+def _unmask(data: bytes | bytearray, mask: bytes, pos: int) -> bytes | bytearray:
     """XOR with the 4-byte mask starting at mask position ``pos`` (RFC 6455 §5.3)."""
     n = len(data)
     if not n:
@@ -201,7 +203,7 @@ class _Side:
         self.control = bytearray()
         self.msg_op: int | None = None  # opcode of the data message in progress
         self.msg_deflate = False
-        self.inflater = None
+        self.inflater: zlib._Decompress | None = None
         self.inflated = 0
         self.no_context = False
         self.skip_msg = False  # the rest of this message is lost (inflate cut or gap)
@@ -230,12 +232,12 @@ class _Conn:
         self.layer = layer  # for the memory budget: giving up this flow's inflaters
         self.state = "request"  # request → response → ws
         self.req = bytearray()
-        self.req_events: list[StreamData] = []
+        self.req_events: list[StreamData | StreamGap] = []
         self.req_bytes = 0
         self.resp = bytearray()
-        self.resp_events: list[Event] = []
+        self.resp_events: list[StreamData | StreamGap] = []
         self.resp_bytes = 0
-        self.request: dict | None = None
+        self.request: dict[str, Any] | None = None
         self.sides = (_Side(_C2S), _Side(_S2C))
         self.deflate = False
         self.reported: set[str] = set()
@@ -260,24 +262,24 @@ class WebSocketLayer:
         self.limits = limits
         self._swap_roles = swap_roles
         self._turning = Turning()  # flows swapped here, until the table's anomaly
-        self._out: list[Event] = []
+        self._out: list[Event | LayerEvent | WebSocketJoin] = []
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
         self.counters = {"connections": 0, "frames": 0}
         # bytes all inflaters of this run produced (Limits.ws_max_inflated_total_bytes)
         self.inflated_total = 0
 
-    def process(self, events: Iterable[Event]) -> Iterator[Event]:
+    def process(self, events: Iterable[Event | LayerEvent]
+                ) -> Iterator[Event | LayerEvent | WebSocketJoin]:
         out = self._out
         turning = self._turning
         for ev in events:
             if turning:
                 ev = turning.see(ev)
-            t = type(ev)
-            if (t is StreamData or t is StreamGap) and ev.stream_id is None:  # type: ignore[union-attr]
-                self.stream(ev)  # type: ignore[arg-type]
-            elif t is StreamClose:
-                self.close(ev)  # type: ignore[arg-type]
+            if (type(ev) is StreamData or type(ev) is StreamGap) and ev.stream_id is None:
+                self.stream(ev)
+            elif type(ev) is StreamClose:
+                self.close(ev)
             else:
                 out.append(ev)
             if out:
@@ -292,10 +294,10 @@ class WebSocketLayer:
         if conn is None:
             if fid not in self._seen:
                 self._seen.add(fid)
-                if (ev.direction == _C2S and type(ev) is StreamData
-                        and _GET.startswith(ev.data[:4])):  # type: ignore[union-attr]
+                if (ev.direction == _C2S and isinstance(ev, StreamData)
+                        and _GET.startswith(ev.data[:4])):
                     conn = self._conns[fid] = _Conn(ev.flow, self)
-                    self._request(conn, ev)  # type: ignore[arg-type]
+                    self._request(conn, ev)
                     return
                 if _started_late(ev):
                     conn = self._conns[fid] = _Conn(ev.flow, self)
@@ -310,26 +312,26 @@ class WebSocketLayer:
             self._late(conn, ev)
         elif conn.state == "request":
             if ev.direction == _C2S:
-                if type(ev) is StreamGap:
+                if isinstance(ev, StreamGap):
                     self._release(conn)
                     self._out.append(ev)
                 else:
-                    self._request(conn, ev)  # type: ignore[arg-type]
+                    self._request(conn, ev)
             else:  # the server spoke before the request was complete: not WebSocket
                 self._release(conn)
                 self._out.append(ev)
         else:  # waiting for the response
             if ev.direction == _C2S:
-                conn.req_events.append(ev)  # type: ignore[arg-type]
-                if type(ev) is StreamData:
-                    conn.req_bytes += len(ev.data)  # type: ignore[union-attr]
+                conn.req_events.append(ev)
+                if isinstance(ev, StreamData):
+                    conn.req_bytes += len(ev.data)
                 if conn.req_bytes > self.limits.ws_max_handshake_bytes + (1 << 20):
                     self._release(conn)
-            elif type(ev) is StreamGap:
+            elif isinstance(ev, StreamGap):
                 conn.resp_events.append(ev)
                 self._release(conn)
             else:
-                self._response(conn, ev)  # type: ignore[arg-type]
+                self._response(conn, ev)
 
     def close(self, ev: StreamClose) -> None:
         fid = ev.flow.flow_id
@@ -382,8 +384,8 @@ class WebSocketLayer:
             "path": parts[1] if len(parts) > 1 else "",
             "headers": headers,
             "offset": first.offset,
-            "ts_first": first.ts_first_ns,
-            "frame_first": first.frame_first,
+            "ts_first": _ts(first),  # (data: a gap before the request ends it)
+            "frame_first": _frame(first),
             "ts_last": ev.ts_last_ns,
             "frame_last": ev.frame_last,
         }
@@ -419,7 +421,7 @@ class WebSocketLayer:
         self._upgrade(conn, end + 4, headers)
 
     def _handshake_event(self, conn: _Conn, status: int | None, headers: dict[str, str],
-                         resp: dict | None) -> None:
+                         resp: dict[str, int] | None) -> None:
         req = conn.request
         if req is None:
             return
@@ -463,12 +465,12 @@ class WebSocketLayer:
                                       (conn.sides[_S2C], resp_events, resp_end)):
             base = events[0].offset if events else 0
             for ev in events:
-                if type(ev) is StreamData:
-                    flow.stream_bytes[side.direction] -= len(ev.data)  # type: ignore[union-attr]
+                if isinstance(ev, StreamData):
+                    flow.stream_bytes[side.direction] -= len(ev.data)
                     # the bytes after the header block are the first frames
                     cut = base + hdr_end - ev.offset
-                    if cut < len(ev.data):  # type: ignore[union-attr]
-                        part = ev.data[max(cut, 0):]  # type: ignore[union-attr]
+                    if cut < len(ev.data):
+                        part = ev.data[max(cut, 0):]
                         flow.stream_bytes[side.direction] += len(part)
                         self._frames_input(conn, side, StreamData(
                             flow, ev.direction, ev.offset + max(cut, 0), part, ev.ts_first_ns,
@@ -482,24 +484,24 @@ class WebSocketLayer:
         """Hold ``ev`` while the flow is looked at; decide when there is enough."""
         conn.late.append(ev)
         d = ev.direction
-        gap_after_data = type(ev) is StreamGap and any(
-            type(e) is StreamData and e.direction == d for e in conn.late)
-        held = sum(len(e.data) for e in conn.late  # type: ignore[union-attr]
-                   if type(e) is StreamData and e.direction == d)
+        gap_after_data = isinstance(ev, StreamGap) and any(
+            isinstance(e, StreamData) and e.direction == d for e in conn.late)
+        held = sum(len(e.data) for e in conn.late
+                   if isinstance(e, StreamData) and e.direction == d)
         self._late_decide(conn, final=gap_after_data or held > LATE_HOLD_BYTES)
         budget = self.limits.budget
         if budget is not None and conn.state == "late":
             # what is held while looking is charged; past the budget the flow is decided
             # on what was seen (release_memory)
-            budget.hold(conn, sum(len(e.data) for e in conn.late  # type: ignore[union-attr]
-                                  if type(e) is StreamData))
+            budget.hold(conn, sum(len(e.data) for e in conn.late
+                                  if isinstance(e, StreamData)))
 
     def _late_decide(self, conn: _Conn, final: bool) -> None:
         """WebSocket (``_join``), not (``_late_release``), or wait (module docstring)."""
         looks = []
         for d in Direction:
-            held = sum(len(e.data) for e in conn.late  # type: ignore[union-attr]
-                       if type(e) is StreamData and e.direction == d)
+            held = sum(len(e.data) for e in conn.late
+                       if isinstance(e, StreamData) and e.direction == d)
             search = final or held >= conn.searched[d] + LATE_SEARCH_STEP
             if search:
                 conn.searched[d] = held
@@ -543,7 +545,7 @@ class WebSocketLayer:
             # the held events (and those still on their way: ``Turning``) were emitted
             # in the orientation the port hint gave
             self._turning.begin(flow)
-            held = [turned(ev) for ev in held]  # type: ignore[misc]
+            held = [turned(ev) for ev in held]
             found = {d.flip(): x for d, x in found.items()}
             client = _C2S
         first, last = held[0], held[-1]
@@ -570,54 +572,54 @@ class WebSocketLayer:
             if start is None or ev.offset >= start:
                 self._frames_input(conn, side, ev)
                 continue
-            if type(ev) is StreamGap:  # begun by a gap: still one in the message stream
-                flow.gap_bytes[side.direction] -= ev.nbytes  # type: ignore[union-attr]
-                self._emit_gap(conn, side, ev.nbytes, ev.ts_ns, ev.frame, ev.reason)  # type: ignore[union-attr]
+            if isinstance(ev, StreamGap):  # begun by a gap: still one in the message stream
+                flow.gap_bytes[side.direction] -= ev.nbytes
+                self._emit_gap(conn, side, ev.nbytes, ev.ts_ns, ev.frame, ev.reason)
                 continue
             # the tail of a frame whose header was not captured: unreadable
-            data = ev.data  # type: ignore[union-attr]
+            data = ev.data
             cut = min(start - ev.offset, len(data))
             flow.stream_bytes[side.direction] -= cut
-            self._emit_gap(conn, side, cut, ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
+            self._emit_gap(conn, side, cut, ev.ts_first_ns, ev.frame_first,
                            "websocket-unreadable")
             if cut < len(data):
                 self._frames_input(conn, side, StreamData(
-                    flow, ev.direction, start, data[cut:], ev.ts_first_ns, ev.ts_last_ns,  # type: ignore[union-attr]
-                    ev.frame_first, ev.frame_last))  # type: ignore[union-attr]
+                    flow, ev.direction, start, data[cut:], ev.ts_first_ns, ev.ts_last_ns,
+                    ev.frame_first, ev.frame_last))
 
     # -- frames ---------------------------------------------------------------------------
 
     def _frames_input(self, conn: _Conn, side: _Side, ev: StreamData | StreamGap) -> None:
         flow = conn.flow
         d = side.direction
-        if type(ev) is StreamGap:
-            flow.gap_bytes[d] -= ev.nbytes  # type: ignore[union-attr]
+        if isinstance(ev, StreamGap):
+            flow.gap_bytes[d] -= ev.nbytes
             if side.joined and not side.frames and not side.buf.held:  # no frame read yet
-                self._emit_gap(conn, side, ev.nbytes, ev.ts_ns, ev.frame, ev.reason)  # type: ignore[union-attr]
+                self._emit_gap(conn, side, ev.nbytes, ev.ts_ns, ev.frame, ev.reason)
             else:
-                self._gap(conn, side, ev)  # type: ignore[arg-type]
+                self._gap(conn, side, ev)
             side.buf.reset(ev.offset + ev.nbytes)  # (a header it cut is lost with the framing)
             return
-        data = ev.data  # type: ignore[union-attr]
+        data = ev.data
         flow.stream_bytes[d] -= len(data)
         if side.mode == _DEAD:
-            self._emit_gap(conn, side, len(data), ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
+            self._emit_gap(conn, side, len(data), ev.ts_first_ns, ev.frame_first,
                            "websocket-unreadable")
             return
         b = side.buf
         if b.end not in (None, ev.offset):  # (after bytes this layer did not read)
             b.reset(ev.offset)
-        b.feed(data, ev)  # type: ignore[arg-type]
+        b.feed(data, ev)
         out = bytearray()
         buf = b.data
         while side.mode == _FRAMES and b.pos < len(buf):
             if side.remaining < 0:
-                if not self._header(conn, side, ev, out):  # type: ignore[arg-type]
+                if not self._header(conn, side, ev, out):
                     break
                 continue
             pos = b.pos
             take = min(side.remaining, len(buf) - pos)
-            chunk = buf[pos : pos + take]
+            chunk: bytes | bytearray = buf[pos : pos + take]
             b.pos = pos + take
             if side.mask is not None:
                 chunk = _unmask(chunk, side.mask, side.mask_pos)
@@ -627,12 +629,12 @@ class WebSocketLayer:
             if op >= 8:
                 side.control += chunk
             elif op in _DATA_OPS and side.msg_op is not None:
-                self._payload(conn, side, chunk, ev, out)  # type: ignore[arg-type]
+                self._payload(conn, side, chunk, ev, out)
             if side.remaining == 0:
-                self._frame_end(conn, side, ev, out, b.offset)  # type: ignore[arg-type]
-        self._flush(conn, side, out, ev)  # type: ignore[arg-type]
+                self._frame_end(conn, side, ev, out, b.offset)
+        self._flush(conn, side, out, ev)
         if side.mode == _DEAD and b.held:
-            self._emit_gap(conn, side, b.held, ev.ts_first_ns, ev.frame_first,  # type: ignore[union-attr]
+            self._emit_gap(conn, side, b.held, ev.ts_first_ns, ev.frame_first,
                            "websocket-unreadable")
         if b.held and side.mode == _FRAMES:
             b.compact()  # what is left is a frame header cut by the end of the chunk
@@ -666,19 +668,10 @@ class WebSocketLayer:
         side.hdr_at = b.skip(size)
         side.frames += 1
         self.counters["frames"] += 1
-        problem = None
         # joined late: the first frame may go on with a message begun before the capture
         tail = side.joined and side.frames == 1 and op == OP_CONT and side.msg_op is None
-        if ln >> 63:
-            problem = f"frame length {ln} has its most significant bit set"
-        elif op in (3, 4, 5, 6, 7) or op > 10:
-            problem = f"reserved opcode {op}"
-        elif op >= 8 and (ln > MAX_CONTROL_PAYLOAD or not fin):
-            problem = f"control frame (opcode {op}) of {ln} bytes{'' if fin else ', fragmented'}"
-        elif rsv & 3 or (rsv & 4 and (not conn.deflate or op == OP_CONT or op >= 8)):
-            problem = f"RSV bits {rsv:03b} set on opcode {op} without an extension defining them"
-        elif op == OP_CONT and side.msg_op is None and not tail:
-            problem = "continuation frame without a message in progress"
+        problem = _header_problem(fin, rsv, op, ln, conn.deflate,
+                                  side.msg_op is not None or tail)
         if problem is not None:
             self._lost(conn, side, f"bad frame header at offset {side.hdr_off}: {problem}",
                        ev, out)
@@ -712,7 +705,7 @@ class WebSocketLayer:
             self._frame_end(conn, side, ev, out, hdr_at.end)
         return True
 
-    def _payload(self, conn: _Conn, side: _Side, chunk: bytes, ev: StreamData,
+    def _payload(self, conn: _Conn, side: _Side, chunk: bytes | bytearray, ev: StreamData,
                  out: bytearray) -> None:
         if side.skip_msg:
             return
@@ -726,7 +719,7 @@ class WebSocketLayer:
             return
         self._inflate(conn, side, chunk, ev, out)
 
-    def _inflate(self, conn: _Conn, side: _Side, chunk: bytes, ev: StreamData,
+    def _inflate(self, conn: _Conn, side: _Side, chunk: bytes | bytearray, ev: StreamData,
                  out: bytearray) -> None:
         if side.inflater is None:
             side.inflater = zlib.decompressobj(-15)
@@ -863,11 +856,11 @@ class WebSocketLayer:
 
     def _lost(self, conn: _Conn, side: _Side, why: str, ev: StreamData | StreamGap,
               out: bytearray | None) -> None:
-        if out is not None and type(ev) is StreamData:
-            self._flush(conn, side, out, ev)  # type: ignore[arg-type]
+        if out is not None and isinstance(ev, StreamData):
+            self._flush(conn, side, out, ev)
         side.mode = _DEAD
-        ts = ev.ts_first_ns if type(ev) is StreamData else ev.ts_ns  # type: ignore[union-attr]
-        frame = ev.frame_first if type(ev) is StreamData else ev.frame  # type: ignore[union-attr]
+        ts = ev.ts_first_ns if isinstance(ev, StreamData) else ev.ts_ns
+        frame = ev.frame_first if isinstance(ev, StreamData) else ev.frame
         self._anomaly(conn, side, "websocket.lost_sync",
                       f"{side.direction.short}: {why}; the rest of this direction is "
                       "captured but cannot be read (delivered as websocket-unreadable gaps)",
@@ -942,6 +935,24 @@ class WebSocketLayer:
                                  side.direction, offset))
 
 
+def _header_problem(fin: bool, rsv: int, op: int, ln: int, deflate: bool,
+                    in_message: bool) -> str | None:
+    """Why a frame header (FIN, RSV bits, opcode, payload length) cannot be read on
+    (RFC 6455 §5.2, §5.5; RSV1 is permessage-deflate's, RFC 7692 §6), or None.
+    ``in_message``: a data message is in progress (a continuation may follow)."""
+    if ln >> 63:
+        return f"frame length {ln} has its most significant bit set"
+    if op in (3, 4, 5, 6, 7) or op > 10:
+        return f"reserved opcode {op}"
+    if op >= 8 and (ln > MAX_CONTROL_PAYLOAD or not fin):
+        return f"control frame (opcode {op}) of {ln} bytes{'' if fin else ', fragmented'}"
+    if rsv & 3 or (rsv & 4 and (not deflate or op == OP_CONT or op >= 8)):
+        return f"RSV bits {rsv:03b} set on opcode {op} without an extension defining them"
+    if op == OP_CONT and not in_message:
+        return "continuation frame without a message in progress"
+    return None
+
+
 def _as_data(ev: StreamGap) -> StreamData:
     return StreamData(ev.flow, ev.direction, ev.offset, b"", ev.ts_ns, ev.ts_ns, ev.frame,
                       ev.frame)
@@ -966,9 +977,9 @@ class _Found:
 
 def _started_late(ev: StreamData | StreamGap) -> bool:
     """The first event of a flow, from a direction whose start was not captured."""
-    if type(ev) is StreamGap:
+    if isinstance(ev, StreamGap):
         return ev.offset == 0
-    return ev.flow.mid_stream[ev.direction]
+    return bool(ev.flow.mid_stream[ev.direction])
 
 
 def _chain(buf: bytes, k: int) -> tuple[int, bool, bool] | None:
@@ -1026,13 +1037,13 @@ def _look(held: list[StreamData | StreamGap], d: Direction,
     for ev in held:
         if ev.direction != d:
             continue
-        if type(ev) is StreamGap:
+        if isinstance(ev, StreamGap):
             if parts:
                 break
             continue
         if start is None:
             start = ev.offset
-        parts.append(ev.data)  # type: ignore[union-attr]
+        parts.append(ev.data)
     if start is None:
         return None
     buf = b"".join(parts)
@@ -1055,12 +1066,12 @@ def _at(x: _Found | None) -> int | None:
 
 
 def _ts(ev: StreamData | StreamGap, last: bool = False) -> int:
-    if type(ev) is StreamGap:
+    if isinstance(ev, StreamGap):
         return ev.ts_ns
-    return ev.ts_last_ns if last else ev.ts_first_ns  # type: ignore[union-attr]
+    return ev.ts_last_ns if last else ev.ts_first_ns
 
 
 def _frame(ev: StreamData | StreamGap, last: bool = False) -> int:
-    if type(ev) is StreamGap:
+    if isinstance(ev, StreamGap):
         return ev.frame
-    return ev.frame_last if last else ev.frame_first  # type: ignore[union-attr]
+    return ev.frame_last if last else ev.frame_first
