@@ -194,7 +194,9 @@ class _Side:
         # WebSocket's offsets): a frame header cut by a packet boundary waits here
         self.buf = ProvenanceBuffer()
         self.hdr_off = 0  # offset (below) of the current frame's first byte
-        self.hdr_at = _NO_EXTENT  # the current frame header's bytes and packets
+        # a control frame's header: its bytes and packets (a data frame's are asked of
+        # the buffer only when an anomaly names them: most frames need none)
+        self.hdr_at = _NO_EXTENT
         self.remaining = -1  # payload bytes left in the current frame; -1: reading a header
         self.mask: bytes | None = None
         self.mask_pos = 0
@@ -607,18 +609,19 @@ class WebSocketLayer:
                            "websocket-unreadable")
             return
         b = side.buf
-        if b.end not in (None, ev.offset):  # (after bytes this layer did not read)
+        if b.started and b.base + len(b.data) != ev.offset:  # (bytes this layer skipped)
             b.reset(ev.offset)
         b.feed(data, ev)
         out = bytearray()
         buf = b.data
-        while side.mode == _FRAMES and b.pos < len(buf):
+        n = len(buf)  # (the loop only reads the buffer)
+        while side.mode == _FRAMES and b.pos < n:
             if side.remaining < 0:
                 if not self._header(conn, side, ev, out):
                     break
                 continue
             pos = b.pos
-            take = min(side.remaining, len(buf) - pos)
+            take = min(side.remaining, n - pos)
             chunk: bytes | bytearray = buf[pos : pos + take]
             b.pos = pos + take
             if side.mask is not None:
@@ -633,10 +636,11 @@ class WebSocketLayer:
             if side.remaining == 0:
                 self._frame_end(conn, side, ev, out, b.offset)
         self._flush(conn, side, out, ev)
-        if side.mode == _DEAD and b.held:
-            self._emit_gap(conn, side, b.held, ev.ts_first_ns, ev.frame_first,
+        left = n - b.pos
+        if side.mode == _DEAD and left:
+            self._emit_gap(conn, side, left, ev.ts_first_ns, ev.frame_first,
                            "websocket-unreadable")
-        if b.held and side.mode == _FRAMES:
+        if left and side.mode == _FRAMES:
             b.compact()  # what is left is a frame header cut by the end of the chunk
         else:
             b.clear()
@@ -665,7 +669,10 @@ class WebSocketLayer:
             ln = int.from_bytes(buf[pos + 2 : pos + 10], "big")
             at = pos + 10
         mask = bytes(buf[at : at + 4]) if masked else None
-        side.hdr_at = b.skip(size)
+        b.pos = pos + size
+        hdr_end = side.hdr_off + size
+        if op >= 8:
+            side.hdr_at = b.extent(side.hdr_off, hdr_end)
         side.frames += 1
         self.counters["frames"] += 1
         # joined late: the first frame may go on with a message begun before the capture
@@ -676,13 +683,12 @@ class WebSocketLayer:
             self._lost(conn, side, f"bad frame header at offset {side.hdr_off}: {problem}",
                        ev, out)
             return True
-        hdr_at = side.hdr_at
         if masked != side.masks and not side.masked_reported:
             side.masked_reported = True
             self._anomaly(conn, side, "websocket.masking",
                           f"{side.direction.short} frame {'with' if masked else 'without'} a "
                           "mask (RFC 6455 §5.1: clients mask, servers do not); read anyway",
-                          hdr_at.ts_first_ns, hdr_at.frame_first, side.hdr_off)
+                          *_first_packet(b.extent(side.hdr_off, hdr_end)), side.hdr_off)
         if tail:
             # its opcode and compression are unknown: read on unless the flow compresses
             side.msg_op, side.msg_deflate, side.inflated = OP_BINARY, False, 0
@@ -692,7 +698,7 @@ class WebSocketLayer:
                 self._anomaly(conn, side, "websocket.bad_frame",
                               f"new data frame at offset {side.hdr_off} while a fragmented "
                               "message was still open; the open message ends here",
-                              hdr_at.ts_first_ns, hdr_at.frame_first, side.hdr_off)
+                              *_first_packet(b.extent(side.hdr_off, hdr_end)), side.hdr_off)
                 self._message_end(conn, side, ev, out)
             side.msg_op = op
             side.msg_deflate = bool(rsv & 4)
@@ -702,7 +708,7 @@ class WebSocketLayer:
         side.remaining = ln
         side.control = bytearray()
         if ln == 0:
-            self._frame_end(conn, side, ev, out, hdr_at.end)
+            self._frame_end(conn, side, ev, out, hdr_end)
         return True
 
     def _payload(self, conn: _Conn, side: _Side, chunk: bytes | bytearray, ev: StreamData,
@@ -933,6 +939,11 @@ class WebSocketLayer:
                  offset: int | None = None) -> None:
         self._out.append(Anomaly(kind, detail, ts or None, frame or None, conn.flow,
                                  side.direction, offset))
+
+
+def _first_packet(at: Extent) -> tuple[int, int]:
+    """Time and frame of the packet that carried ``at``'s first byte."""
+    return at.ts_first_ns, at.frame_first
 
 
 def _header_problem(fin: bool, rsv: int, op: int, ln: int, deflate: bool,
