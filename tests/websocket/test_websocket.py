@@ -257,3 +257,20 @@ def test_dissect_capture_api_with_options_only(tmp_path):
     r = dissect_capture(SAMPLES / "nats-ws.pcap", tmp_path / "o",
                         Options(keylog=str(SAMPLES / "nats-ws.keys")))
     assert r.rows["websocket"] == 15 and r.flows_by_protocol == Counter({"nats": 3})
+
+
+def test_control_frame_cut_across_packets_names_its_first_and_last_packet(tmp_path):
+    """The frame bytes wait in the side's provenance buffer: a control frame whose header
+    is cut by a packet boundary is stamped with the packet of its first byte and the one
+    of its last, and a data frame cut the same way reads as if whole."""
+    ping = cframe(b"ping-1", opcode=9)
+    data = cframe(b"PUB a 2\r\nhi\r\n", opcode=1)
+    script = [(C, request("/nats")), (S, response()),
+              (C, ping[:1]), (C, ping[1:8]), (C, ping[8:] + data[:3]), (C, data[3:])]
+    evs = list(read_events(flow_pcap(tmp_path, script, port=8080)))
+    assert _stream(evs, C) == b"PUB a 2\r\nhi\r\n"
+    (ctl,) = [e for e in evs if isinstance(e, WebSocketControl)]
+    assert (ctl.opcode, ctl.payload, ctl.nbytes) == (9, b"ping-1", len(ping))
+    assert ctl.frame_last - ctl.frame_first == 2  # three consecutive client packets
+    assert ctl.ts_last_ns > ctl.ts_first_ns
+    assert not [e for e in evs if isinstance(e, Anomaly)]
