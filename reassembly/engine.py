@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from reassembly.capture import CaptureReader, Frame, open_capture
-from reassembly.events import Anomaly, Event
+from reassembly.events import Anomaly, CaptureEvent, Event, QuicEvent
 from reassembly.flows import DEFAULT_SERVER_PORTS, FlowTable, RoleSwaps
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.network import FirstReports, L4Packet, NetworkDecoder
 from reassembly.quic.keylog import KeyLog
 from reassembly.quic.layer import QuicLayer, add_capture_secrets
 from reassembly.tls import TlsLayer
+
+if TYPE_CHECKING:
+    from reassembly.websocket import WebSocketJoin
 
 TCP, UDP = 6, 17
 
@@ -154,8 +157,8 @@ def capture_damage_events(reader: CaptureReader) -> list[Event]:
     ]
 
 
-def stream_layers(events: Iterable[Event], limits: Limits, keylog: KeyLog,
-                  flows: FlowTable | None = None) -> Iterator[Event]:
+def stream_layers(events: Iterable[CaptureEvent], limits: Limits, keylog: KeyLog,
+                  flows: FlowTable | None = None) -> Iterator[CaptureEvent | WebSocketJoin]:
     """The layers above TCP: TLS decryption (``reassembly.tls``), then WebSocket
     (``reassembly.websocket``); each replaces the stream events of the flows it takes.
     ``flows``: the table the events come from (its ``swap_roles`` fixes roles)."""
@@ -224,7 +227,7 @@ def capture_events(
     split: FlowSplit | None = None,
     server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
     roles: RoleSwaps | None = None,
-) -> Iterator[Event]:
+) -> Iterator[CaptureEvent | WebSocketJoin]:
     """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
     Secrets Blocks as they appear), and the capture's damage at the end.  TCP/UDP
@@ -238,7 +241,7 @@ def capture_events(
     if keylog is not None:
         # a key log file's own bad lines (pcapng DSBs are checked as they come)
         yield from keylog_problems(keylog)
-    out: list[Event] = []
+    out: list[Event | QuicEvent] = []
     owns = split.owns if split is not None else None
     # the native engine (``reassembly.native``) when it can take the capture: the same
     # events, the reference deciding everything but the common path
@@ -282,7 +285,7 @@ def capture_events(
 
 def read_events(
     path: str | os.PathLike[str], limits: Limits | None = None, keylog: KeyLog | None = None
-) -> Iterator[Event]:
+) -> Iterator[CaptureEvent | WebSocketJoin]:
     """All events of one capture file (see ``capture_events``)."""
     with open_capture(path) as reader:
         yield from capture_events(reader, limits, keylog)

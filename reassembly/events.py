@@ -447,3 +447,8 @@ class WebSocketControl:
 
 
 LayerEvent = TlsConnection | WebSocketHandshake | WebSocketControl
+
+# What the layers above the transport pass along (``engine.capture_events``): the
+# transport's events, QUIC's and the TLS/WebSocket layers'.  Each layer replaces the
+# events of the flows it takes and passes every other event on untouched.
+CaptureEvent = Event | QuicEvent | LayerEvent

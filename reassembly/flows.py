@@ -1045,7 +1045,7 @@ class RoleSwaps:
         self._turning.begin(info)
         return True
 
-    def events(self, events: Iterable[Event]) -> Iterator[Event]:
+    def events(self, events: Iterable[_E]) -> Iterator[_E]:
         turning = self._turning
         for ev in events:
             yield turning.see(ev) if turning else ev

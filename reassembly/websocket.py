@@ -69,10 +69,9 @@ from typing import Any
 
 from reassembly.events import (
     Anomaly,
+    CaptureEvent,
     Direction,
-    Event,
     FlowInfo,
-    LayerEvent,
     RoleSource,
     StreamClose,
     StreamData,
@@ -264,15 +263,15 @@ class WebSocketLayer:
         self.limits = limits
         self._swap_roles = swap_roles
         self._turning = Turning()  # flows swapped here, until the table's anomaly
-        self._out: list[Event | LayerEvent | WebSocketJoin] = []
+        self._out: list[CaptureEvent | WebSocketJoin] = []
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
         self.counters = {"connections": 0, "frames": 0}
         # bytes all inflaters of this run produced (Limits.ws_max_inflated_total_bytes)
         self.inflated_total = 0
 
-    def process(self, events: Iterable[Event | LayerEvent]
-                ) -> Iterator[Event | LayerEvent | WebSocketJoin]:
+    def process(self, events: Iterable[CaptureEvent]
+                ) -> Iterator[CaptureEvent | WebSocketJoin]:
         out = self._out
         turning = self._turning
         for ev in events:

@@ -47,10 +47,11 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from reassembly.events import (
     Anomaly,
+    CaptureEvent,
     Datagram,
     Direction,
     Event,
@@ -69,6 +70,9 @@ from reassembly.quic.connection import (
     Opened,
     QuicConnection,
 )
+
+if TYPE_CHECKING:
+    from reassembly.websocket import WebSocketJoin
 from reassembly.quic.crypto import version_params
 from reassembly.quic.keylog import KeyLog
 from reassembly.quic.packet import (
@@ -125,7 +129,7 @@ class QuicLayer:
         limits: Limits,
         emit: Callable[[Event | QuicEvent], None],
         keylog: KeyLog | None = None,
-        swap_roles: Callable[[FlowInfo, RoleSource], None] | None = None,
+        swap_roles: Callable[[FlowInfo, RoleSource], object] | None = None,
     ) -> None:
         """``swap_roles`` (the flow table's) fixes a UDP flow whose port hint named the
         wrong side: the sender of a connection's first Initial is the client."""
@@ -597,7 +601,7 @@ def read_quic_events(
     path: str | os.PathLike[str],
     limits: Limits | None = None,
     keylog: KeyLog | None = None,
-) -> Iterator[Event]:
+) -> Iterator[CaptureEvent | WebSocketJoin]:
     """All events of one capture with the QUIC layer in place (the engine's path)."""
     from reassembly.engine import read_events
 

@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from reassembly.events import (
     Anomaly,
+    CaptureEvent,
     Direction,
     Event,
     FlowInfo,
@@ -238,7 +239,7 @@ class TlsLayer:
     ) -> None:
         self.limits = limits
         self.keylog = keylog if keylog is not None else KeyLog()
-        self._out: list[Event | LayerEvent] = []
+        self._out: list[CaptureEvent] = []
         self._emit = emit or self._out.append
         self._conns: dict[int, _Conn] = {}
         self._reading: set[int] = set()  # id() of sides inside _read_records
@@ -247,7 +248,7 @@ class TlsLayer:
 
     # -- event stream -------------------------------------------------------------------
 
-    def process(self, events: Iterable[Event]) -> Iterator[Event | LayerEvent]:
+    def process(self, events: Iterable[CaptureEvent]) -> Iterator[CaptureEvent]:
         """Wrap an event stream: TLS flows' stream events are replaced by this layer's."""
         out = self._out
         for ev in events:
