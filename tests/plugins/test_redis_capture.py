@@ -25,8 +25,7 @@ CAPTURE = SHARED / "captures" / "zeek" / "redis" / "pubsub.pcap"
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    if not CAPTURE.exists():
-        pytest.skip(f"{CAPTURE} not available")
+    assert CAPTURE.exists(), f"{CAPTURE} is committed (tests/data/captures/README.md)"
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(REDIS_PLUGIN / "src"))
         from msgcap_redis import RedisDissector

@@ -39,8 +39,7 @@ def test_protocols_lists_the_plugin(plugin) -> None:
 
 
 def test_dissect_writes_the_redis_tables(plugin, tmp_path) -> None:
-    if not CAPTURE.exists():
-        pytest.skip(f"{CAPTURE} not available")
+    assert CAPTURE.exists(), f"{CAPTURE} is committed (tests/data/captures/README.md)"
     run = dissect_with_cli(CAPTURE, tmp_path / "out")
     assert run.returncode == 0, run.stderr  # clean: no anomaly at all
     redis = run.tables["redis"]
