@@ -585,3 +585,19 @@ def test_length_prefixed_any_bytes_never_raise(stream, cuts):
     for framer in (magic_framer(), LengthPrefixedFramer(pulsar_length, max_pdu_bytes=32)):
         run(framer, stream, cuts, drain)
         assert framer.decoded_bytes + framer.undecoded_bytes == len(stream)
+
+
+def test_a_partial_line_is_searched_for_its_lf_once():
+    """Byte by byte, a line whose LF has not come: after each feed the next LF search is
+    set to start past every byte already searched (``_scan``), so a 4,000-byte line costs
+    one pass, not 4,000 rescans of its head.  The work counts of tests/hostile cannot see
+    a rescan, which is one ``bytearray.find`` call each time."""
+    framer = LineFramer(max_line_bytes=4096)
+    line = b"PUB " + b"x" * 3_996
+    for i in range(len(line)):
+        framer.feed(line[i : i + 1], span(i, i))
+        assert drain(framer) == []
+        assert framer._scan == len(framer._b.data) == framer._b.pos + i + 1, i
+    framer.feed(b"\r\n", span(len(line), len(line)))
+    (ev,) = drain(framer)
+    assert type(ev) is Line and ev.data == line and (ev.start, ev.end) == (0, len(line) + 2)

@@ -3,7 +3,10 @@
 ``python -m tests.hostile.child JOBS_JSON`` (a list of ``{"path", "out", "spec"}``) prints
 one JSON list, an object per job:
 ``peak_mb`` (VmHWM, read right after the dissection and before anything is read back),
-``cpu_s`` (process time of the dissection alone), ``wall_s``, ``status``, ``anomalies``
+``cpu_s`` (process time of the dissection alone), ``wall_s`` (both for reading, never for
+asserting: a loaded machine changes them), ``calls`` (with ``"count_calls": true`` in the
+spec: the Python and built-in function calls the dissection made, counted by cProfile; a
+measure of work that the machine's load cannot change), ``status``, ``anomalies``
 (kind -> count), ``anomaly_rows`` (kind -> up to ``rows_per_kind`` rows), ``flows`` (the
 flows table, without the endpoint text), ``accounting_errors`` (flow directions where
 decoded + undecoded + gap != stream length, or where the ``tcp.gap``/``quic.stream_gap``
@@ -19,6 +22,7 @@ can only make a later job's peak look larger, never smaller.
 
 from __future__ import annotations
 
+import cProfile
 import json
 import re
 import sys
@@ -65,10 +69,15 @@ def run_job(path: str, out: str, spec: dict[str, Any]) -> dict[str, Any]:
         keep_secrets=spec.get("keep_secrets", False),
         overwrite=True,
     )
+    profile = cProfile.Profile(builtins=True) if spec.get("count_calls") else None
     _reset_hwm()
     wall = time.perf_counter()
     cpu = time.process_time()
+    if profile is not None:
+        profile.enable()
     result = dissect_capture(path, out, options)
+    if profile is not None:
+        profile.disable()
     cpu = time.process_time() - cpu
     wall = time.perf_counter() - wall
     peak = _hwm_mb()
@@ -118,6 +127,7 @@ def run_job(path: str, out: str, spec: dict[str, Any]) -> dict[str, Any]:
         "peak_mb": peak,
         "cpu_s": cpu,
         "wall_s": wall,
+        "calls": None if profile is None else sum(e.callcount for e in profile.getstats()),
         "status": result.manifest["status"],
         "packets": result.packets,
         "rows": result.rows,

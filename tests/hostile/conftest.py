@@ -30,6 +30,19 @@ def dissect_one(path: Path, tmp: Path, **spec: Any) -> dict[str, Any]:
     return dissect_in_child([(path, tmp / f"out-{path.stem}", spec)])[0]
 
 
+def dissect_counted(jobs: list[tuple[Path, Path, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Like ``dissect_in_child``, each report with ``calls``: the function calls its
+    dissection made (child.py).  That count, not CPU time, is what tests bound: it does not
+    move with the machine's load (two runs of one job differ by < 0.1 %), and the slow
+    paths these tests guard against (a Python step per line, per byte or per nesting level)
+    show up in it.  A warm-up run of the first job comes first so that no count includes
+    the imports a first dissection triggers."""
+    path, out, spec = jobs[0]
+    warm = (path, out.with_name(out.name + "-warm-up"), spec)
+    reports = dissect_in_child([warm, *((p, o, {**s, "count_calls": True}) for p, o, s in jobs)])
+    return reports[1:]
+
+
 @pytest.fixture(scope="session")
 def baseline_mb(tmp_path_factory) -> float:
     """Peak RSS of a child that dissects one tiny NATS flow: imports, Arrow, Parquet."""

@@ -1,14 +1,19 @@
-"""Helpers for the plugin tests: pip-install a plugin package into this venv for the
-duration of a test module, offline, and run msgcap as a program (entry points are read
-afresh by every run, as in real use).
+"""Helpers for the plugin tests: pip-install a plugin package for the duration of a test
+module, offline, and run msgcap as a program (entry points are read afresh by every run,
+as in real use).
+
+Installs go to a directory of their own (``pip install --target``) put on ``PYTHONPATH``
+for the programs the test starts, never into this venv: a plugin installed into the
+shared venv showed up in every other test running at the same time (the suite runs on
+two pytest-xdist workers), which then saw tables they did not expect.
 
 Installs copy the package to a temporary directory first so that the build (setuptools
 writes ``build/`` and ``*.egg-info`` next to the sources) never touches the repository.
-Uninstall is in a ``finally``: an installed test plugin would show up in every later run.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,37 +26,54 @@ REDIS_PLUGIN = REPO / "samples" / "plugins" / "redis-resp"
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
 
 
-def pip_install(*paths: Path) -> None:
+def pip_install(target: Path, *paths: Path) -> None:
     proc = subprocess.run(
         [*PIP, "install", "--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir",
-         "-q", *map(str, paths)],
+         "-q", "--target", str(target), *map(str, paths)],
         capture_output=True, text=True, check=False,
     )
     assert proc.returncode == 0, f"pip install {paths} failed:\n{proc.stdout}\n{proc.stderr}"
 
 
-def pip_uninstall(*dists: str) -> None:
-    subprocess.run([*PIP, "uninstall", "-y", "-q", *dists], capture_output=True, check=False)
+def pip_uninstall(dist: str) -> None:
+    """What ``pip uninstall`` does, in the directories ``installed`` put on ``PYTHONPATH``
+    (pip refuses to uninstall outside its environment): every file the distribution's
+    ``RECORD`` lists, then its ``.dist-info``."""
+    name = dist.replace("-", "_").lower()
+    for entry in filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+        for info in Path(entry).glob("*.dist-info"):
+            if info.name.lower().split("-")[0] != name:
+                continue
+            for line in (info / "RECORD").read_text().splitlines():
+                (Path(entry) / line.split(",")[0]).unlink(missing_ok=True)
+            shutil.rmtree(info, ignore_errors=True)
 
 
 @contextmanager
 def installed(package_dirs: Path | list[Path], dists: str | list[str], tmp: Path
               ) -> Iterator[list[Path]]:
-    """The packages copied under ``tmp`` and pip-installed (one pip call) while inside;
-    yields the copies."""
+    """The packages copied under ``tmp`` and pip-installed (one pip call) into
+    ``tmp/site``, which is on ``PYTHONPATH`` while inside; yields the copies.  (``dists``
+    names what is installed, for the reader; leaving drops the whole directory.)"""
     dirs = [package_dirs] if isinstance(package_dirs, Path) else package_dirs
-    names = [dists] if isinstance(dists, str) else dists
     copies = []
     for d in dirs:
         copy = tmp / d.name
         shutil.copytree(d, copy, ignore=shutil.ignore_patterns(
             "build", "*.egg-info", "__pycache__", ".pytest_cache"))
         copies.append(copy)
+    site = tmp / "site"
+    before = os.environ.get("PYTHONPATH")
     try:
-        pip_install(*copies)
+        pip_install(site, *copies)
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [before])])
         yield copies
     finally:
-        pip_uninstall(*names)
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+        shutil.rmtree(site, ignore_errors=True)
 
 
 def msgcap(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
