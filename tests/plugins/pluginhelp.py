@@ -4,8 +4,8 @@ as in real use).
 
 Installs go to a directory of their own (``pip install --target``) put on ``PYTHONPATH``
 for the programs the test starts, never into this venv: a plugin installed into the
-shared venv showed up in every other test running at the same time (the suite runs on
-two pytest-xdist workers), which then saw tables they did not expect.
+shared venv shows up in every other msgcap run on the machine meanwhile (another test
+run, a benchmark), which then sees tables it did not expect.
 
 Installs copy the package to a temporary directory first so that the build (setuptools
 writes ``build/`` and ``*.egg-info`` next to the sources) never touches the repository.
