@@ -380,8 +380,8 @@ class _JoinedRoles:
         self.held: list = []
         self.turned = False
 
-    def _swap(self, info, source) -> bool:
-        self.turned = self.swaps(info, source)
+    def _swap(self, info, source, at=None) -> bool:
+        self.turned = self.swaps(info, source, at)
         return self.turned
 
     def settled(self, ev) -> list:

@@ -90,7 +90,8 @@ class Detector:
             lambda fd, cand, exc: None)
         # swaps a flow's client and server (``reassembly.flows.RoleSwaps``: the run's
         # flow table, and its events still on their way turned); None: roles stay
-        self.swap_roles: Callable[[FlowInfo, RoleSource], bool] | None = None
+        self.swap_roles: Callable[[FlowInfo, RoleSource, tuple[int, int] | None], bool] | None = (
+            None)
 
     def start(self, flow: FlowInfo, stream_id: int | None = None) -> FlowDispatch:
         """Detection state for a TCP flow, or for one QUIC stream (``stream_id``)."""
@@ -211,7 +212,11 @@ class Detector:
     def _swap(self, fd: FlowDispatch) -> bool:
         """Swap the flow's client and server (``swap_roles``, role source ``ops``); what
         detection holds is turned with it."""
-        if self.swap_roles is None or not self.swap_roles(fd.flow, RoleSource.OPS):
+        if self.swap_roles is None:
+            return False
+        # the evidence: the data just held (``data`` holds it, then probes)
+        span = next(item[3] for item in reversed(fd.held) if item[0] == "data")
+        if not self.swap_roles(fd.flow, RoleSource.OPS, (span.ts_last_ns, span.frame_last)):
             return False
         fd.held = [(item[0], item[1].flip(), *item[2:]) for item in fd.held]
         fd.prefix.reverse()

@@ -838,7 +838,8 @@ class FlowTable:
         self._end(conn, "idle-timeout")
         return None
 
-    def swap_roles(self, info: FlowInfo, source: RoleSource) -> bool:
+    def swap_roles(self, info: FlowInfo, source: RoleSource,
+                   at: tuple[int, int] | None = None) -> bool:
         """A layer above learned the roles better than the port hint did (QUIC: who sent
         the first Initial; WebSocket: who masks; a dissector: which ops each side sends):
         swap client and server of the flow in place.  Returns whether it did (False: not
@@ -850,7 +851,11 @@ class FlowTable:
         the new one, so a layer that holds or receives them in between knows which to
         turn (``reassembly.websocket``, ``analyzer.detect``).  ``on_roles_swapped``
         (set by an engine that keeps its own copy of flows) hears of it first, with the
-        flow's old client-to-server key."""
+        flow's old client-to-server key.  ``at``: the timestamp and frame of the evidence
+        (the bytes that showed the roles); the anomaly carries them.  Without it, the
+        flow's last packet, which is the evidence only while packets are handled one at a
+        time: a reader that runs ahead (the native engine reads a batch of records at
+        once) has seen later packets of the flow by then."""
         fid = info.flow_id
         state: _Tcp | _Udp | None = self._udp.get(fid)
         if state is None:
@@ -879,8 +884,8 @@ class FlowTable:
             if state.owned:
                 self.emit(Anomaly(ROLES_SWAPPED, f"client and server swapped: decided by "
                                   f"{source.label}, not by {before.label} (the other way "
-                                  f"round); the client is {info.client}", info.ts_last_ns,
-                                  info.frame_last, info))
+                                  f"round); the client is {info.client}",
+                                  *(at or (info.ts_last_ns, info.frame_last)), info))
         return True
 
     def _is_new_connection(self, conn: _Tcp, direction: Direction, seq: int) -> bool:
@@ -1039,8 +1044,9 @@ class RoleSwaps:
         self.table: FlowTable | None = None
         self._turning = Turning()
 
-    def __call__(self, info: FlowInfo, source: RoleSource) -> bool:
-        if self.table is None or not self.table.swap_roles(info, source):
+    def __call__(self, info: FlowInfo, source: RoleSource,
+                 at: tuple[int, int] | None = None) -> bool:
+        if self.table is None or not self.table.swap_roles(info, source, at):
             return False
         self._turning.begin(info)
         return True

@@ -91,6 +91,7 @@ from dissectors.schema import register_table, rows_to_batch
 from dissectors.tables import PARTITION_KEY, TableSpec
 from reassembly.capture import Frame
 from reassembly.events import Anomaly
+from reassembly.flows import RoleSwaps
 from reassembly.ip import KIND_TRUNCATED
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -648,19 +649,27 @@ def _frames_of(batches) -> Iterator[Frame]:
             yield new(Frame, row)
 
 
-def task_events(reasm: TaskReassembler, frames, options: Options) -> Iterator:
+def task_events(reasm: TaskReassembler, frames, options: Options,
+                roles: RoleSwaps | None = None) -> Iterator:
     """The layers of ``reassembly.engine.capture_events`` over a task's frames: TCP/UDP
     reassembly, then QUIC, TLS and WebSocket (keys from ``options.keylog``; captures with
-    Decryption Secrets Blocks are not split, so no key comes from the capture itself)."""
+    Decryption Secrets Blocks are not split, so no key comes from the capture itself).
+    The roles are swapped as there: by a QUIC Initial, by WebSocket masking (the layers
+    get the task's flow table) and, through ``roles`` (the dissection's ``RoleSwaps``),
+    by the ops of a NATS flow joined late."""
     from reassembly.engine import stream_layers
     from reassembly.quic.keylog import KeyLog
     from reassembly.quic.layer import QuicLayer
 
     keylog = KeyLog.from_file(options.keylog) if getattr(options, "keylog", None) else None
     out: list = []
-    # the role-swap callback as in ``capture_events``: a QUIC Initial decides the roles
     quic = QuicLayer(options.limits, out.append, keylog, reasm.flows.swap_roles)
-    return stream_layers(quic.process(reasm.process(frames), out), options.limits, quic.keylog)
+    layered = stream_layers(quic.process(reasm.process(frames), out), options.limits,
+                            quic.keylog, reasm.flows)
+    if roles is None:
+        return layered
+    roles.table = reasm.flows
+    return roles.events(layered)
 
 
 def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unknown_first,
@@ -685,7 +694,7 @@ def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unk
 
     error = None
     try:
-        for ev in task_events(reasm, chained(), options):
+        for ev in task_events(reasm, chained(), options, job.roles):
             job.handle(ev)
     except Exception as exc:
         if options.strict:
