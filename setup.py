@@ -20,6 +20,12 @@ setup(
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),
+        Extension(  # the Pulsar batch split (dissectors/pulsar/fastpath.py), same terms
+            "dissectors.pulsar._speedups",
+            ["dissectors/pulsar/_speedups.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
         Extension(
             "reassembly._engine",
             ["reassembly/_engine.c"],

@@ -43,11 +43,11 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from dissectors.api import Direction, Record
+from dissectors.api import ColumnarSession, ColumnBatch, Direction, Record
 from dissectors.framing import Dropped, Invalid, LengthPrefixedFramer, Oversize, Pdu, Resynced
 from dissectors.options import read_payload_cap, session_option
 from dissectors.proto.wire import Decoded, FieldSpec, Kind
-from dissectors.pulsar import codec, pb
+from dissectors.pulsar import codec, fastpath, pb
 from dissectors.pulsar.codes import CommandType, PulsarAnomaly, ResourceType
 from dissectors.pulsar.frame import (
     COMMAND_NAMES,
@@ -245,7 +245,7 @@ class _Chunked:
         self.frame_last = rec.frame_last
 
 
-class PulsarSession(FramedSession):
+class PulsarSession(FramedSession, ColumnarSession):
     """One Pulsar connection (both directions)."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
@@ -275,6 +275,17 @@ class PulsarSession(FramedSession):
         self._wrong_dir: set[tuple[int, int]] = set()
         self.frames = [0, 0]  # command rows per direction
         self.messages = [0, 0]  # message rows per direction
+        # columnar fast path (fastpath.py), switched on by columnar(): the message rows
+        # of plain batches go to fast_rows (None: counted only) as ColumnBatch records
+        self.fast_on = False
+        self.fast_rows: fastpath.MessageRows | None = None
+
+    def columnar(self, keep_rows: bool) -> None:
+        """``ColumnarSession``: batch entries into columns (``fastpath``), when the
+        extension is built and the fast path not turned off."""
+        if fastpath.enabled():
+            self.fast_on = True
+            self.fast_rows = fastpath.MessageRows() if keep_rows else None
 
     # ---- driver hooks --------------------------------------------------------------
 
@@ -533,7 +544,8 @@ class PulsarSession(FramedSession):
             self._chunk(direction, md, base, fr.payload, row, out, problems)
             return
         base["wire_payload_len"] = len(fr.payload)
-        for values in self._payload_rows(md, base, fr.payload, problems):
+        fast = (row, out) if self.fast_on else None
+        for values in self._payload_rows(md, base, fr.payload, problems, fast):
             row.children.append(self._msg_record(row, values))
             self.messages[direction] += 1
 
@@ -572,8 +584,11 @@ class PulsarSession(FramedSession):
         base["encrypted"] = bool(md.get("encryption_keys"))
 
     def _payload_rows(self, md: dict[str, Any], base: dict[str, Any], raw: bytes,
-                      problems: list[tuple[str, str]]) -> list[dict[str, Any]]:
-        """Message rows for one whole payload (a frame's, or a reassembled chunked one)."""
+                      problems: list[tuple[str, str]],
+                      fast: tuple[Record, list[Record]] | None = None) -> list[dict[str, Any]]:
+        """Message rows for one whole payload (a frame's, or a reassembled chunked one).
+        ``fast``: the frame's (row, out) when a plain batch may go to the columns
+        (``_fast_batch``; then no dict row is returned)."""
         seq = md.get("sequence_id")
         if base["encrypted"]:
             values = dict(base)
@@ -596,7 +611,34 @@ class PulsarSession(FramedSession):
             _single_fields(md, values)
             self._payload(values, data)
             return [values]
+        if fast is not None and self._fast_batch(md, base, data, *fast):
+            return []
         return self._split_batch(md, base, data, problems)
+
+    def _fast_batch(self, md: dict[str, Any], base: dict[str, Any], data: bytes,
+                    row: Record, out: list[Record]) -> bool:
+        """A plain batch's rows into the fast path's columns, announced by a
+        ``ColumnBatch`` right after the frame's row (where its child records would be
+        numbered); False when ``fastpath.split`` leaves the batch to ``_split_batch``."""
+        n = md["num_messages_in_batch"]
+        seq = md.get("sequence_id")
+        chunk = fastpath.split(data, n, seq, self.payload_cap)
+        if chunk is None:
+            return False
+        direction = row.direction
+        rows = self.fast_rows
+        if rows is not None:
+            shared = dict(base)
+            shared["properties"] = []
+            shared["incomplete"] = False
+            rows.chunks.append(chunk._replace(shared=shared, provenance=(
+                row.offset_start, row.offset_end, row.ts_first_ns, row.ts_last_ns,
+                row.frame_first, row.frame_last)))
+        # the ColumnarSession contract: ``out`` (typed by FramedSession) takes ColumnBatch
+        batches: list[Record | ColumnBatch] = out  # type: ignore[assignment]
+        batches.append(ColumnBatch(MSG, direction, n, rows, fastpath.FORMAT))
+        self.messages[direction] += n
+        return True
 
     def _decompress(self, md: dict[str, Any], raw: bytes) -> codec.Result:
         """Decompress a payload, its output drawn from the run's memory budget while it

@@ -1,0 +1,43 @@
+"""Whole Pulsar captures give the same tables with the columnar fast path on and off
+(issue 22): every sample Pulsar capture, the DeepFlow test captures, and a bulk
+recording when ``MSGCAP_PULSAR_CAPTURE`` names one (bench_pulsar.py records one:
+/tmp/msgcap-bench/pulsar-batch.pcap).  Session-level differential tests (generated frame
+streams, random cuts, malformed frames) are in tests/pulsar/test_fastpath.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dissectors.pulsar import fastpath
+from tests.perf.test_fastpath import dissect_both
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = sorted([*ROOT.glob("samples/pulsar*.pcap"),
+                   *ROOT.glob("tests/data/captures/deepflow/pulsar/*.pcap")])
+
+pytestmark = pytest.mark.skipif(not fastpath.AVAILABLE, reason="extension not built")
+
+
+def test_there_are_captures_to_compare():
+    assert len(CAPTURES) >= 4
+
+
+def _assert_same_tables(path: Path, tmp: Path) -> None:
+    ref, fast = dissect_both(path, tmp)
+    assert ref.keys() == fast.keys()
+    for table in ref:
+        assert ref[table].equals(fast[table]), table
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_every_pulsar_capture_gives_the_same_tables(path, tmp_path):
+    _assert_same_tables(path, tmp_path)
+
+
+@pytest.mark.skipif(not os.environ.get("MSGCAP_PULSAR_CAPTURE"),
+                    reason="set MSGCAP_PULSAR_CAPTURE to a recorded Pulsar capture")
+def test_a_bulk_recording_gives_the_same_tables(tmp_path):
+    _assert_same_tables(Path(os.environ["MSGCAP_PULSAR_CAPTURE"]), tmp_path)
