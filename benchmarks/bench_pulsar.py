@@ -18,7 +18,8 @@ directions.  Payloads are half random hex, half repeated text, so they compress 
 The capture is cached as DATA/pulsar-batch.pcap with DATA/pulsar-batch.truth.json (what
 the client sent and received, per codec) and reused while both exist.
 
-Measured (median of ``--runs``, same process-tree sampler as bench_dissect.py): wall s,
+Measured (median of ``--runs``, fast path on and off alternated unless ``--fast on|off``,
+same process-tree sampler as bench_dissect.py): wall s, CPU s,
 packets/s, MB/s, Pulsar messages/s (rows of ``pulsar_messages``: one per message, batch
 entries counted one by one, SEND and MESSAGE both), peak RSS of the process tree and of
 the largest process, the codecs seen (``pulsar_messages.compression``), and the rows
@@ -250,6 +251,27 @@ def record(pcap: Path, target_mb: float, max_seconds: float, mtu: int | None,
 # ====================================================================================
 
 
+def _one_run(msgcap: list[str], pcap: Path, data: Path, workers: int,
+             tables: dict[str, Any]) -> tuple[Measured, str | None]:
+    """One measured ``msgcap dissect``; the first run of a mode fills ``tables`` (row
+    counts per command, codec and anomaly kind)."""
+    out = Path(tempfile.mkdtemp(prefix="out-pulsar-", dir=data))
+    try:
+        m = run_measured(dissect_command(msgcap, pcap, out, workers if workers != 1 else None),
+                         cwd=ROOT)
+        why = refusal(m)
+        if not why and not tables:
+            tables.update({
+                "pulsar_messages": count_rows(out, "pulsar_messages", "command"),
+                "codecs": count_rows(out, "pulsar_messages", "compression"),
+                "pulsar_commands": count_rows(out, "pulsar_commands", "command"),
+                "anomalies": count_rows(out, "anomalies", "kind"),
+            })
+        return m, why
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, metavar="DIR",
@@ -266,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="loopback MTU while recording, offloads off (0: leave lo alone)")
     ap.add_argument("--payload-size", type=int, default=512, help="bytes per message")
     ap.add_argument("--batch", type=int, default=100, help="messages per batch (flush)")
+    ap.add_argument("--fast", choices=("both", "on", "off"), default="both",
+                    help="the Pulsar columnar fast path (MSGCAP_PULSAR_FAST): both = "
+                         "alternate on/off runs and report each (default)")
     ap.add_argument("--rerecord", action="store_true", help="record even if cached")
     ap.add_argument("--json", type=Path, metavar="PATH",
                     help="raw measurements (default DATA/pulsar-results.json)")
@@ -302,45 +327,57 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n== {pcap} ({size / 1e6:,.1f} MB, {packets:,} packets) — {args.runs} run(s), "
           f"load {loadavg()}", flush=True)
 
-    runs: list[Measured] = []
-    tables: dict[str, Any] = {}
+    modes = ("on", "off") if args.fast == "both" else (args.fast,)
+    runs_by: dict[str, list[Measured]] = {m: [] for m in modes}
+    tables_by: dict[str, dict[str, Any]] = {m: {} for m in modes}
     na = None
-    for i in range(args.runs):
-        out = Path(tempfile.mkdtemp(prefix="out-pulsar-", dir=data))
-        try:
-            m = run_measured(dissect_command(msgcap, pcap, out,
-                                             args.workers if args.workers != 1 else None),
-                             cwd=ROOT)
-            why = refusal(m)
-            if why:
-                na = why
+    saved = os.environ.get("MSGCAP_PULSAR_FAST")
+    try:
+        for i in range(args.runs):
+            for mode in modes:  # alternated: a load change hits both alike
+                os.environ["MSGCAP_PULSAR_FAST"] = "1" if mode == "on" else "0"
+                m, why = _one_run(msgcap, pcap, data, args.workers, tables_by[mode])
+                if why:
+                    na = why
+                    break
+                runs_by[mode].append(m)
+                print(f"  run {i + 1}/{args.runs} fast path {mode}: msgcap dissect "
+                      f"{m.wall_s:.2f} s, peak RSS {m.peak_rss_tree_mib:,.0f} MiB", flush=True)
+            if na:
                 break
-            runs.append(m)
-            if not tables:
-                tables = {
-                    "pulsar_messages": count_rows(out, "pulsar_messages", "command"),
-                    "codecs": count_rows(out, "pulsar_messages", "compression"),
-                    "pulsar_commands": count_rows(out, "pulsar_commands", "command"),
-                    "anomalies": count_rows(out, "anomalies", "kind"),
-                }
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-        print(f"  run {i + 1}/{args.runs} msgcap dissect {m.wall_s:.2f} s", flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop("MSGCAP_PULSAR_FAST", None)
+        else:
+            os.environ["MSGCAP_PULSAR_FAST"] = saved
 
-    wall = median(r.wall_s for r in runs)
+    runs = [r for mode in modes for r in runs_by[mode]]
+    tables = tables_by[modes[0]]
+    walls = {mode: median(r.wall_s for r in runs_by[mode]) if runs_by[mode] else None
+             for mode in modes}
+    wall = walls[modes[0]]
     pm = tables.get("pulsar_messages") or {"rows": 0, "by": {}}
     msgs = pm["rows"]
     print()
+    rows = []
+    for mode in modes:
+        w = walls[mode]
+        rr = runs_by[mode]
+        rows.append([f"msgcap dissect w={args.workers} fast {mode}", fmt(w, ".2f"),
+                     fmt(packets / w if w else None, ",.0f"),
+                     fmt(size / 1e6 / w if w else None, ",.1f"),
+                     fmt(msgs / w if w else None, ",.0f"),
+                     fmt(median(r.cpu_user_s + r.cpu_sys_s for r in rr) if rr else None, ".2f"),
+                     fmt(max((r.peak_rss_tree_mib for r in rr), default=None), ",.0f"),
+                     fmt(max((r.peak_rss_single_mib for r in rr), default=None), ",.0f")])
     print_table(
-        ["row", "wall s", "packets/s", "MB/s", "Pulsar msgs/s", "peak RSS MB (tree)",
-         "max proc MB"],
-        [[f"msgcap dissect w={args.workers}", fmt(wall, ".2f"),
-          fmt(packets / wall if wall else None, ",.0f"),
-          fmt(size / 1e6 / wall if wall else None, ",.1f"),
-          fmt(msgs / wall if wall else None, ",.0f"),
-          fmt(max((r.peak_rss_tree_mib for r in runs), default=None), ",.0f"),
-          fmt(max((r.peak_rss_single_mib for r in runs), default=None), ",.0f")]],
-    )
+        ["row", "wall s", "packets/s", "MB/s", "Pulsar msgs/s", "CPU s", "peak RSS MB (tree)",
+         "max proc MB"], rows)
+    if len(modes) == 2 and walls["on"] and walls["off"]:
+        same = tables_by["on"] == tables_by["off"]
+        print(f"fast path on vs off: {walls['off'] / walls['on']:.2f}x the messages/s "
+              f"(median wall); row counts per command/codec/kind "
+              f"{'identical' if same else 'DIFFER'}")
     if na:
         print(f"n/a: msgcap dissect {na}")
     codecs = (tables.get("codecs") or {}).get("by", {})
@@ -371,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(json_path, {
         "environment": env, "capture": str(pcap), "bytes": size, "walk": walk,
         "truth": truth, "runs": [r.as_json() for r in runs], "median_wall_s": wall,
+        "fast_modes": {mode: {"runs": [r.as_json() for r in runs_by[mode]],
+                              "median_wall_s": walls[mode], "tables": tables_by[mode]}
+                       for mode in modes},
         "tables": tables, "check": check, "na": na,
     })
     print(f"\nraw measurements: {json_path}")
