@@ -62,6 +62,7 @@ from dissectors.dispatch import PayloadDispatcher
 from dissectors.layers import LayerDissector, LayerFacts, builtin_layers, stream_gap_anomaly
 from dissectors.registry import Registry, discover
 from dissectors.schema import arrow_schema, register_table, rows_to_batch
+from dissectors.sessions import FramedSession
 from dissectors.tables import TableSpec
 from reassembly.capture import CaptureInfo, CaptureReader, open_capture
 from reassembly.engine import KeyLog, capture_events
@@ -77,6 +78,7 @@ from reassembly.events import (
 )
 from reassembly.flows import RoleSwaps
 from reassembly.limits import Limits
+from reassembly.provenance import CoalescedData
 
 try:
     TOOL_VERSION = version("msgcap")
@@ -540,6 +542,9 @@ class CaptureDissection:
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
             self._feed(fd, ev.direction, ev.data, span)
             return
+        if type(ev) is CoalescedData:
+            self._coalesced(ev)
+            return
         layer = self._layer_of.get(type(ev))
         if layer is not None:
             self._layer_rows(layer, ev)
@@ -589,6 +594,24 @@ class CaptureDissection:
                 ev.nbytes,
                 _anomaly_source(ev.kind),
             )
+
+    def _coalesced(self, ev: CoalescedData) -> None:
+        """A run of in-order segments of one TCP direction (``CoalescedData``): one
+        ``FramedSession.feed_chunks`` call when the flow has such a session and the run's
+        memory budget has room for all of its bytes (so the budget asks no holder to give
+        memory back where one feed per segment would not have, and the other way round);
+        else, as before its session is decided, the ``StreamData`` it stands for."""
+        fd = self._flows.get((ev.flow.flow_id, None))
+        session = fd.session if fd is not None else None
+        budget = self.limits.budget
+        if fd is None or not isinstance(session, FramedSession) or (
+                budget is not None and budget.limit_bytes - budget.used < len(ev.data)):
+            for part in ev.split():
+                self.handle(part)
+            return
+        span = ev.span()
+        self._guarded(fd, lambda: session.feed_chunks(ev.direction, ev.data, span, ev.chunks()),
+                      span.ts_first_ns, span.frame_first)
 
     def _datagram(self, ev: Datagram) -> None:
         """A UDP datagram that no layer took (a layer takes its own) is one ``feed`` of
@@ -740,7 +763,7 @@ def run_dissection(
         try:
             keylog = KeyLog.from_file(options.keylog) if options.keylog else None
             events = capture_events(reader, job.limits, keylog, split, job.server_ports,
-                                    job.roles)
+                                    job.roles, chunks=True)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
         except OutputError:  # OUT cannot take more (disk full): the caller ends the run

@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -385,7 +385,11 @@ class _Framer:
         b = self._b
         return bytes(b.data[b.pos : b.pos + n])
 
-    def feed(self, data: bytes, span: Span) -> None:
+    def feed(self, data: bytes, span: Span, chunks: Sequence[Chunk] | None = None) -> None:
+        """The next bytes of the direction, starting at ``span.offset``.  ``chunks``: the
+        bytes of several packets at once with one provenance record per packet
+        (``ProvenanceBuffer.feed``), so units get the packets one ``feed`` per packet
+        would have given them."""
         if self._closed:
             raise ValueError("feed after close")
         b = self._b
@@ -410,7 +414,7 @@ class _Framer:
             self.undecoded_bytes += n
             b.reset(span.offset + n)
             return
-        b.feed(data, span)
+        b.feed(data, span, chunks)
 
     def _forget_resolved(self) -> None:
         """Drop the resolved prefix of the buffer now (``feed`` does it anyway)."""

@@ -9,6 +9,11 @@ skeleton, written once (the built-in NATS, NATS-cluster, Pulsar and Felix sessio
 plugins use it), so a protocol only writes ``on_event`` and the hooks it needs.  It is
 part of the plugin API (importable from ``dissectors.api``).
 
+Runs of packets: ``feed_chunks`` takes the bytes of several packets in one call with one
+provenance record per packet (the native engine's ``CoalescedData``, which the conveyor
+hands on whole), so a bulk flow costs one call per run, not per TCP segment, with the
+same rows: a session's rows never depend on how its bytes were cut into feeds.
+
 Gaps: the events of the bytes a direction already received are drained *before* a gap
 (or the end) flushes the unit it cut, so rows stay in stream order.  A session that
 drains to ``NEED_MORE`` on every feed has nothing left by then, but one that stops early
@@ -21,14 +26,15 @@ event can be ready until the next ``feed``.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Protocol
 
 from dissectors.api import Direction, Provenance, Record, Session, Span
 from dissectors.framing import NEED_MORE, LengthPrefixedFramer, LineFramer, Released
 from dissectors.redaction import keeping_secrets, redact_text, secrets_kept
+from reassembly.provenance import Chunk
 
-__all__ = ["LIMIT_MEMORY", "FramedSession", "Layer"]
+__all__ = ["FEED_CHUNKS", "LIMIT_MEMORY", "FramedSession", "Layer"]
 
 Framer = LineFramer | LengthPrefixedFramer
 
@@ -37,6 +43,10 @@ LIMIT_MEMORY = "limit.memory"
 reassembly and every dissector report it alike)."""
 
 _BOTH = (Direction.C2S, Direction.S2C)
+# Packets handed to a framer in one ``feed`` at most (``feed_chunks``): a scanner that
+# reads every provenance record the framer holds on each call (the compiled NATS scan
+# copies them into an array) stays O(records held), however long the run.
+FEED_CHUNKS = 64
 
 
 class Layer(Protocol):
@@ -124,6 +134,43 @@ class FramedSession(Session):
         else:
             layer.feed(data, span, out)
             self.account(direction)
+        return out
+
+    def feed_chunks(self, direction: Direction, data: bytes, span: Span,
+                    chunks: Sequence[Chunk]) -> list[Record]:
+        """``feed`` of several packets' bytes in one call (a run of in-order segments of
+        one direction, ``reassembly.provenance.CoalescedData``): ``span`` brackets them,
+        ``chunks`` holds one provenance record per packet (``CoalescedData.chunks``), so
+        the rows, their order and their packets are those of one ``feed`` per packet.
+        The framer takes up to ``FEED_CHUNKS`` packets at a time; a direction behind a
+        layer (which reads its own units), or a subclass with a ``feed`` of its own, gets
+        one ``feed`` per packet."""
+        if self.keep_secrets and not secrets_kept():
+            with keeping_secrets():
+                return self.feed_chunks(direction, data, span, chunks)
+        out: list[Record] = []
+        own_feed = type(self).feed is not FramedSession.feed
+        base = start = span.offset
+        i, n = 0, len(chunks)
+        while i < n:
+            if own_feed or self.layers[direction] is not None:
+                c = chunks[i]
+                i += 1
+                out += self.feed(direction, data[start - base:c[0] - base],
+                                 Span(start, c[1], c[2], c[3], c[4]))
+                start = c[0]
+                continue
+            if not i and n <= FEED_CHUNKS:  # (the whole run in one feed: no copy)
+                part, piece, piece_span = chunks, data, span
+            else:
+                part = chunks[i:i + FEED_CHUNKS]
+                first, last = part[0], part[-1]
+                piece = data[start - base:last[0] - base]
+                piece_span = Span(start, first[1], last[2], first[3], last[4])
+            i += len(part)
+            self.framers[direction].feed(piece, piece_span, part)
+            self.drain_fed(direction, out)
+            start = part[-1][0]
         return out
 
     def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.events import Anomaly, CaptureEvent, Event, QuicEvent
@@ -29,6 +29,7 @@ from reassembly.quic.layer import QuicLayer, add_capture_secrets
 from reassembly.tls import TlsLayer
 
 if TYPE_CHECKING:
+    from reassembly.provenance import CoalescedData
     from reassembly.websocket import WebSocketJoin
 
 TCP, UDP = 6, 17
@@ -157,11 +158,14 @@ def capture_damage_events(reader: CaptureReader) -> list[Event]:
     ]
 
 
-def stream_layers(events: Iterable[CaptureEvent], limits: Limits, keylog: KeyLog,
-                  flows: FlowTable | None = None) -> Iterator[CaptureEvent | WebSocketJoin]:
+def stream_layers(events: Iterable[CaptureEvent | CoalescedData], limits: Limits,
+                  keylog: KeyLog, flows: FlowTable | None = None
+                  ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
     """The layers above TCP: TLS decryption (``reassembly.tls``), then WebSocket
-    (``reassembly.websocket``); each replaces the stream events of the flows it takes.
-    ``flows``: the table the events come from (its ``swap_roles`` fixes roles)."""
+    (``reassembly.websocket``); each replaces the stream events of the flows it takes
+    (a ``CoalescedData`` of such a flow as the ``StreamData`` it stands for) and passes
+    every other event on.  ``flows``: the table the events come from (its
+    ``swap_roles`` fixes roles)."""
     from reassembly.websocket import WebSocketLayer
 
     swap = flows.swap_roles if flows is not None else None
@@ -220,6 +224,22 @@ class FlowSplit:
         return reasons
 
 
+@overload
+def capture_events(
+    reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None,
+    split: FlowSplit | None = None, server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
+    roles: RoleSwaps | None = None, *, chunks: Literal[False] = False,
+) -> Iterator[CaptureEvent | WebSocketJoin]: ...
+
+
+@overload
+def capture_events(
+    reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None,
+    split: FlowSplit | None = None, server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
+    roles: RoleSwaps | None = None, *, chunks: bool,
+) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]: ...
+
+
 def capture_events(
     reader: CaptureReader,
     limits: Limits | None = None,
@@ -227,7 +247,9 @@ def capture_events(
     split: FlowSplit | None = None,
     server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
     roles: RoleSwaps | None = None,
-) -> Iterator[CaptureEvent | WebSocketJoin]:
+    *,
+    chunks: bool = False,
+) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
     """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
     Secrets Blocks as they appear), and the capture's damage at the end.  TCP/UDP
@@ -235,7 +257,12 @@ def capture_events(
     classic pcap file, unless ``MSGCAP_NATIVE_ENGINE=0``) with the same events.  ``split``:
     only the events of the flows it owns and those tied to no flow (``FlowSplit``).
     ``server_ports``: as for ``Reassembler``.  ``roles``: connected to this run's flow
-    table, for a consumer that learns a flow's roles (``RoleSwaps``)."""
+    table, for a consumer that learns a flow's roles (``RoleSwaps``).
+
+    ``chunks``: a consumer that takes ``CoalescedData`` (the conveyor) gets the engine's
+    runs of consecutive segments of one flow direction as one event each wherever no
+    layer owns the flow (``CoalescedData.split`` gives the events it stands for, in
+    place); without it every stream event is a ``StreamData``."""
     # one memory budget shared by every layer of this run (``Limits.with_budget``)
     limits = (limits or Limits()).with_budget()
     if keylog is not None:
@@ -247,7 +274,8 @@ def capture_events(
     # events, the reference deciding everything but the common path
     from reassembly import native
 
-    engine = native.engine_for(reader, limits, owns, server_ports)
+    engine = native.engine_for(reader, limits, owns, server_ports,
+                               "adjacent" if chunks else "none")
     reassembler = engine.ref if engine is not None else Reassembler(
         limits, owns, server_ports=server_ports)
     if engine is not None:  # a flow whose roles swap leaves the C core (its key changes)
@@ -270,8 +298,10 @@ def capture_events(
                     split.late_keylog_anomalies += 1
             yield frame
 
+    events: Iterable[Event | CoalescedData]
     if engine is not None:  # a pcap file: no Decryption Secrets Blocks
-        events = engine.events(native.reader_batches(reader))
+        batches = native.reader_batches(reader)
+        events = engine.process(batches) if chunks else engine.events(batches)
     else:
         events = reassembler.process(frames())
     quic_events = quic.process(events, out)

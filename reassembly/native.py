@@ -25,7 +25,6 @@ import ipaddress
 import os
 import struct
 from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from reassembly.capture import CaptureReader, Frame, open_capture
@@ -34,6 +33,7 @@ from reassembly.events import Direction, Event, FlowInfo, StreamData, Transport
 from reassembly.flows import UNKNOWN_WSCALE, _Tcp
 from reassembly.limits import SECOND_NS, TIER_WINDOWS, Limits
 from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
+from reassembly.provenance import SEGMENT, CoalescedData
 from reassembly.tcp import TcpHalfStream, _Window
 
 try:
@@ -52,7 +52,6 @@ READ_CHUNK = 1 << 20
 TCP = 6
 # ``MSGCAP_NATIVE_ENGINE=0``: capture_events runs the reference alone (``enabled``).
 ENV_SWITCH = "MSGCAP_NATIVE_ENGINE"
-_SEG = struct.Struct("=qqq")  # a segment of CoalescedData: end offset, ts_ns, frame
 _DIRECTIONS = (Direction.C2S, Direction.S2C)
 
 
@@ -79,29 +78,6 @@ def decode(linktype: int, data: bytes) -> DecodedRow | None:
     """One frame through the C decode; None when the reference must decode it (slow)."""
     row = _engine.decode(linktype, data)
     return None if row is None else DecodedRow(*row)
-
-
-@dataclass(slots=True, frozen=True)
-class CoalescedData:
-    """In-order bytes of one flow direction that the reference would have delivered as
-    one ``StreamData`` per segment, back to back in its event order.  ``segments``
-    packs, per segment, its end offset, time and frame (``split`` reads them)."""
-
-    flow: FlowInfo
-    direction: Direction
-    offset: int
-    data: bytes
-    segments: bytes
-
-    def split(self) -> list[StreamData]:
-        """The reference's events for these bytes, one per segment."""
-        out = []
-        start, data, base = self.offset, self.data, self.offset
-        for end, ts, frame in _SEG.iter_unpack(self.segments):
-            out.append(StreamData(self.flow, self.direction, start,
-                                  data[start - base:end - base], ts, ts, frame, frame))
-            start = end
-        return out
 
 
 # -- record reading ------------------------------------------------------------------
@@ -421,8 +397,8 @@ class NativeReassembler:
     def _emit(self, runs: list[_engine.Run]) -> Iterator[Event | CoalescedData]:
         split = self.coalesce == "none"
         for info, _conn, direction, offset, data, segs in runs:
-            if len(segs) == _SEG.size:
-                _, ts, frame = _SEG.unpack(segs)
+            if len(segs) == SEGMENT.size:
+                _, ts, frame = SEGMENT.unpack(segs)
                 yield StreamData(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
                 continue
             chunk = CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
@@ -469,16 +445,17 @@ def enabled() -> bool:
 
 
 def engine_for(reader: CaptureReader, limits: Limits | None,
-               owns: Callable[[int], bool] | None, server_ports: Collection[int]
-               ) -> NativeReassembler | None:
+               owns: Callable[[int], bool] | None, server_ports: Collection[int],
+               coalesce: str = "none") -> NativeReassembler | None:
     """The engine for the capture ``reader`` is open on (not iterated yet), with the
     reference ``Reassembler``'s options; None when the reference must run alone: the
     engine is off (``enabled``), or the capture is not a whole classic pcap file (pcapng
     frames would reach the engine batches ahead of the QUIC layer's reading of the
-    Decryption Secrets Blocks among them)."""
+    Decryption Secrets Blocks among them).  ``coalesce``: as for ``NativeReassembler``
+    (``"none"`` for a consumer of ``StreamData`` only)."""
     if not enabled() or _whole_pcap(reader) is None:
         return None
-    return NativeReassembler(limits, owns, coalesce="none", server_ports=server_ports)
+    return NativeReassembler(limits, owns, coalesce=coalesce, server_ports=server_ports)
 
 
 _packed_cache: dict[str, bytes] = {}

@@ -15,7 +15,15 @@ lower floor (``reassembly``) so the layers can use it without importing ``dissec
   attributes of ``dissectors.api.Provenance``, so it can go to ``record_from``.
 * ``ProvenanceBuffer``: the bytes of one stream direction fed but not yet resolved, and
   per fed chunk its packets.  When the pipeline merged several packets into one chunk
-  the per-byte packet is unknown: the chunk's first/last values then bracket it.
+  the per-byte packet is unknown: the chunk's first/last values then bracket it.  A
+  feed of several packets' bytes that knows where each packet's bytes end
+  (``CoalescedData.chunks``) hands the buffer one chunk record per packet, so nothing
+  is bracketed.
+* ``CoalescedData``: in-order bytes of several TCP segments of one flow direction with
+  the time and frame of each (what the native engine, ``reassembly.native``, hands on
+  instead of one ``StreamData`` per segment).  It lives here, not in ``native``, because
+  the layers (``reassembly.tls``, ``reassembly.websocket``) pass it on and
+  ``reassembly.native`` imports them through ``reassembly.engine``.
 
 Cost model (the framer is on the NATS hot path): bytes live in one ``bytearray`` with a
 read index; the resolved prefix is dropped at the next ``feed`` (CPython deletes a
@@ -28,10 +36,15 @@ them (``dissectors.framing.LineFramer.scan_view``, ``dissectors/nats/_speedups.c
 
 from __future__ import annotations
 
+import struct
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-__all__ = ["Chunk", "Extent", "ProvenanceBuffer", "Span", "SpanLike"]
+from reassembly.events import Direction, FlowInfo, StreamData
+
+__all__ = ["Chunk", "CoalescedData", "Extent", "ProvenanceBuffer", "Span", "SpanLike"]
 
 Chunk = tuple[int, int, int, int, int]
 """One fed chunk as the buffer remembers it: ``(end, ts_first_ns, ts_last_ns,
@@ -130,11 +143,16 @@ class ProvenanceBuffer:
 
     # ---- input -----------------------------------------------------------------------
 
-    def feed(self, data: bytes, span: SpanLike) -> int:
+    def feed(self, data: bytes, span: SpanLike, chunks: Sequence[Chunk] | None = None) -> int:
         """Append ``data`` (it starts at ``span.offset``), first dropping the resolved
         prefix.  Returns how many resolved bytes were dropped (the caller's own
         buffer-relative positions move back by that much).  A feed that does not start
-        where the bytes held end is a caller bug: ``ValueError``."""
+        where the bytes held end is a caller bug: ``ValueError``.
+
+        ``chunks``: the bytes of several packets at once, with one record per packet
+        (``Chunk``s in stream order, the last one ending where ``data`` ends: what
+        ``CoalescedData.chunks`` gives), taken as they are; the buffer then holds what
+        one ``feed`` per packet would have left in it.  None: one record from ``span``."""
         base = self.base
         buf = self.data
         if not self.started:
@@ -144,11 +162,16 @@ class ProvenanceBuffer:
             raise ValueError(f"non-contiguous feed at {span.offset}, expected "
                              f"{base + len(buf)} (announce missing bytes with a gap)")
         dropped = self.compact() if self.pos else 0
-        base = self.base
+        end = self.base + len(buf) + len(data)
+        if chunks is None:
+            chunk = (end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last)
+            self.chunks.append(chunk)
+        else:
+            chunk = chunks[-1]
+            if chunk[0] != end:
+                raise ValueError(f"the chunk records end at {chunk[0]}, the bytes at {end}")
+            self.chunks.extend(chunks)
         buf += data
-        chunk = (base + len(buf), span.ts_first_ns, span.ts_last_ns, span.frame_first,
-                 span.frame_last)
-        self.chunks.append(chunk)
         self.last = chunk
         return dropped
 
@@ -233,3 +256,51 @@ class ProvenanceBuffer:
         n = min(max(offset - self.base - pos, 0), len(self.data) - pos)
         self.pos = pos + n
         return n
+
+
+# -- coalesced segments -----------------------------------------------------------------
+
+SEGMENT = struct.Struct("=qqq")
+"""One segment of a ``CoalescedData`` segment table: its end offset, time and frame
+(the layout the C core, ``reassembly/_engine.c``, writes)."""
+
+
+@dataclass(slots=True, frozen=True)
+class CoalescedData:
+    """In-order bytes of one flow direction that the reference reassembler would have
+    delivered as one ``StreamData`` per segment, back to back in its event order (the
+    native engine's output, ``reassembly.native``).  ``segments`` packs, per segment,
+    its end offset, time and frame (``SEGMENT``).
+
+    A consumer takes it whole (``chunks``: one provenance record per segment, for a
+    ``ProvenanceBuffer``) or as the reference's events (``split``); a layer that does not
+    own the flow passes it on as it is."""
+
+    flow: FlowInfo
+    direction: Direction
+    offset: int
+    data: bytes
+    segments: bytes
+
+    def split(self) -> list[StreamData]:
+        """The reference's events for these bytes, one per segment."""
+        out = []
+        start, data, base = self.offset, self.data, self.offset
+        for end, ts, frame in SEGMENT.iter_unpack(self.segments):
+            out.append(StreamData(self.flow, self.direction, start,
+                                  data[start - base:end - base], ts, ts, frame, frame))
+            start = end
+        return out
+
+    def chunks(self) -> list[Chunk]:
+        """The segments as ``ProvenanceBuffer`` chunk records: ``(end, ts, ts, frame,
+        frame)`` each (what feeding the segments' ``StreamData`` one by one records)."""
+        return [(end, ts, ts, frame, frame)
+                for end, ts, frame in SEGMENT.iter_unpack(self.segments)]
+
+    def span(self) -> Span:
+        """Where the bytes start and the first and last packet that carried them."""
+        segs = self.segments
+        _, ts0, frame0 = SEGMENT.unpack_from(segs, 0)
+        _, ts1, frame1 = SEGMENT.unpack_from(segs, len(segs) - SEGMENT.size)
+        return Span(self.offset, ts0, ts1, frame0, frame1)

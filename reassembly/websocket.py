@@ -81,7 +81,7 @@ from reassembly.events import (
 )
 from reassembly.flows import Turning, turned
 from reassembly.limits import Limits
-from reassembly.provenance import Extent, ProvenanceBuffer
+from reassembly.provenance import CoalescedData, Extent, ProvenanceBuffer
 
 __all__ = ["WebSocketJoin", "WebSocketLayer", "accept_key", "parse_extensions"]
 
@@ -263,15 +263,15 @@ class WebSocketLayer:
         self.limits = limits
         self._swap_roles = swap_roles
         self._turning = Turning()  # flows swapped here, until the table's anomaly
-        self._out: list[CaptureEvent | WebSocketJoin] = []
+        self._out: list[CaptureEvent | WebSocketJoin | CoalescedData] = []
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
         self.counters = {"connections": 0, "frames": 0}
         # bytes all inflaters of this run produced (Limits.ws_max_inflated_total_bytes)
         self.inflated_total = 0
 
-    def process(self, events: Iterable[CaptureEvent]
-                ) -> Iterator[CaptureEvent | WebSocketJoin]:
+    def process(self, events: Iterable[CaptureEvent | CoalescedData]
+                ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
         out = self._out
         turning = self._turning
         for ev in events:
@@ -279,6 +279,8 @@ class WebSocketLayer:
                 ev = turning.see(ev)
             if (type(ev) is StreamData or type(ev) is StreamGap) and ev.stream_id is None:
                 self.stream(ev)
+            elif type(ev) is CoalescedData:
+                self.coalesced(ev)
             elif type(ev) is StreamClose:
                 self.close(ev)
             else:
@@ -333,6 +335,17 @@ class WebSocketLayer:
                 self._release(conn)
             else:
                 self._response(conn, ev)
+
+    def coalesced(self, ev: CoalescedData) -> None:
+        """A run of segments of one TCP direction (``CoalescedData``): passed on whole
+        when its flow was looked at and is not (or no longer) a candidate, as ``stream``
+        passes each of its segments; otherwise its segments one by one."""
+        fid = ev.flow.flow_id
+        if fid in self._seen and fid not in self._conns:
+            self._out.append(ev)
+            return
+        for part in ev.split():
+            self.stream(part)
 
     def close(self, ev: StreamClose) -> None:
         fid = ev.flow.flow_id

@@ -72,6 +72,7 @@ from reassembly.quic.connection import (
 )
 
 if TYPE_CHECKING:
+    from reassembly.provenance import CoalescedData
     from reassembly.websocket import WebSocketJoin
 from reassembly.quic.crypto import version_params
 from reassembly.quic.keylog import KeyLog
@@ -246,9 +247,10 @@ class QuicLayer:
         self._drain()
 
     def process(
-        self, events: Iterable[Event], out: list[Event | QuicEvent]
-    ) -> Iterator[Event | QuicEvent]:
-        """Wrap an event stream: Datagrams the layer takes are replaced by its events.
+        self, events: Iterable[Event | CoalescedData], out: list[Event | QuicEvent]
+    ) -> Iterator[Event | QuicEvent | CoalescedData]:
+        """Wrap an event stream: Datagrams the layer takes are replaced by its events;
+        every other event (TCP's ``CoalescedData`` too) is passed on as it is.
 
         ``out`` must be the list this layer's ``emit`` appends to (the engine owns it)."""
         for ev in events:

@@ -61,7 +61,7 @@ from reassembly.events import (
     TlsConnection,
 )
 from reassembly.limits import Limits
-from reassembly.provenance import Extent, ProvenanceBuffer, Span, SpanLike
+from reassembly.provenance import CoalescedData, Extent, ProvenanceBuffer, Span, SpanLike
 from reassembly.quic.keylog import KeyLog, Labels
 from reassembly.tls.records import (
     HEADER_BYTES,
@@ -235,11 +235,11 @@ class TlsLayer:
 
     def __init__(
         self, limits: Limits, keylog: KeyLog | None = None,
-        emit: Callable[[Event | LayerEvent], None] | None = None,
+        emit: Callable[[Event | LayerEvent | CoalescedData], None] | None = None,
     ) -> None:
         self.limits = limits
         self.keylog = keylog if keylog is not None else KeyLog()
-        self._out: list[CaptureEvent] = []
+        self._out: list[CaptureEvent | CoalescedData] = []
         self._emit = emit or self._out.append
         self._conns: dict[int, _Conn] = {}
         self._reading: set[int] = set()  # id() of sides inside _read_records
@@ -248,7 +248,8 @@ class TlsLayer:
 
     # -- event stream -------------------------------------------------------------------
 
-    def process(self, events: Iterable[CaptureEvent]) -> Iterator[CaptureEvent]:
+    def process(self, events: Iterable[CaptureEvent | CoalescedData]
+                ) -> Iterator[CaptureEvent | CoalescedData]:
         """Wrap an event stream: TLS flows' stream events are replaced by this layer's."""
         out = self._out
         for ev in events:
@@ -258,6 +259,8 @@ class TlsLayer:
                     self.stream(ev)  # type: ignore[arg-type]
                 else:
                     out.append(ev)
+            elif t is CoalescedData:
+                self.coalesced(ev)  # type: ignore[arg-type]
             elif t is StreamClose:
                 self.close(ev)  # type: ignore[arg-type]
             else:
@@ -279,6 +282,23 @@ class TlsLayer:
             self._plain_side(conn, side, ev)
         else:
             self._tls_input(conn, side, ev)
+
+    def coalesced(self, ev: CoalescedData) -> None:
+        """A run of segments of one TCP direction (``CoalescedData``): passed on whole
+        when its flow is not TLS and that direction can no longer turn TLS (its first
+        chunk was looked at, and a client side is past ``STARTTLS_WINDOW_BYTES``: what
+        ``_starts_tls`` would answer False to for every segment, with the same count of
+        bytes seen); otherwise its segments one by one, as if they came so."""
+        fid = ev.flow.flow_id
+        d = ev.direction
+        w = self._watch.get(fid)
+        if (fid not in self._conns and w is not None and w.started[d]
+                and (d != _CLIENT or w.seen[d] >= STARTTLS_WINDOW_BYTES)):
+            w.seen[d] += len(ev.data)
+            self._emit(ev)
+            return
+        for part in ev.split():
+            self.stream(part)
 
     def close(self, ev: StreamClose) -> None:
         fid = ev.flow.flow_id

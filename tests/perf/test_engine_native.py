@@ -619,3 +619,90 @@ def test_dissect_runs_the_engine(tmp_path, monkeypatch) -> None:
     dissect_capture(ROOT / "samples" / "pulsar-client.pcap", tmp_path / "out", Options())
     assert len(made) == 1
     assert made[0].counters["taken"] > 4 * made[0].counters["reference"]
+
+
+# -- the conveyor: CoalescedData fed to sessions whole --------------------------------------
+
+
+def _ordered_tables(out: Path) -> dict:
+    """Every table of a dataset as its rows in file order (ids and order compared, not
+    just the sorted rows ``tests/analyzer/golden_tables`` hashes)."""
+    import pyarrow.parquet as pq
+
+    from tests.analyzer.golden_tables import _plain
+
+    tables = {}
+    for tdir in sorted(p for p in out.iterdir() if p.is_dir()):
+        rows = []
+        for f in sorted(tdir.glob("*/*.parquet")):
+            rows += [_plain(r) for r in pq.read_table(f).to_pylist()]
+        tables[tdir.name] = rows
+    return tables
+
+
+def _feeds(monkeypatch) -> dict:
+    """Counts of ``FramedSession.feed_chunks`` calls and the segments they carried."""
+    from dissectors.sessions import FramedSession
+
+    seen = {"calls": 0, "segments": 0}
+    original = FramedSession.feed_chunks
+
+    def counted(self, direction, data, span, chunks):
+        seen["calls"] += 1
+        seen["segments"] += len(chunks)
+        return original(self, direction, data, span, chunks)
+
+    monkeypatch.setattr(FramedSession, "feed_chunks", counted)
+    return seen
+
+
+def _dissect(path: Path, out: Path, **options) -> dict:
+    from analyzer.pipeline import Options, dissect_capture
+
+    dissect_capture(path, out, Options(strict=True, validate=True, **options))
+    return _ordered_tables(out)
+
+
+@pytest.mark.parametrize("seed,burst,conns", [(1, 12, 4), (2, 3, 4), (3, 40, 1)])
+def test_sessions_take_coalesced_runs_whole(tmp_path, monkeypatch, seed: int, burst: int,
+                                            conns: int) -> None:
+    """A capture where connections send several segments in a row: the conveyor feeds
+    the engine's runs to the sessions in one call each (counted), and every table, row
+    order and record id included, equals the reference's (``MSGCAP_NATIVE_ENGINE=0``)
+    and the engine's one-event-per-segment output (``chunks=False``)."""
+    import reassembly.engine
+    from tests.perf.nats_bulk import write_bulk
+
+    path = tmp_path / "bulk.pcap"
+    write_bulk(path, 600_000, seed, burst=burst, max_payload=3000 * seed, publishers=conns,
+               subscribers=(conns + 1) // 2)
+    seen = _feeds(monkeypatch)
+    got = _dissect(path, tmp_path / "chunks")
+    assert seen["calls"] >= 5 and seen["segments"] > 2 * seen["calls"]
+    assert sum(len(rows) for rows in got.values()) > 100
+    calls = seen["calls"]
+    plain = reassembly.engine.capture_events
+
+    def per_segment(*args, chunks=False, **kwargs):
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr("analyzer.pipeline.capture_events", per_segment)
+    assert _dissect(path, tmp_path / "segments") == got
+    assert seen["calls"] == calls  # that run fed no run whole
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert _dissect(path, tmp_path / "reference") == got
+
+
+@pytest.mark.parametrize("path", [p for p in CORPUS if _is_pcap(p)],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_capture_events_with_chunks_stand_for_the_same_events(path: Path) -> None:
+    """``capture_events(chunks=True)``: the ``CoalescedData`` that come through the QUIC,
+    TLS and WebSocket layers, split in place, give ``capture_events()``'s events (a layer
+    splits a run of a flow it owns or may still take, and passes the others on)."""
+    from reassembly.engine import capture_events
+
+    with open_capture(path) as reader:
+        plain = [_key(e) for e in capture_events(reader)]
+    with open_capture(path) as reader:
+        chunked = list(capture_events(reader, chunks=True))
+    assert [_key(e) for e in _expanded(chunked)] == plain
