@@ -5,6 +5,10 @@ beyond a C compiler and Python's headers, both on every supported machine).  It 
 ``optional``: if it cannot be built the pure-Python reference runs instead, and
 ``msgcap dissect`` says so; the tests require it (tests/perf/test_fastpath.py).
 
+``dissectors.pulsar._speedups`` (the Pulsar batch split of ``dissectors/pulsar/fastpath.py``)
+is built on the same terms; its reference is ``dissectors/pulsar/session.py``
+(tests/pulsar/test_fastpath.py, tests/perf/test_pulsar_fastpath.py).
+
 ``reassembly._engine`` (the native packet engine, issue 22: record walk, decode,
 in-order TCP delivery) is built the same way and is optional for the same reason; the
 reference is ``reassembly.network``/``flows``/``tcp`` (tests/perf/test_engine_native.py).

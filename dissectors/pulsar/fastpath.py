@@ -27,6 +27,8 @@ Set ``MSGCAP_PULSAR_FAST=0`` (or ``Options(fast=False)``) to run the reference a
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import os
 from collections import deque
@@ -50,6 +52,32 @@ __all__ = ["AVAILABLE", "FORMAT", "Chunk", "MessageAccumulator", "MessageRows", 
 
 AVAILABLE = _speedups is not None
 
+
+def _hook_sha256() -> str:
+    """Hand libcrypto's one-shot ``SHA256`` to the extension (SHA-NI where the CPU has
+    it; hashing in C saves hashlib's per-call objects); return which is in use."""
+    if _speedups is None:
+        return "none"
+    name = ctypes.util.find_library("crypto")
+    if not name:
+        return "hashlib"
+    try:
+        fn = ctypes.cast(ctypes.CDLL(name).SHA256, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return "hashlib"
+    if not fn:
+        return "hashlib"
+    _speedups.use_sha256(fn)
+    # never trust a foreign function blindly: it must agree with hashlib
+    probe = b"msgcap" * 50
+    if _speedups.sha256_hex(probe) != hashlib.sha256(probe).hexdigest():
+        _speedups.use_sha256(0)
+        return "hashlib"
+    return name
+
+
+SHA256_IMPL = _hook_sha256()
+
 # the per-entry columns a chunk fills (everything else is the frame's, shared)
 _PER_ENTRY = ("record_id", "batch_index", "sequence_id", "payload_len", "payload_sha256",
               "payload", "payload_truncated")
@@ -71,8 +99,9 @@ class Chunk(NamedTuple):
     n: int
     sequence_id: npt.NDArray[np.int64]
     payload_len: npt.NDArray[np.int64]
-    payload_sha256: list[str]
-    payload: list[bytes]
+    payload_sha256: bytes  # 64 hex characters per entry
+    payload: bytes  # the kept payloads back to back ...
+    payload_offsets: npt.NDArray[np.int32]  # ... and where each starts (n + 1, from 0)
     payload_truncated: npt.NDArray[np.bool_]
     nbytes: int
 
@@ -81,22 +110,26 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None) -> Chunk | None
     """The per-entry columns of a plain batch of ``n`` entries (``shared`` and
     ``provenance`` left for the caller to fill), or None when the reference must split
     it.  ``seq``: the metadata's sequence_id; ``cap``: payload bytes kept per row."""
-    got = _speedups.split_batch(data, n, seq is not None, 0 if seq is None else seq)
+    got = _speedups.split_batch(data, n, seq is not None, 0 if seq is None else seq,
+                                -1 if cap is None else cap)
     if got is None:
         return None
     starts = np.frombuffer(got[0], dtype=np.int64)
     sizes = np.frombuffer(got[1], dtype=np.int64)
     seqs = np.frombuffer(got[2], dtype=np.int64)
-    first = starts.tolist()
-    mv = memoryview(data)
-    sha = hashlib.sha256
-    digests = [sha(mv[a:b]).hexdigest()
-               for a, b in zip(first, (starts + sizes).tolist(), strict=True)]
-    kept_ends = starts + (sizes if cap is None else np.minimum(sizes, cap))
-    kept = [data[a:b] for a, b in zip(first, kept_ends.tolist(), strict=True)]
-    truncated = np.zeros(n, np.bool_) if cap is None else sizes > cap
-    nbytes = int(kept_ends.sum() - starts.sum()) + _ROW_OVERHEAD * n
-    return Chunk({}, (0, 0, 0, 0, 0, 0), n, seqs, sizes, digests, kept, truncated, nbytes)
+    offsets = np.frombuffer(got[4], dtype=np.int32)
+    truncated = np.frombuffer(got[5], dtype=np.bool_)
+    digests: bytes | None = got[6]
+    if digests is None:  # no libcrypto handed over: hashlib, one call per entry
+        mv = memoryview(data)
+        sha = hashlib.sha256
+        digests = "".join([
+            sha(mv[a:b]).hexdigest()
+            for a, b in zip(starts.tolist(), (starts + sizes).tolist(), strict=True)
+        ]).encode("ascii")
+    kept: bytes = got[3]
+    return Chunk({}, (0, 0, 0, 0, 0, 0), n, seqs, sizes, digests, kept, offsets, truncated,
+                 len(kept) + _ROW_OVERHEAD * n)
 
 
 class MessageRows:
@@ -156,7 +189,8 @@ class MessageAccumulator:
         counts = np.fromiter((c.n for c, _, _ in chunks), dtype=np.int64, count=len(chunks))
         which = np.repeat(np.arange(len(chunks)), counts)
         # the shared columns converted as the reference's dict rows are, once per frame
-        base = rows_to_batch(PULSAR_MESSAGES, shared, check_keys=False).take(pa.array(which))
+        base = rows_to_batch(PULSAR_MESSAGES, shared, check_keys=False)
+        index = pa.array(which)
         first = np.fromiter((r for _, _, r in chunks), dtype=np.int64, count=len(chunks))
         offsets = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
         per_entry: dict[str, Any] = {
@@ -164,13 +198,33 @@ class MessageAccumulator:
             "batch_index": offsets.astype(np.int32),
             "sequence_id": np.concatenate([c.sequence_id for c, _, _ in chunks]),
             "payload_len": np.concatenate([c.payload_len for c, _, _ in chunks]),
-            "payload_sha256": [h for c, _, _ in chunks for h in c.payload_sha256],
-            "payload": [p for c, _, _ in chunks for p in c.payload],
             "payload_truncated": np.concatenate([c.payload_truncated for c, _, _ in chunks]),
         }
-        arrays = [pa.array(per_entry[f.name], f.type) if f.name in per_entry
-                  else base.column(f.name) for f in schema]
+        total = len(which)
+        # the variable-width columns straight from the chunks' Arrow-layout buffers
+        data = b"".join([c.payload for c, _, _ in chunks])
+        ends = np.cumsum([len(c.payload) for c, _, _ in chunks])
+        offsets = np.concatenate([[0], *[c.payload_offsets[1:] + (e - len(c.payload))
+                                         for (c, _, _), e in zip(chunks, ends, strict=True)]])
+        built = {
+            "payload": pa.Array.from_buffers(pa.binary(), total, [
+                None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]),
+            "payload_sha256": pa.Array.from_buffers(pa.string(), total, [
+                None, pa.py_buffer(np.arange(0, 64 * (total + 1), 64, dtype=np.int32)),
+                pa.py_buffer(b"".join([c.payload_sha256 for c, _, _ in chunks]))]),
+        }
+        arrays = [built[f.name] if f.name in built
+                  else pa.array(per_entry[f.name], f.type) if f.name in per_entry
+                  else _repeated(base.column(f.name), index, total) for f in schema]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _repeated(column: pa.Array, index: pa.Array, n: int) -> pa.Array:
+    """A shared column, one value per chunk, repeated for each chunk's rows (most
+    columns are null in every row: those are made, not gathered)."""
+    if column.null_count == len(column):
+        return pa.nulls(n, column.type)
+    return column.take(index)
 
 
 class _Format:

@@ -11,6 +11,7 @@ compared in tests/perf/test_pulsar_fastpath.py.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import struct
 import zlib
@@ -295,3 +296,26 @@ def test_refused_batches_stay_with_the_reference():
     assert_same(a, b)
     assert not any(type(r) is ColumnBatch for r in b.records)
     assert "pulsar.bad_batch" in [r.values.get("kind") for r in b.records]
+
+
+def test_digests_without_libcrypto_come_from_hashlib():
+    # the extension hashes with libcrypto's SHA256 when fastpath found it; without it
+    # (use_sha256(0)) Python's hashlib does: the rows are the same either way
+    assert fastpath.SHA256_IMPL != "none"
+    script = _plain_frames(0)
+    try:
+        fastpath._speedups.use_sha256(0)
+        a, b = both_ways(script, 1)
+        assert_same(a, b)
+    finally:
+        fastpath._hook_sha256()
+    a, b = both_ways(script, 1)
+    assert_same(a, b)
+
+
+@pytest.mark.parametrize("n", [0, 1, 55, 56, 64, 1000, 70000])
+def test_sha256_matches_hashlib(n):
+    if fastpath.SHA256_IMPL == "hashlib":
+        pytest.skip("no libcrypto: digests come from hashlib")
+    data = random.Random(n).randbytes(n)
+    assert fastpath._speedups.sha256_hex(data) == hashlib.sha256(data).hexdigest()
