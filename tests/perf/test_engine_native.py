@@ -693,6 +693,24 @@ def test_sessions_take_coalesced_runs_whole(tmp_path, monkeypatch, seed: int, bu
     assert _dissect(path, tmp_path / "reference") == got
 
 
+def test_coalesced_runs_under_a_tight_memory_budget(tmp_path, monkeypatch) -> None:
+    """A budget that makes holders give memory back: the conveyor feeds a run whole only
+    when the budget has room for all of it (else its segments), so the ``limit.memory``
+    anomalies and every other row are those of the reference."""
+    from reassembly.limits import Limits
+    from tests.perf.nats_bulk import write_bulk
+
+    path = tmp_path / "bulk.pcap"
+    write_bulk(path, 1_500_000, 5)
+    seen = _feeds(monkeypatch)
+    limits = Limits(memory_limit_bytes=100_000)
+    got = _dissect(path, tmp_path / "chunks", limits=limits)
+    assert seen["calls"] > 20
+    assert any(row["kind"] == "limit.memory" for row in got["anomalies"])
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert _dissect(path, tmp_path / "reference", limits=limits) == got
+
+
 @pytest.mark.parametrize("path", [p for p in CORPUS if _is_pcap(p)],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_capture_events_with_chunks_stand_for_the_same_events(path: Path) -> None:
