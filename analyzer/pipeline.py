@@ -190,8 +190,9 @@ class CaptureDissection:
             list(registry.dissectors.values()), decode_as, session_options, self._on_session
         )
         self.detector.on_probe_error = self._probe_error
-        # a flow joined late may show its roles (``capture_events(roles=...)``)
-        self.roles = RoleSwaps()
+        # a flow joined late may show its roles (``capture_events(roles=...)``); the
+        # anomaly saying so is written right after the bytes that showed them
+        self.roles = RoleSwaps(immediate=True)
         self.detector.swap_roles = self.roles
         # ColumnarSessions fill columns (ColumnBatch records) only for a sink of batches
         self.columnar = options.fast and writer.columnar
@@ -541,6 +542,9 @@ class CaptureDissection:
             fd = self._dispatch(ev.flow, ev.stream_id)
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
             self._feed(fd, ev.direction, ev.data, span)
+            ready = self.roles.ready
+            while ready:  # detection swapped the flow's roles (``RoleSwaps``)
+                self.handle(ready.pop(0))
             return
         if type(ev) is CoalescedData:
             self._coalesced(ev)
@@ -606,8 +610,8 @@ class CaptureDissection:
         budget = self.limits.budget
         if fd is None or not isinstance(session, FramedSession) or (
                 budget is not None and budget.limit_bytes - budget.used < len(ev.data)):
-            for part in ev.split():
-                self.handle(part)
+            for part in ev.split():  # (turned once a part shows the roles swapped)
+                self.handle(self.roles.turn(part))
             return
         span = ev.span()
         self._guarded(fd, lambda: session.feed_chunks(ev.direction, ev.data, span, ev.chunks()),

@@ -168,8 +168,11 @@ def stream_layers(events: Iterable[CaptureEvent | CoalescedData], limits: Limits
     ``swap_roles`` fixes roles)."""
     from reassembly.websocket import WebSocketLayer
 
-    swap = flows.swap_roles if flows is not None else None
-    return WebSocketLayer(limits, swap).process(TlsLayer(limits, keylog).process(events))
+    roles = None
+    if flows is not None:
+        roles = RoleSwaps(immediate=True)
+        roles.table = flows
+    return WebSocketLayer(limits, roles).process(TlsLayer(limits, keylog).process(events))
 
 
 def keylog_problems(keylog: KeyLog) -> list[Event]:

@@ -839,7 +839,8 @@ class FlowTable:
         return None
 
     def swap_roles(self, info: FlowInfo, source: RoleSource,
-                   at: tuple[int, int] | None = None) -> bool:
+                   at: tuple[int, int] | None = None,
+                   deliver: Callable[[Anomaly], None] | None = None) -> bool:
         """A layer above learned the roles better than the port hint did (QUIC: who sent
         the first Initial; WebSocket: who masks; a dissector: which ops each side sends):
         swap client and server of the flow in place.  Returns whether it did (False: not
@@ -855,7 +856,8 @@ class FlowTable:
         (the bytes that showed the roles); the anomaly carries them.  Without it, the
         flow's last packet, which is the evidence only while packets are handled one at a
         time: a reader that runs ahead (the native engine reads a batch of records at
-        once) has seen later packets of the flow by then."""
+        once) has seen later packets of the flow by then.  ``deliver``: also handed the
+        anomaly at once (``RoleSwaps``), besides emitting it among the events."""
         fid = info.flow_id
         state: _Tcp | _Udp | None = self._udp.get(fid)
         if state is None:
@@ -882,10 +884,13 @@ class FlowTable:
             state.wscale = (state.wscale[1], state.wscale[0])
             state.fin = ((state.fin & 1) << 1) | ((state.fin >> 1) & 1)
             if state.owned:
-                self.emit(Anomaly(ROLES_SWAPPED, f"client and server swapped: decided by "
+                anomaly = Anomaly(ROLES_SWAPPED, f"client and server swapped: decided by "
                                   f"{source.label}, not by {before.label} (the other way "
                                   f"round); the client is {info.client}",
-                                  *(at or (info.ts_last_ns, info.frame_last)), info))
+                                  *(at or (info.ts_last_ns, info.frame_last)), info)
+                self.emit(anomaly)
+                if deliver is not None:
+                    deliver(anomaly)
         return True
 
     def _is_new_connection(self, conn: _Tcp, direction: Direction, seq: int) -> bool:
@@ -1038,20 +1043,44 @@ class RoleSwaps:
     roles: ``reassembly.engine.capture_events`` connects it to the run's flow table
     (``table``) and passes its events through ``events``, which turns those of a
     swapped flow that were emitted before the swap (``Turning``).  Unconnected, it
-    swaps nothing."""
+    swaps nothing.
 
-    def __init__(self) -> None:
+    ``immediate``: the ``ROLES_SWAPPED`` anomaly goes to ``ready`` at the swap, for the
+    consumer to take right after the event that showed the roles, and its copy among
+    the events only ends the turning (``events`` drops it).  Among the events it comes
+    after whatever the reader had emitted by then — one packet's events for the
+    reference, a batch of records for the native engine — so its place would differ
+    between them; taken from ``ready`` it is the same for both."""
+
+    def __init__(self, immediate: bool = False) -> None:
         self.table: FlowTable | None = None
         self._turning = Turning()
+        self.ready: list[Anomaly] = []
+        self._immediate = immediate
+        self._delivered: dict[int, Anomaly] = {}  # by id: the copies ``events`` drops
 
     def __call__(self, info: FlowInfo, source: RoleSource,
                  at: tuple[int, int] | None = None) -> bool:
-        if self.table is None or not self.table.swap_roles(info, source, at):
+        deliver = self._deliver if self._immediate else None
+        if self.table is None or not self.table.swap_roles(info, source, at, deliver):
             return False
         self._turning.begin(info)
         return True
 
+    def _deliver(self, anomaly: Anomaly) -> None:
+        self.ready.append(anomaly)
+        self._delivered[id(anomaly)] = anomaly
+
+    def turn(self, ev: _E) -> _E:
+        """``ev`` in the orientation meant now (an event that reached the consumer other
+        than through ``events``: a part of a ``CoalescedData`` it splits)."""
+        return self._turning.see(ev) if self._turning else ev
+
     def events(self, events: Iterable[_E]) -> Iterator[_E]:
-        turning = self._turning
+        turning, delivered = self._turning, self._delivered
         for ev in events:
-            yield turning.see(ev) if turning else ev
+            if turning:
+                ev = turning.see(ev)
+            if delivered and delivered.pop(id(ev), None) is not None:
+                continue
+            yield ev

@@ -63,7 +63,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,7 @@ from reassembly.events import (
     WebSocketControl,
     WebSocketHandshake,
 )
-from reassembly.flows import Turning, turned
+from reassembly.flows import RoleSwaps, turned
 from reassembly.limits import Limits
 from reassembly.provenance import CoalescedData, Extent, ProvenanceBuffer
 
@@ -255,14 +255,14 @@ class _Conn:
 class WebSocketLayer:
     """Stream events → WebSocket message streams (see the module docstring)."""
 
-    def __init__(self, limits: Limits,
-                 swap_roles: Callable[[FlowInfo, RoleSource], bool] | None = None) -> None:
-        """``swap_roles`` (the flow table's): fixes a flow joined late whose masked side
-        (the client) the port hint took for the server; without it the flow keeps its
+    def __init__(self, limits: Limits, roles: RoleSwaps | None = None) -> None:
+        """``roles`` (connected to the flow table, ``immediate``): fixes a flow joined
+        late whose masked side (the client) the port hint took for the server, turns
+        the flow's events still on their way, and hands over the anomaly at once (so it
+        has the same place whatever reader runs ahead); without it the flow keeps its
         roles and its frames are read the other way round (``websocket.roles``)."""
         self.limits = limits
-        self._swap_roles = swap_roles
-        self._turning = Turning()  # flows swapped here, until the table's anomaly
+        self._roles = roles
         self._out: list[CaptureEvent | WebSocketJoin | CoalescedData] = []
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
@@ -273,10 +273,7 @@ class WebSocketLayer:
     def process(self, events: Iterable[CaptureEvent | CoalescedData]
                 ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
         out = self._out
-        turning = self._turning
-        for ev in events:
-            if turning:
-                ev = turning.see(ev)
+        for ev in self._roles.events(events) if self._roles is not None else events:
             if (type(ev) is StreamData or type(ev) is StreamGap) and ev.stream_id is None:
                 self.stream(ev)
             elif type(ev) is CoalescedData:
@@ -554,11 +551,14 @@ class WebSocketLayer:
         unmasked = [d for d, x in found.items() if not x.masked]
         client = masked[0] if masked else unmasked[0].flip()
         held, conn.late = conn.late, []
-        if client != _C2S and self._swap_roles is not None and self._swap_roles(
-                flow, RoleSource.WEBSOCKET_MASK):
-            # the held events (and those still on their way: ``Turning``) were emitted
-            # in the orientation the port hint gave
-            self._turning.begin(flow)
+        roles = self._roles
+        evidence = held[-1]
+        if client != _C2S and roles is not None and roles(
+                flow, RoleSource.WEBSOCKET_MASK, (_ts(evidence, True), _frame(evidence, True))):
+            # the held events (and those still on their way: ``RoleSwaps.events``) were
+            # emitted in the orientation the port hint gave
+            self._out.extend(roles.ready)
+            roles.ready.clear()
             held = [turned(ev) for ev in held]
             found = {d.flip(): x for d, x in found.items()}
             client = _C2S
