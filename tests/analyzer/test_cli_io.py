@@ -42,10 +42,18 @@ def _table(out: Path, name: str) -> list[dict]:
 # --------------------------------------------------------------------- standard input
 
 
-def test_dissect_from_stdin_gives_the_rows_of_the_file(tmp_path):
+@pytest.fixture(scope="module")
+def dissected_by_path(tmp_path_factory):
+    """``msgcap dissect samples/nats-basic.pcap -o DIR -q`` run once: (result, DIR)."""
+    out = tmp_path_factory.mktemp("by-path") / "out"
+    return _msgcap("dissect", NATS, "-o", out, "-q"), out
+
+
+def test_dissect_from_stdin_gives_the_rows_of_the_file(dissected_by_path, tmp_path):
     """Issue 16 acceptance: `cat samples/nats-basic.pcap | msgcap dissect - -o out`."""
-    from_file, from_pipe = tmp_path / "file", tmp_path / "pipe"
-    assert _msgcap("dissect", NATS, "-o", from_file, "-q").returncode == 0
+    by_path, from_file = dissected_by_path
+    from_pipe = tmp_path / "pipe"
+    assert by_path.returncode == 0
     res = _msgcap("dissect", "-", "-o", from_pipe, "-q", stdin=NATS.read_bytes())
     assert res.returncode == 0, res.stderr
     for table in ("nats", "flows", "anomalies"):
@@ -198,8 +206,8 @@ def test_version():
     assert res.stdout.decode().startswith(f"msgcap {version('msgcap')} (Python ")
 
 
-def test_dissect_quiet_prints_nothing(tmp_path):
-    res = _msgcap("dissect", NATS, "-o", tmp_path / "out", "-q")
+def test_dissect_quiet_prints_nothing(dissected_by_path):
+    res, _ = dissected_by_path
     assert res.returncode == 0 and res.stdout == b"" and res.stderr == b""
 
 
@@ -265,14 +273,22 @@ def test_tables_at_80_columns_keep_headers_whole():
 
 
 def test_piped_tables_are_not_wide():
-    """No COLUMNS and no terminal: 100 columns, not 160-190."""
+    """No COLUMNS and no terminal: 100 columns, not 160-190.  The three commands run in
+    one child (one interpreter start instead of three), each output ended by a NUL."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    for argv in (["flows", NATS], ["summary", NATS], ["protocols"]):
-        res = subprocess.run([sys.executable, "-m", "analyzer.cli", *map(str, argv)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300,
-                             env=env, stdin=subprocess.DEVNULL)
-        assert res.returncode == 0, res.stderr
-        assert max(len(line) for line in res.stdout.splitlines()) <= 100, argv
+    argvs = [["flows", str(NATS)], ["summary", str(NATS)], ["protocols"]]
+    code = ("import sys\nfrom analyzer.cli import main\n"
+            f"for argv in {argvs!r}:\n"
+            "    assert main(argv) == 0, argv\n"
+            "    sys.stdout.write('\\0')\n    sys.stdout.flush()\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    outputs = res.stdout.split("\0")
+    assert len(outputs) == len(argvs) + 1 and outputs[-1] == "", res.stdout
+    for argv, out in zip(argvs, outputs, strict=False):
+        assert out.strip(), argv
+        assert max(len(line) for line in out.splitlines()) <= 100, argv
 
 
 def test_ladder_names_that_do_not_fit_become_a_legend(capsys):
