@@ -78,8 +78,14 @@ def installed(package_dirs: Path | list[Path], dists: str | list[str], tmp: Path
 
 def msgcap(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``msgcap ARGS`` in a subprocess, with a wide console so tables are not folded."""
-    import os
+    proc = msgcap_started(*args, env=env)
+    out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
+
+def msgcap_started(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """``msgcap ARGS`` started and not waited for (``communicate()`` ends it), so that a
+    test can run it beside another program instead of after it."""
     full = {**os.environ, "COLUMNS": "250", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True,
-                          text=True, check=False, env=full, cwd=REPO)
+    return subprocess.Popen([sys.executable, "-m", "analyzer.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full, cwd=REPO)

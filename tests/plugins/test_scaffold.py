@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from analyzer.scaffold import ScaffoldError, scaffold
-from tests.plugins.pluginhelp import installed, msgcap
+from tests.plugins.pluginhelp import installed, msgcap, msgcap_started
 
 
 def _pytest(cwd, *args) -> subprocess.CompletedProcess:
@@ -32,10 +32,11 @@ def test_scaffolds_install_and_their_tests_pass(tmp_path) -> None:
         roots[0] / "pyproject.toml").read_text()
     dists = [r.name for r in roots]
     with installed(roots, dists, tmp_path / "build") as copies:
-        listed = msgcap("protocols")
-        for name in names:
-            assert f" {name} " in listed.stdout, listed.stdout + listed.stderr
+        listing = msgcap_started("protocols")  # beside the pytest run: a CLI start saved
         result = _pytest(tmp_path, *(str(c / "tests") for c in copies))
+        out, err = listing.communicate()
+        for name in names:
+            assert f" {name} " in out, out + err
         assert result.returncode == 0, result.stdout + result.stderr
     listed = msgcap("protocols")
     assert not [n for n in names if f" {n} " in listed.stdout]
