@@ -17,10 +17,19 @@ import random
 import struct
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from reassembly.flows import FLOW_BYTES, HALF_OPEN_FLOW_BYTES
 from reassembly.limits import DEFAULT_MEMORY_LIMIT, Limits, MemoryBudget
-from tests.hostile.conftest import dissect_one
-from tests.reassembly.synth import PcapWriter, write_syn_flood
+from tests.hostile.conftest import dissect_in_child, dissect_one
+from tests.reassembly.synth import (
+    PcapWriter,
+    repeat_records,
+    stamp,
+    stamp_times,
+    write_syn_flood,
+)
 
 PEAK_MB = 400  # the issue's target, interpreter and pyarrow included
 T0_US = 1_700_000_000_000_000
@@ -54,6 +63,7 @@ def write_out_of_order_flows(path: Path, flows: int, held_bytes: int, seg: int =
     pieces = held_bytes // seg
     c, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
     syn, ack, psh = 0x02, 0x10, 0x08
+    k = np.arange(1, pieces + 1, dtype=np.int64)
     for f in range(flows):
         t = T0_US + f * 10_000
         cp, ci, si = 20000 + f, 1000, 50_000
@@ -61,9 +71,12 @@ def write_out_of_order_flows(path: Path, flows: int, held_bytes: int, seg: int =
         w.write(t + 1, _tcp(s, c, port, cp, si, ci + 1, syn | ack, options=_WSCALE))
         w.write(t + 2, _tcp(c, s, cp, port, ci + 1, si + 1, ack))
         w.write(t + 3, _tcp(s, c, port, cp, si + 1, ci + 1, ack))  # window 65535 << 7
-        data = rnd.randbytes(seg)
-        for k in range(1, pieces + 1):
-            w.write(t + 3 + k, _tcp(c, s, cp, port, ci + 1 + k * seg, si + 1, ack | psh, data))
+        # the data segments differ only in time and sequence number: stamped into copies
+        data = _tcp(c, s, cp, port, 0, si + 1, ack | psh, rnd.randbytes(seg))
+        records = repeat_records(data, pieces)
+        stamp_times(records, t + 3 + k)
+        stamp(records, 38, ">u4", (ci + 1 + k * seg) % (1 << 32))  # TCP sequence number
+        w.write_records(records)
     w.close()
     return {"pieces": pieces, "buffered": pieces * seg}
 
@@ -76,18 +89,23 @@ def write_incomplete_fragments(path: Path, datagrams: int, size: int = 64_000,
     w = PcapWriter(path)
     src, dst = bytes([10, 1, 0, 1]), bytes([10, 1, 0, 2])
     body = struct.pack("!HHHH", 5000, 6000, size, 0) + b"\xab" * (size - 8)
-    sent = 0
-    for d in range(datagrams):
-        ident = d & 0xFFFF
-        for off in range(0, size - frag, frag):  # the last fragment is never sent
-            chunk = body[off : off + frag]
-            total = 20 + len(chunk)
-            flags_frag = 0x2000 | (off // 8)  # MF
-            ip = _ETH_IP.pack(b"\x02" * 6, b"\x04" * 6, 0x0800, 0x45, 0, total, ident,
-                              flags_frag, 64, 17, 0, src, dst)
-            w.write(T0_US + d * 100 + off // frag, ip + chunk)
-            sent += len(chunk)
+    frames = []
+    for off in range(0, size - frag, frag):  # the last fragment is never sent
+        chunk = body[off : off + frag]  # always ``frag`` bytes: the short one is the last
+        flags_frag = 0x2000 | (off // 8)  # MF
+        frames.append(_ETH_IP.pack(b"\x02" * 6, b"\x04" * 6, 0x0800, 0x45, 0, 20 + len(chunk),
+                                   0, flags_frag, 64, 17, 0, src, dst) + chunk)
+    # every datagram's fragments are the first one's but for the IP id and the times
+    block = np.concatenate([repeat_records(frame, 1) for frame in frames])
+    n = len(frames)
+    for first in range(0, datagrams, 64):
+        d = np.arange(first, min(first + 64, datagrams), dtype=np.int64)
+        records = np.tile(block, (len(d), 1))
+        stamp(records, 18, ">u2", np.repeat(d & 0xFFFF, n))  # IPv4 identification
+        stamp_times(records, T0_US + np.repeat(d * 100, n) + np.tile(np.arange(n), len(d)))
+        w.write_records(records)
     w.close()
+    sent = datagrams * n * frag
     return {"fragment_bytes": sent}
 
 
@@ -154,17 +172,36 @@ def _accounted(r: dict, flows: int) -> None:
     assert not r["accounting_errors"], r["accounting_errors"]
 
 
-def test_half_open_flows_at_default_settings(tmp_path):
+DEFAULT_FLOOD = 1_000_000 if os.environ.get("MSGCAP_HOSTILE_FULL") == "1" else 200_000
+BUDGET_FLOOD, BUDGET_LIMIT = 25_000, 2 * 2**20
+
+
+@pytest.fixture(scope="module")
+def syn_flood_runs(tmp_path_factory) -> dict:
+    """The two pipeline runs over SYN floods (``default``, ``budget``), as jobs of one
+    child: one interpreter start and one import of the pipeline instead of two.  The
+    child resets its peak before each job; the default run, whose peak is asserted, is
+    the first."""
+    d = tmp_path_factory.mktemp("synflood")
+    jobs = []
+    for name, flows, limits in (("default", DEFAULT_FLOOD, {}),
+                                ("budget", BUDGET_FLOOD, {"memory_limit_bytes": BUDGET_LIMIT})):
+        path = d / f"{name}.pcap"
+        write_syn_flood(path, flows)
+        jobs.append((path, d / f"out-{name}",
+                     {"rows_per_kind": 2, "max_flow_rows": 0, "limits": limits}))
+    return dict(zip(("default", "budget"), dissect_in_child(jobs), strict=True))
+
+
+def test_half_open_flows_at_default_settings(syn_flood_runs):
     """200,000 SYNs (the default flow cap, 750 MB before); 1,000,000 with
     ``MSGCAP_HOSTILE_FULL=1`` (~100 s of CPU, so not in the default run).  Half-open
     flows are held young (``HALF_OPEN_FLOW_BYTES`` each), so the default budget holds
     more of them than the default flow cap: the cap, not the budget, evicts here."""
-    flows = 1_000_000 if os.environ.get("MSGCAP_HOSTILE_FULL") == "1" else 200_000
+    flows = DEFAULT_FLOOD
     cap = Limits().max_flows
     assert cap < DEFAULT_MEMORY_LIMIT // HALF_OPEN_FLOW_BYTES
-    path = tmp_path / "synflood.pcap"
-    write_syn_flood(path, flows)
-    r = dissect_one(path, tmp_path, rows_per_kind=2, max_flow_rows=0)
+    r = syn_flood_runs["default"]
     assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
     # every flow has its row; each one evicted to make room has its anomaly as well
     _accounted(r, flows)
@@ -175,15 +212,16 @@ def test_half_open_flows_at_default_settings(tmp_path):
         assert row["detail"].startswith(f"flow table full ({cap} flows); evicted flow 0 "), row
 
 
-def test_half_open_flows_evicted_by_the_budget(tmp_path):
-    """100,000 SYNs under an 8 MiB budget: it holds 8 MiB / ``HALF_OPEN_FLOW_BYTES``
-    young flows, and each flow past that evicts the least recently active one."""
-    flows, limit = 100_000, 8 * 2**20
+def test_half_open_flows_evicted_by_the_budget(syn_flood_runs):
+    """25,000 SYNs under a 2 MiB budget: it holds 2 MiB / ``HALF_OPEN_FLOW_BYTES`` young
+    flows, and each flow past that evicts the least recently active one.  (It was 100,000
+    under 8 MiB: a quarter of both keeps the ratio, about 3.8 flows for each one the
+    budget holds, and the claim, the count held and one eviction per flow past it, holds
+    at any scale; no peak is asserted here, the default run above bounds that.)"""
+    flows, limit = BUDGET_FLOOD, BUDGET_LIMIT
     held = limit // HALF_OPEN_FLOW_BYTES
-    path = tmp_path / "synflood.pcap"
-    write_syn_flood(path, flows)
-    r = dissect_one(path, tmp_path, rows_per_kind=2, max_flow_rows=0,
-                    limits={"memory_limit_bytes": limit})
+    assert flows > 3 * held
+    r = syn_flood_runs["budget"]
     _accounted(r, flows)
     assert r["anomalies"].get("limit.memory") == flows - held, r["anomalies"]
     assert "limit.flow_table" not in r["anomalies"]
@@ -194,16 +232,24 @@ def test_half_open_flows_evicted_by_the_budget(tmp_path):
     assert "evicted flow 1 10.0.0.1:1025->" in second["detail"], second
 
 
-def test_240_flows_each_holding_3_8_mib_out_of_order(tmp_path):
+def test_120_flows_each_holding_3_8_mib_out_of_order(tmp_path):
+    """120 flows each holding 3.8 MiB out of order (456 MiB in all) at default settings:
+    the budget flushes the oldest buffers and the peak stays under the target.  It was 240
+    flows (912 MiB, 1,066 MB peak before the budget); half of them still holds more than
+    the target can: without a run-wide budget the peak would be the interpreter's
+    ~140 MB plus every buffer, ~600 MB by the same proportion, so the bound still fails
+    what it was written against, at half the packets to push through."""
+    flows = 120
     path = tmp_path / "ooo.pcap"
-    facts = write_out_of_order_flows(path, 240, int(3.8 * 1024 * 1024))
+    facts = write_out_of_order_flows(path, flows, int(3.8 * 1024 * 1024))
+    assert flows * facts["buffered"] > 400 * 2**20
     r = dissect_one(path, tmp_path, rows_per_kind=3)
     assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
-    _accounted(r, 240)
+    _accounted(r, flows)
     # no flow is over the per-direction limit: only the budget flushes buffers
     assert "limit.reorder_buffer" not in r["anomalies"]
     flushed = r["anomalies"]["limit.memory"]
-    assert 200 <= flushed < 240, flushed  # the last ~30 still fit at the end
+    assert flows - 40 <= flushed < flows, flushed  # the last few fit (80 MiB: ~21 x 3.8)
     row = r["anomaly_rows"]["limit.memory"][0]
     assert f"({facts['buffered']} bytes in {facts['pieces']} pieces)" in row["detail"], row
     for f in r["flows"]:  # nothing buffered was lost: one segment of gap, the rest data
