@@ -319,3 +319,10 @@ def test_sha256_matches_hashlib(n):
         pytest.skip("no libcrypto: digests come from hashlib")
     data = random.Random(n).randbytes(n)
     assert fastpath._speedups.sha256_hex(data) == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("cap", [0, 1, 5, 2**70])
+def test_any_payload_cap(cap):
+    a, b = both_ways(_plain_frames(3), 2, {"payload_cap": cap})
+    assert_same(a, b)
+    assert any(type(r) is ColumnBatch for r in b.records)
