@@ -41,3 +41,28 @@ def test_every_pulsar_capture_gives_the_same_tables(path, tmp_path):
                     reason="set MSGCAP_PULSAR_CAPTURE to a recorded Pulsar capture")
 def test_a_bulk_recording_gives_the_same_tables(tmp_path):
     _assert_same_tables(Path(os.environ["MSGCAP_PULSAR_CAPTURE"]), tmp_path)
+
+
+def test_a_written_capture_that_takes_the_fast_path(tmp_path, monkeypatch):
+    """Not vacuous: the sample captures' batches carry entry fields the fast path leaves
+    to the reference, so a capture of plain batches (every codec, two connections, one
+    with a gap, hand-built by tests/pulsar/test_fastpath.py) goes through the pipeline
+    both ways too, and the fast run must have taken them."""
+    from dissectors.sdk.testing import Gap, PcapFlow, write_pcap
+    from tests.pulsar.test_fastpath import C2S, _plain_frames
+
+    scripts = [[*_plain_frames(codec), *_plain_frames((codec + 1) % 5)] for codec in range(5)]
+    scripts[1].insert(2, Gap(C2S, 7))
+    path = write_pcap(tmp_path / "plain.pcap",
+                      [PcapFlow(s, 6650, client_port=41000 + i) for i, s in enumerate(scripts)])
+    taken = []
+    split = fastpath.split
+
+    def spy(*args):
+        chunk = split(*args)
+        taken.append(chunk is not None)
+        return chunk
+
+    monkeypatch.setattr(fastpath, "split", spy)
+    _assert_same_tables(path, tmp_path)
+    assert sum(taken) >= 30
