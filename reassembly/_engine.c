@@ -466,6 +466,7 @@ typedef struct {
     int shift;                 /* window scale of the ACKs this direction sends */
     int64_t d_packets, d_bytes; /* since the last sync */
     int mid;                    /* data taken while syn_seen is false */
+    int data_ok;                /* light flow: its TcpHalfTracker already had data */
 } Half;
 
 typedef struct {
@@ -479,6 +480,7 @@ typedef struct {
     int64_t last_ord; /* ordinal of its last taken packet since the sync, -1: none */
     int32_t cur_run;  /* build_runs, per flow: its latest run and that run's direction */
     int cur_dir;
+    int light;        /* another process reassembles it: bookkeeping only (register_light) */
     Half h[2];
 } Flow;
 
@@ -633,6 +635,53 @@ static int opt_i64(PyObject *o, int64_t *v, int *has) {
     return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* The free slot a registration under key k fills (its fields set, still on the free
+ * list until link_flow): any registration under k is dropped first; -1 with an
+ * exception when that one has packets not synced yet, or memory ran out. */
+static int32_t claim(Engine *e, const uint8_t *k, int64_t flow_id, int64_t ts_last,
+                     int64_t frame_last, int64_t idle) {
+    int32_t idx = find(e, k), next;
+    Flow *f;
+    if (idx >= 0) {
+        if (e->flows[idx].last_ord >= 0) {
+            PyErr_SetString(PyExc_RuntimeError, "register over a flow not synced");
+            return -1;
+        }
+        unlink_flow(e, idx);
+    }
+    if (e->free_head < 0 && grow(e) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    idx = e->free_head;
+    f = &e->flows[idx];
+    next = f->next;
+    memset(f, 0, sizeof *f);
+    f->next = next;
+    memcpy(f->key, k, 37);
+    f->flow_id = flow_id;
+    f->ts_last = ts_last;
+    f->frame_last = frame_last;
+    f->idle_timeout = idle;
+    f->last_ord = -1;
+    return idx;
+}
+
+/* The claimed slot idx leaves the free list for its key's hash chain. */
+static void link_flow(Engine *e, int32_t idx, PyObject *conn, PyObject *info) {
+    Flow *f = &e->flows[idx];
+    uint32_t h = key_hash(f->key) & (uint32_t)(e->nbuckets - 1);
+    e->free_head = f->next;
+    Py_INCREF(conn);
+    Py_INCREF(info);
+    f->conn = conn;
+    f->info = info;
+    f->used = 1;
+    f->next = e->buckets[h];
+    e->buckets[h] = idx;
+    e->nflows++;
+}
+
 /* register(v6, client, cport, server, sport, flow_id, conn, info, ts_last, frame_last,
  *          idle_timeout, half_c2s, half_s2c): a flow in the reference's common state;
  * half = (base, ref_off, next_off, acked_off|None, win_edge|None, win_size,
@@ -660,25 +709,9 @@ static PyObject *engine_register(Engine *e, PyObject *args) {
     make_key(k, v6, a.buf, b.buf, (uint16_t)cport, (uint16_t)sport);
     PyBuffer_Release(&a);
     PyBuffer_Release(&b);
-    idx = find(e, k);
-    if (idx >= 0) {
-        if (e->flows[idx].last_ord >= 0) {
-            PyErr_SetString(PyExc_RuntimeError, "register over a flow not synced");
-            return NULL;
-        }
-        unlink_flow(e, idx);
-    }
-    if (e->free_head < 0 && grow(e) < 0) return PyErr_NoMemory();
-    idx = e->free_head;
+    idx = claim(e, k, flow_id, ts_last, frame_last, idle);
+    if (idx < 0) return NULL;
     f = &e->flows[idx];
-    e->free_head = f->next;
-    memset(f, 0, sizeof *f);
-    memcpy(f->key, k, 37);
-    f->flow_id = flow_id;
-    f->ts_last = ts_last;
-    f->frame_last = frame_last;
-    f->idle_timeout = idle;
-    f->last_ord = -1;
     for (d = 0; d < 2; d++) {
         Half *h = &f->h[d];
         PyObject *acked, *edge, *last_end;
@@ -706,14 +739,54 @@ static PyObject *engine_register(Engine *e, PyObject *args) {
             h->last_end = (uint32_t)le;
         }
     }
-    Py_INCREF(conn);
-    Py_INCREF(info);
-    f->conn = conn;
-    f->info = info;
-    f->used = 1;
-    f->next = e->buckets[key_hash(k) & (uint32_t)(e->nbuckets - 1)];
-    e->buckets[key_hash(k) & (uint32_t)(e->nbuckets - 1)] = idx;
-    e->nflows++;
+    link_flow(e, idx, conn, info);
+    Py_RETURN_NONE;
+}
+
+/* register_light(v6, client, cport, server, sport, flow_id, conn, info, ts_last,
+ *                frame_last, idle_timeout, half_c2s, half_s2c): a flow another process
+ * reassembles (FlowTable(owns=...) keeps TcpHalfTracker directions for it), open, both
+ * directions' trackers with a sequence base and no conflicting ISN pending; half =
+ * (last_end|None, syn_seen, had_data).  Its ACK packets are taken as the bookkeeping
+ * FlowTable.tcp does for it (counters, activity, last_end; data only on a direction
+ * that had data, where TcpHalfTracker.on_segment changes nothing), so a worker of
+ * ``--workers N`` skips the flows it does not own without Python work per packet.
+ * Replaces any registration under the same key. */
+static PyObject *engine_register_light(Engine *e, PyObject *args) {
+    int v6, d, cport, sport;
+    Py_buffer a, b;
+    long long flow_id, ts_last, frame_last, idle;
+    PyObject *conn, *info, *hs[2];
+    uint8_t k[37];
+    int32_t idx;
+    Flow *f;
+    if (!PyArg_ParseTuple(args, "py*iy*iLOOLLLO!O!", &v6, &a, &cport, &b, &sport, &flow_id,
+                          &conn, &info, &ts_last, &frame_last, &idle, &PyTuple_Type, &hs[0],
+                          &PyTuple_Type, &hs[1]))
+        return NULL;
+    if (a.len != (v6 ? 16 : 4) || b.len != a.len) {
+        PyBuffer_Release(&a);
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "address length does not match the version");
+        return NULL;
+    }
+    make_key(k, v6, a.buf, b.buf, (uint16_t)cport, (uint16_t)sport);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    idx = claim(e, k, flow_id, ts_last, frame_last, idle);
+    if (idx < 0) return NULL;
+    f = &e->flows[idx];
+    f->light = 1;
+    for (d = 0; d < 2; d++) {
+        Half *h = &f->h[d];
+        PyObject *last_end;
+        int64_t le;
+        if (!PyArg_ParseTuple(hs[d], "Opp", &last_end, &h->syn_seen, &h->data_ok) ||
+            opt_i64(last_end, &le, &h->has_last_end) < 0)
+            return NULL; /* the slot stays free (link_flow takes it) */
+        h->last_end = (uint32_t)le;
+    }
+    link_flow(e, idx, conn, info);
     Py_RETURN_NONE;
 }
 
@@ -785,6 +858,33 @@ static PyObject *engine_clock(Engine *e, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Whether a light flow was ended by the reference (FlowInfo.close_reason set: evicted,
+ * replaced by port reuse, ...): 1, 0, or -1 with an exception.  An owned flow's end
+ * emits an event, which unregisters it (reassembly.native); a light flow's emits none. */
+static int ended(Flow *f) {
+    static PyObject *name = NULL;
+    PyObject *v;
+    int gone;
+    if (name == NULL && (name = PyUnicode_InternFromString("close_reason")) == NULL) return -1;
+    v = PyObject_GetAttr(f->info, name);
+    if (v == NULL) return -1;
+    gone = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return gone;
+}
+
+/* A taken packet's effects on the clock, the counters and its flow's activity. */
+static inline void took(Engine *e, Flow *f, int32_t idx, const Rec *r, int v6) {
+    if (r->ts_ns > e->now_ns) e->now_ns = r->ts_ns;
+    e->taken++;
+    if (v6) e->taken_v6++;
+    else e->taken_v4++;
+    if (r->ts_ns > f->ts_last) f->ts_last = r->ts_ns;
+    f->frame_last = r->number;
+    if (f->last_ord < 0) e->dirty[e->ndirty++] = idx;
+    f->last_ord = e->taken;
+}
+
 /* Take one fast TCP record if the reference would only do bookkeeping and at most one
  * in-order delivery for it; 0 if not (the reference handles the frame). */
 static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
@@ -797,7 +897,7 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
     Flow *f;
     Half *mine, *peer;
     uint32_t dlen = r->l4len - r->hlen;
-    int64_t off = 0, aoff, wb, newlen = 0, now, grown = 0;
+    int64_t off = 0, aoff, wb, newlen = 0, grown = 0;
     if ((r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) != F_ACK) return 0;
     make_key(k, v6, src, dst, r->sport, r->dport);
     idx = find(e, k);
@@ -812,6 +912,23 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
     if (r->ts_ns - f->ts_last > f->idle_timeout) return 0; /* stale: the reference decides */
     mine = &f->h[dir];
     peer = &f->h[1 - dir];
+    if (f->light) {
+        int gone = ended(f);
+        if (gone) { /* its end emitted nothing that would have unregistered it */
+            if (gone > 0 && f->last_ord < 0) unlink_flow(e, idx);
+            return gone < 0 ? -1 : 0;
+        }
+        if (dlen && !mine->data_ok) return 0; /* on_segment may set had_data */
+        took(e, f, idx, r, v6);
+        mine->d_packets++;
+        if (dlen) {
+            mine->d_bytes += dlen;
+            if (!mine->syn_seen) mine->mid = 1;
+        }
+        mine->last_end = r->seq + dlen;
+        mine->has_last_end = 1;
+        return 1;
+    }
     if (dlen) {
         off = seq_off(mine, r->seq);
         if (off != mine->next_off) return 0;
@@ -842,15 +959,7 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         e->segcap = ncap;
     }
     /* taken: the reference's effects, in its order */
-    now = r->ts_ns > e->now_ns ? r->ts_ns : e->now_ns;
-    e->now_ns = now;
-    e->taken++;
-    if (v6) e->taken_v6++;
-    else e->taken_v4++;
-    if (r->ts_ns > f->ts_last) f->ts_last = r->ts_ns;
-    f->frame_last = r->number;
-    if (f->last_ord < 0) e->dirty[e->ndirty++] = idx;
-    f->last_ord = e->taken;
+    took(e, f, idx, r, v6);
     mine->d_packets++;
     aoff = seq_off(peer, r->ack);
     if (!peer->has_acked || aoff > peer->acked_off) {
@@ -1021,7 +1130,7 @@ static PyObject *engine_run(Engine *e, PyObject *args) {
             int got;
             if (r->kind != K_TCP || r->lt != e->lt_cur || tick_special(e, r->ts_ns)) break;
             got = take(e, d, r->body, r);
-            if (got < 0) return PyErr_NoMemory();
+            if (got < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
             if (!got) break;
         }
     }
@@ -1112,6 +1221,9 @@ static PyMethodDef engine_methods[] = {
     {"register", (PyCFunction)engine_register, METH_VARARGS,
      "register(v6, client, cport, server, sport, flow_id, conn, info, ts_last, frame_last, "
      "idle_timeout, half_c2s, half_s2c)"},
+    {"register_light", (PyCFunction)engine_register_light, METH_VARARGS,
+     "register_light(v6, client, cport, server, sport, flow_id, conn, info, ts_last, "
+     "frame_last, idle_timeout, half_c2s, half_s2c): a flow another process reassembles"},
     {"unregister", (PyCFunction)engine_unregister, METH_VARARGS,
      "unregister(client, cport, server, sport, flow_id)"},
     {"registered", (PyCFunction)engine_registered, METH_NOARGS,
@@ -1138,6 +1250,84 @@ static PyTypeObject EngineType = {
     .tp_new = engine_new,
 };
 
+/* ------------------------------------------------------------------ flow sizes */
+
+/* flow_bytes(batch) -> [(key, bytes)]: the captured bytes of the batch's TCP/UDP
+ * records per flow 4-tuple, in order of each one's first record; key = protocol byte
+ * + the two (address, port) ends in a fixed order (either direction gives the same
+ * key).  A pre-pass of ``msgcap dissect --workers N`` (reassembly.flowplan) sums them
+ * over the capture to give each worker a share of the bytes. */
+typedef struct {
+    uint8_t key[38];
+    int64_t bytes;
+} Sized;
+
+static PyObject *py_flow_bytes(PyObject *self, PyObject *arg) {
+    Batch *b;
+    const uint8_t *d;
+    Sized *ents = NULL;
+    int32_t *slots = NULL, nslots = 16, nents = 0, i;
+    PyObject *out = NULL;
+    Py_ssize_t j;
+    if (!PyObject_TypeCheck(arg, &BatchType)) {
+        PyErr_SetString(PyExc_TypeError, "flow_bytes() takes a Batch");
+        return NULL;
+    }
+    b = (Batch *)arg;
+    d = (const uint8_t *)b->buf.buf;
+    while (nslots < 2 * b->n) nslots <<= 1;
+    ents = PyMem_Malloc(sizeof(Sized) * (size_t)(b->n ? b->n : 1));
+    slots = PyMem_Malloc(sizeof(int32_t) * (size_t)nslots);
+    if (ents == NULL || slots == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < nslots; i++) slots[i] = -1;
+    for (j = 0; j < b->n; j++) {
+        const Rec *r = &b->recs[j];
+        const uint8_t *ip, *src, *dst;
+        uint8_t k[38];
+        int v6, n, c;
+        uint32_t h;
+        if (r->kind != K_TCP && r->kind != K_UDP) continue;
+        ip = d + r->body + r->ip;
+        v6 = r->ipver == 6;
+        n = v6 ? 16 : 4;
+        src = ip + (v6 ? 8 : 12);
+        dst = src + n;
+        c = memcmp(src, dst, (size_t)n);
+        k[0] = r->kind;
+        if (c < 0 || (c == 0 && r->sport <= r->dport))
+            make_key(k + 1, v6, src, dst, r->sport, r->dport);
+        else
+            make_key(k + 1, v6, dst, src, r->dport, r->sport);
+        h = (key_hash(k + 1) ^ k[0]) & (uint32_t)(nslots - 1);
+        while (slots[h] >= 0 && memcmp(ents[slots[h]].key, k, 38) != 0)
+            h = (h + 1) & (uint32_t)(nslots - 1);
+        if (slots[h] < 0) {
+            slots[h] = nents;
+            memcpy(ents[nents].key, k, 38);
+            ents[nents++].bytes = 0;
+        }
+        ents[slots[h]].bytes += r->caplen;
+    }
+    out = PyList_New(nents);
+    if (out == NULL) goto done;
+    for (i = 0; i < nents; i++) {
+        PyObject *t = Py_BuildValue("(y#L)", (const char *)ents[i].key, (Py_ssize_t)38,
+                                    (long long)ents[i].bytes);
+        if (t == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+done:
+    PyMem_Free(ents);
+    PyMem_Free(slots);
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -1147,6 +1337,9 @@ static PyMethodDef module_methods[] = {
     {"batch_of", py_batch_of, METH_O,
      "batch_of(frames) -> Batch of Frame tuples (number, ts_ns, linktype, data, orig_len, "
      "interface)"},
+    {"flow_bytes", py_flow_bytes, METH_O,
+     "flow_bytes(batch) -> [(key, bytes)]: captured bytes per TCP/UDP 4-tuple, in order "
+     "of first record"},
     {"walk_pcap", py_walk_pcap, METH_VARARGS,
      "walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max) "
      "-> Batch"},

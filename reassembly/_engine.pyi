@@ -12,6 +12,8 @@ Run = tuple[FlowInfo, _Tcp, int, int, bytes, bytes]
 # (packets, bytes, mid, next_off, ref_off, last_end, acked_off, win_edge, win_size, recent_len)
 HalfDelta = tuple[int, int, int, int, int, int | None, int | None, int | None, int, int]
 HalfState = tuple[int, int, int, int | None, int | None, int, int | None, bool, int, int, int, int]
+# (last_end, syn_seen, had_data) of a TcpHalfTracker (register_light)
+LightHalf = tuple[int | None, bool, bool]
 
 class Batch:
     end: int
@@ -27,6 +29,10 @@ class Engine:
     def register(self, v6: bool, client: bytes, cport: int, server: bytes, sport: int,
                  flow_id: int, conn: _Tcp, info: FlowInfo, ts_last: int, frame_last: int,
                  idle_timeout: int, c2s: HalfState, s2c: HalfState, /) -> None: ...
+    def register_light(self, v6: bool, client: bytes, cport: int, server: bytes, sport: int,
+                       flow_id: int, conn: _Tcp, info: FlowInfo, ts_last: int,
+                       frame_last: int, idle_timeout: int, c2s: LightHalf, s2c: LightHalf,
+                       /) -> None: ...
     def unregister(self, client: bytes, cport: int, server: bytes, sport: int, flow_id: int,
                    /) -> None: ...
     def registered(self) -> list[tuple[int, _Tcp]]: ...
@@ -40,5 +46,6 @@ class Engine:
 
 def decode(linktype: int, data: bytes, /) -> Row | None: ...
 def batch_of(frames: Sequence[FrameFields], /) -> Batch: ...
+def flow_bytes(batch: Batch, /) -> list[tuple[bytes, int]]: ...
 def walk_pcap(buf: bytes, pos: int, big_endian: bool, rec_len: int, swap: int, mult: int,
               limit: int, linktype: int, number: int, max_records: int, /) -> Batch: ...

@@ -34,7 +34,7 @@ from reassembly.flows import UNKNOWN_WSCALE, _Tcp
 from reassembly.limits import SECOND_NS, TIER_WINDOWS, Limits
 from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
 from reassembly.provenance import SEGMENT, CoalescedData
-from reassembly.tcp import TcpHalfStream, _Window
+from reassembly.tcp import TcpHalfStream, TcpHalfTracker, _Window
 
 try:
     from reassembly import _engine
@@ -162,6 +162,21 @@ def frame_batches(frames: Iterable[Frame], max_records: int = BATCH_RECORDS
 # -- the engine ------------------------------------------------------------------------
 
 
+def _sync_light(conn: _Tcp, info: FlowInfo, deltas: tuple[_engine.HalfDelta, ...]) -> None:
+    """What ``FlowTable.tcp`` did for the packets the C core took of a flow another
+    process reassembles (``register_light``): counters and each tracker's ``last_end``."""
+    for direction, delta in enumerate(deltas):
+        packets, nbytes, mid, last_end = delta[0], delta[1], delta[2], delta[5]
+        info.packets[direction] += packets
+        if nbytes:
+            info.payload_bytes[direction] += nbytes
+            if mid:
+                info.mid_stream[direction] = True
+        half = conn.s2c if direction else conn.c2s
+        assert half is not None
+        half.last_end = last_end
+
+
 def _half_state(half: TcpHalfStream, ack_shift: int) -> _engine.HalfState:
     """What the C core keeps of one direction (``_engine.Engine.register``)."""
     recent = half.recent
@@ -223,14 +238,8 @@ class NativeReassembler:
     def _clean(self, conn: _Tcp) -> bool:
         """Whether the reference would treat the flow's next in-order ACK/data packet
         as plain bookkeeping (the C core's condition to take it)."""
-        flows = self.ref.flows
-        if (not conn.owned or conn.closing or conn.rst
-                or flows._tcp_keys.get(conn.key) is not conn
-                or conn.info.flow_id not in flows._open):
+        if not conn.owned or not self._open_alone(conn):
             return False
-        src, sport, dst, dport = conn.key
-        if (dst, dport, src, sport) in flows._tcp_keys:
-            return False  # another flow under the reversed key: lookups must not mix
         for half in conn.halves:
             if (half.__class__ is not TcpHalfStream or half.base is None or half.pieces
                     or half.held or half.fin_seq_off is not None or half.alt_base is not None
@@ -238,12 +247,43 @@ class NativeReassembler:
                 return False
         return True
 
+    def _open_alone(self, conn: _Tcp) -> bool:
+        """The flow table's side of both registrations: open, not closing, the flow its
+        key leads to, and no other flow under the reversed key (lookups must not mix)."""
+        flows = self.ref.flows
+        if (conn.closing or conn.rst or flows._tcp_keys.get(conn.key) is not conn
+                or conn.info.flow_id not in flows._open):
+            return False
+        src, sport, dst, dport = conn.key
+        return (dst, dport, src, sport) not in flows._tcp_keys
+
+    def _light_halves(self, conn: _Tcp) -> tuple[_engine.LightHalf, _engine.LightHalf] | None:
+        """What the C core keeps of a flow this table does not own (``register_light``),
+        None unless its ACKs are plain bookkeeping for the reference: both directions
+        ``TcpHalfTracker``s with a sequence base and no conflicting ISN pending."""
+        if conn.owned or not self._open_alone(conn):
+            return None
+        c2s, s2c = conn.halves
+        if not (isinstance(c2s, TcpHalfTracker) and isinstance(s2c, TcpHalfTracker)):
+            return None
+        if None in (c2s.base, s2c.base) or c2s.alt_base is not None or s2c.alt_base is not None:
+            return None
+        return ((c2s.last_end, c2s.syn_seen, c2s.had_data),
+                (s2c.last_end, s2c.syn_seen, s2c.had_data))
+
     def _review(self, conn: _Tcp) -> None:
-        """Register the flow with its current state when clean, else drop it."""
+        """Register the flow with its current state when clean (or light when it is
+        another process's: ``_light_halves``), else drop it."""
         src, sport, dst, dport = conn.key
         info = conn.info
         if not self._clean(conn):
-            self.core.unregister(src, sport, dst, dport, info.flow_id)
+            light = self._light_halves(conn)
+            if light is None:
+                self.core.unregister(src, sport, dst, dport, info.flow_id)
+            else:
+                self.core.register_light(len(src) == 16, src, sport, dst, dport, info.flow_id,
+                                         conn, info, info.ts_last_ns, info.frame_last,
+                                         self.ref.limits.tcp_idle_timeout_ns, *light)
             return
         shifts = _ack_shifts(conn)
         self.core.register(len(src) == 16, src, sport, dst, dport, info.flow_id, conn, info,
@@ -279,6 +319,9 @@ class NativeReassembler:
             info.frame_last = frame_last
             opened.move_to_end(info.flow_id)
             conn.tick = base + ordinal
+            if not conn.owned:
+                _sync_light(conn, info, (c2s, s2c))
+                continue
             for direction, (packets, nbytes, mid, next_off, ref_off, last_end, acked, edge,
                             wsize, _rlen) in enumerate((c2s, s2c)):
                 half = _stream(conn, direction)

@@ -1,0 +1,126 @@
+"""The flow plan of ``msgcap dissect --workers N`` (``reassembly.flowplan``): flows
+numbered as the flow table numbers them, their captured bytes summed by the C walk,
+shared out biggest first to the least loaded worker; anything the walk cannot read
+falls back to ``flow_id % N``."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reassembly.capture import open_capture
+from reassembly.engine import capture_events
+from reassembly.events import StreamClose
+from reassembly.flowplan import FlowOwner, balance, by_flow_id, flow_sizes, plan_flows
+from tests.conftest import SHARED
+from tests.reassembly.synth import ACK, PSH, SYN, PcapWriter, tcp_frame
+from tests.reassembly.test_light_flows import udp_frame
+
+T0 = 1_700_000_000_000_000
+SERVER = bytes([10, 0, 0, 2])
+
+
+def _capture(path: Path, sizes: list[int]) -> list[int]:
+    """One connection per entry of ``sizes`` (that many data segments), started in
+    order and sending in turn, plus a UDP flow; returns each flow's captured bytes in
+    order of its first packet."""
+    w = PcapWriter(path)
+    total = [0] * (len(sizes) + 1)
+
+    def put(t: int, flow: int, frame: bytes) -> None:
+        w.write(t, frame)
+        total[flow] += len(frame)
+
+    t = T0
+    for i in range(len(sizes)):
+        c = bytes([10, 0, 1, 1 + i])
+        put(t, i, tcp_frame(c, SERVER, 40000 + i, 4222, 99, 0, SYN))
+        put(t + 1, i, tcp_frame(SERVER, c, 4222, 40000 + i, 499, 100, SYN | ACK))
+        t += 2
+    put(t, len(sizes), udp_frame(bytes([10, 0, 9, 9]), SERVER, 5353, 5353, b"q" * 30))
+    seq = [100] * len(sizes)
+    for n in range(max(sizes)):
+        for i, size in enumerate(sizes):
+            if n < size:
+                c = bytes([10, 0, 1, 1 + i])
+                t += 1
+                data = b"PUB x 3\r\nabc\r\n" * (1 + i)
+                # replies come from the server: the same flow in the other direction
+                put(t, i, tcp_frame(c, SERVER, 40000 + i, 4222, seq[i], 500, ACK | PSH, data))
+                put(t, i, tcp_frame(SERVER, c, 4222, 40000 + i, 500, seq[i] + len(data), ACK))
+                seq[i] += len(data)
+    w.close()
+    return total
+
+
+def test_flow_sizes_number_flows_as_the_flow_table_does(tmp_path) -> None:
+    path = tmp_path / "flows.pcap"
+    want = _capture(path, [3, 40, 1, 25, 7])
+    assert flow_sizes(path) == want
+    # the flow table's ids of those flows (client port 40000 + i) are the same
+    with open_capture(path) as reader:
+        closes = [e for e in capture_events(reader) if isinstance(e, StreamClose)]
+    assert {e.flow.flow_id: e.flow.client.port - 40000 for e in closes} == {
+        i: i for i in range(5)}
+    assert flow_sizes(path, limit=2) == want[:2]
+    # a compressed pcap is walked too
+    gz = tmp_path / "flows.pcap.gz"
+    with open(path, "rb") as src, gzip.open(gz, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert flow_sizes(gz) == want
+
+
+def test_balance_puts_the_biggest_flows_apart() -> None:
+    plan = balance([100, 1, 1, 90, 5, 5, 3], 2)
+    loads = [0, 0]
+    for fid, size in enumerate([100, 1, 1, 90, 5, 5, 3]):
+        loads[plan.worker_of(fid)] += size
+    assert plan.worker_of(0) != plan.worker_of(3)
+    assert abs(loads[0] - loads[1]) <= 5
+    # past the plan: by flow id
+    assert [plan.worker_of(f) for f in (7, 8, 9)] == [1, 0, 1]
+    assert list(balance([], 3).shares) == []
+    assert set(balance([5] * 9, 3).shares) == {0, 1, 2}
+    assert set(balance([5, 4], 1).shares) == {0}
+    with pytest.raises(ValueError):
+        balance([1], 0)
+
+
+def test_by_flow_id_shares_like_flow_id_mod_n() -> None:
+    plan = by_flow_id(3)
+    assert [plan.worker_of(f) for f in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_owners_are_one_per_flow_and_pickle(tmp_path) -> None:
+    import pickle
+
+    path = tmp_path / "flows.pcap"
+    _capture(path, [30, 2, 2, 2, 28, 1])
+    plan = plan_flows(path, 3)
+    owners = [pickle.loads(pickle.dumps(plan.owner(k))) for k in range(3)]
+    assert all(isinstance(o, FlowOwner) for o in owners)
+    for fid in range(50):
+        assert sum(o(fid) for o in owners) == 1
+
+
+def test_captures_the_walk_cannot_read_are_shared_by_flow_id(tmp_path) -> None:
+    pcapng = next((SHARED / "captures").rglob("*.pcapng"))
+    assert flow_sizes(pcapng) is None
+    plan = plan_flows(pcapng, 2)
+    assert len(plan.shares) == 0 and plan.worker_of(5) == 1
+    path = tmp_path / "flows.pcap"
+    _capture(path, [3, 4])
+    assert len(plan_flows(path, 1).shares) == 0  # one worker: nothing to plan
+
+
+def test_without_the_native_engine_flows_are_shared_by_flow_id(tmp_path, monkeypatch) -> None:
+    from reassembly import native
+
+    path = tmp_path / "flows.pcap"
+    _capture(path, [3, 4])
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert flow_sizes(path) is None
+    assert len(plan_flows(path, 2).shares) == 0
