@@ -1,15 +1,21 @@
 """One capture dissected by N worker processes, split by flow (``msgcap dissect
 --workers N`` with one capture); the output is the output of one process.
 
-Strategy: worker k of N writes the rows whose ``flow_id % N == k``; rows without a flow
-(capture, link and IP anomalies) are worker 0's.  ``OwnedRowsWriter`` does that
-filtering in front of the ``DatasetWriter``.  Every worker reads the whole capture and
-runs the flow table over every packet, so flow numbering, eviction, idle expiry and
-port reuse are decided over the whole capture as in one process.  Two ways to run:
+Strategy: worker k of N writes the rows of the flows a plan gives it
+(``reassembly.flowplan``: the parent's one pass of the C record walk sums each flow's
+bytes, and the flows are shared out biggest first to the worker with the fewest bytes;
+flows past the plan by ``flow_id % N``); rows without a flow (capture, link and IP
+anomalies) are worker 0's.  ``OwnedRowsWriter`` does that filtering in front of the
+``DatasetWriter``.  Every worker reads the whole capture and runs the flow table over
+every packet, so flow numbering, eviction, idle expiry and port reuse are decided over
+the whole capture as in one process.  Two ways to run:
 
 * **light** (tried first): a worker reassembles and dissects only its own flows — the
   flow table follows the others without reassembling them and emits none of their
-  events (``reassembly.engine.FlowSplit``), so stream work is divided, not repeated.
+  events (``reassembly.engine.FlowSplit``), so stream work is divided, not repeated;
+  on the native engine (classic pcap) the others' ACK packets are bookkeeping done in
+  C (``reassembly.native``, light flows), so what a worker repeats of the others' work
+  is the C record walk and little more.
   This is exact as long as no state shared across flows was used: payload dissectors
   (STAN, Liftbridge, plugins) learn on one connection what they use on another of the
   same server, QUIC links UDP flows by connection id.  Each worker reports what of it
@@ -44,10 +50,11 @@ write.  Worker k > 0 writes a file only for tables in which it owns rows; worker
 also writes the empty files of tables nobody wrote (as one process does).
 
 Speed: light — reading the file, IP decoding and the flow table are done by every
-worker, reassembly, parsing and writing are divided; exact — only building rows,
-converting and writing them is divided, after the light run that was stopped (up to
-one more run's time when the shared state is first touched late in the capture).
-Shares follow ``flow_id % N``, so a capture of a few big flows splits unevenly.
+worker (in C for the common path of a classic pcap), reassembly, parsing and writing
+are divided; exact — only building rows, converting and writing them is divided, after
+the light run that was stopped (up to one more run's time when the shared state is
+first touched late in the capture).  Shares are balanced by the flows' bytes (a
+capture of one big flow still has one worker doing most of it).
 Memory: light, each worker holds its own flows' streams and sessions (plus a small
 record per foreign flow); exact, each holds the whole dissection state (N times one
 run's).
@@ -127,6 +134,7 @@ from dissectors.schema import register_table
 from dissectors.tables import TableSpec
 from reassembly.capture import CaptureReader
 from reassembly.engine import FlowSplit
+from reassembly.flowplan import FlowPlan, by_flow_id, plan_flows
 
 __all__ = [
     "OwnedRowsWriter",
@@ -144,8 +152,9 @@ _CHUNK = 4096  # rows taken at a time from an iterable that is not a sequence
 
 class OwnedRowsWriter:
     """A ``DatasetWriter`` that keeps only worker ``worker``'s share of ``workers``:
-    rows with ``flow_id % workers == worker``, and rows without a flow (or of a table
-    without a ``flow_id`` column) when ``worker == 0``.
+    rows of the flows ``plan`` gives it (default: ``flow_id % workers == worker``), and
+    rows without a flow (or of a table without a ``flow_id`` column) when
+    ``worker == 0``.
 
     Same interface as the writer for the dissection (``write_rows``, ``write_batch``,
     ``owns``; anything else is the wrapped writer's).  It tallies the anomaly kinds and
@@ -156,12 +165,17 @@ class OwnedRowsWriter:
 
     columnar = True
 
-    def __init__(self, writer: DatasetWriter, worker: int, workers: int) -> None:
+    def __init__(self, writer: DatasetWriter, worker: int, workers: int,
+                 plan: FlowPlan | None = None) -> None:
         if workers < 1 or not 0 <= worker < workers:
             raise ValueError(f"worker {worker} of {workers}: need 0 <= worker < workers")
+        if plan is not None and plan.workers != workers:
+            raise ValueError(f"a plan for {plan.workers} workers, not {workers}")
         self.writer = writer
         self.worker = worker
         self.workers = workers
+        self.plan = plan if plan is not None else by_flow_id(workers)
+        self._shares = pa.array(self.plan.shares, type=pa.uint16())
         self.anomalies: Counter = Counter()
         self.flows_by_protocol: Counter = Counter()
 
@@ -169,7 +183,7 @@ class OwnedRowsWriter:
         """Whether the rows of ``flow_id`` (None: rows tied to no flow) are written here."""
         if flow_id is None:
             return self.worker == 0
-        return flow_id % self.workers == self.worker
+        return self.plan.worker_of(flow_id) == self.worker
 
     def write_rows(self, spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> None:
         if not isinstance(rows, Sequence):
@@ -180,11 +194,12 @@ class OwnedRowsWriter:
         self._write_rows(spec, rows)
 
     def _write_rows(self, spec: TableSpec, rows: Sequence[Mapping[str, Any]]) -> None:
-        n, k = self.workers, self.worker
+        k, worker_of = self.worker, self.plan.worker_of
         if k == 0:
-            owned = [r for r in rows if (f := r.get("flow_id")) is None or f % n == 0]
+            owned = [r for r in rows if (f := r.get("flow_id")) is None or worker_of(f) == 0]
         else:
-            owned = [r for r in rows if (f := r.get("flow_id")) is not None and f % n == k]
+            owned = [r for r in rows
+                     if (f := r.get("flow_id")) is not None and worker_of(f) == k]
         if not owned:
             return
         if spec.name == ANOMALIES.name:
@@ -195,10 +210,7 @@ class OwnedRowsWriter:
 
     def write_batch(self, spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None:
         if "flow_id" in batch.schema.names:
-            flow = batch.column("flow_id")
-            mask = pc.fill_null(pc.equal(pc.modulo(flow, self.workers), self.worker),
-                                self.worker == 0)
-            batch = batch.filter(mask)
+            batch = batch.filter(self._owned_mask(batch.column("flow_id")))
         elif self.worker != 0:
             return
         if batch.num_rows == 0:
@@ -208,6 +220,16 @@ class OwnedRowsWriter:
         elif spec.name == FLOWS.name:
             self.flows_by_protocol.update(value_counts(batch.column("protocol"), UNCLAIMED))
         self.writer.write_batch(spec, batch)
+
+    def _owned_mask(self, flow: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+        """``owns`` of every row of a ``flow_id`` column (null: no flow)."""
+        k, shares = self.worker, self._shares
+        mine = pc.equal(pc.modulo(flow, self.workers), k)
+        if len(shares):
+            planned = pc.less(flow, len(shares))
+            by_plan = pc.equal(pc.take(shares, pc.if_else(planned, flow, 0)), k)
+            mine = pc.if_else(planned, by_plan, mine)
+        return pc.fill_null(mine, k == 0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.writer, name)
@@ -251,6 +273,7 @@ class _Task:
     worker: int
     workers: int
     light: bool = False  # reassemble and dissect only this worker's flows
+    plan: FlowPlan | None = None  # which worker owns which flow (None: flow_id % workers)
 
 
 @dataclass
@@ -308,10 +331,6 @@ class _SplitEvents:
         touched()
 
 
-def _owner(worker: int, workers: int) -> Callable[[int], bool]:
-    return lambda flow_id: flow_id % workers == worker
-
-
 def run_worker(task: _Task) -> WorkerResult:
     """Worker ``task.worker``: the capture through ``CaptureDissection`` — the whole of
     it, or (``task.light``) only its own flows' events — and its share of the rows into
@@ -333,9 +352,9 @@ def run_worker(task: _Task) -> WorkerResult:
         part=task.worker,
         coordinated=True,
     )
-    writer = OwnedRowsWriter(inner, task.worker, task.workers)
+    writer = OwnedRowsWriter(inner, task.worker, task.workers, task.plan)
     job = CaptureDissection(task.capture_id, writer, registry, options)
-    split = FlowSplit(_owner(task.worker, task.workers)) if task.light else None
+    split = FlowSplit(writer.plan.owner(task.worker)) if task.light else None
     cross_flow: list[str] = []
 
     learned = job.writer.engine if isinstance(job.writer, DecodingWriter) else None
@@ -467,10 +486,12 @@ def _dissect_locked(
 ) -> SplitResult:
     """``dissect_parallel`` once the capture's lock is held."""
 
+    plan = plan_flows(path, workers)  # one C walk: the flows' bytes
+
     def tasks(light: bool) -> list[_Task]:
         return [
             _Task(str(path), str(out), capture_id, sha, options, registry,
-                  wrap if k == 0 else None, k, workers, light)
+                  wrap if k == 0 else None, k, workers, light, plan)
             for k in range(workers)
         ]
 

@@ -31,6 +31,7 @@ from dissectors.schema import register_table, rows_to_batch
 from dissectors.tables import get_table
 from reassembly import native
 from reassembly.capture import open_capture
+from reassembly.flowplan import balance, plan_flows
 from tests.analyzer.conftest import CAPTURE_ID, SHA, anomaly_row, flow_row
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -118,12 +119,14 @@ def test_two_workers_write_the_rows_of_one(tmp_path, pcap: Path) -> None:
     assert all(r.endswith(f": {why}") for r in two[0].fallback)
     # one process: exactly the files of today, part-0 only
     assert {f.name for f in (tmp_path / "one").rglob("*.parquet")} == {"part-0.parquet"}
-    # every row is in the file of the worker that owns its flow
+    # every row is in the file of the worker that owns its flow (by the flows' bytes)
+    plan = plan_flows(pcap, 2)
     for name in _tables(tmp_path / "two"):
         for f in _parts(tmp_path / "two", name):
             k = int(f.stem.split("-")[1])
             flows = pq.read_table(f, columns=["flow_id"]).column("flow_id").to_pylist()
-            assert all((k == 0) if fid is None else fid % 2 == k for fid in flows), f
+            assert all((k == 0) if fid is None else plan.worker_of(fid) == k
+                       for fid in flows), f
 
 
 def test_several_flows_are_really_split_over_part_files(tmp_path) -> None:
@@ -382,6 +385,35 @@ def test_owned_rows_writer_splits_rows_and_batches_by_flow(tmp_path) -> None:
     got = open_dataset(tmp_path, FLOWS).to_table().sort_by("flow_id")
     assert got.column("flow_id").to_pylist() == list(range(50))
     assert DatasetWriter(tmp_path / "x", CAPTURE_ID, SHA, "0", {}).owns(7)
+
+
+def test_owned_rows_writer_follows_a_flow_plan(tmp_path) -> None:
+    """With a plan (``reassembly.flowplan``) rows and batches go where it says, flows
+    past it by ``flow_id % workers``; every row lands in exactly one share."""
+    plan = balance([90, 10, 10, 70, 5, 5], 2)  # flows 0..5 planned, 6.. by id
+    flows = [flow_row(i) for i in range(12)]
+    anomalies = [anomaly_row(i) for i in range(40)]
+    for k in range(2):
+        inner = DatasetWriter(tmp_path, CAPTURE_ID, SHA, "0", {}, validate=True,
+                              part=k, coordinated=True)
+        w = OwnedRowsWriter(inner, k, 2, plan)
+        assert [w.owns(f) for f in range(12)] == [plan.worker_of(f) == k for f in range(12)]
+        assert w.owns(None) == (k == 0) and w.owns(7) == (k == 1)
+        w.write_rows(FLOWS, flows[:5])
+        w.write_batch(FLOWS, pa.Table.from_batches([rows_to_batch(FLOWS, flows[5:])]))
+        w.write_batch(ANOMALIES, pa.Table.from_batches([rows_to_batch(ANOMALIES, anomalies)]))
+        rows = w.close()
+        commit_files(inner.pending_files())
+        mine_a = [r for r in anomalies if (r.get("flow_id") is None and k == 0)
+                  or (r.get("flow_id") is not None and plan.worker_of(r["flow_id"]) == k)]
+        assert rows == {"anomalies": len(mine_a),
+                        "flows": sum(plan.worker_of(f) == k for f in range(12))}
+    got = open_dataset(tmp_path, FLOWS).to_table().sort_by("flow_id")
+    assert got.column("flow_id").to_pylist() == list(range(12))
+    got = open_dataset(tmp_path, ANOMALIES).to_table().sort_by("record_id")
+    assert got.column("record_id").to_pylist() == sorted(r["record_id"] for r in anomalies)
+    with pytest.raises(ValueError):
+        OwnedRowsWriter(inner, 0, 3, plan)
 
 
 # -------------------------------------------------------------------------- CLI
