@@ -87,8 +87,9 @@ def render_tables_md(specs: Iterable[TableSpec]) -> str:
         "```",
         "",
         "- `msgcap dissect --workers N` on one capture writes `part-0.parquet` … "
-        "`part-<N-1>.parquet` (rows split by flow, `flow_id % N`); the dataset has the same "
-        "rows as one worker's, in a different file order: compare by `record_id`.",
+        "`part-<N-1>.parquet` (rows split by flow, the flows shared out by their bytes); the "
+        "dataset has the same rows as one worker's, in a different file order: compare by "
+        "`record_id`.",
         f"- The partition column `{PARTITION_KEY}` (a string, equal to `capture_id`) is added "
         "by readers that understand Hive partitions; declare it as a string rather than "
         "letting the reader infer its type.",
