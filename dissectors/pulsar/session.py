@@ -4,9 +4,12 @@ Strategy: each direction has a ``LengthPrefixedFramer`` (the protocol only suppl
 ``pdu_length``); a whole frame is taken apart by ``frame.parse_frame`` and becomes one
 ``pulsar_commands`` row.  SEND and MESSAGE frames also yield ``pulsar_messages`` rows
 (children of the frame's row): the payload is decompressed under a cap and a batch is
-split into its entries.  What the connection teaches is small and bounded by the
-connection's own commands: producer_id → topic (PRODUCER), consumer_id → topic and
-subscription (SUBSCRIBE), and the chunked messages being reassembled.
+split into its entries (with the columnar fast path on, ``fastpath.py``, a plain batch's
+entries go to column buffers instead, announced by a ``ColumnBatch`` right after the
+frame's row; this module stays the definition of those rows).  What the connection
+teaches is small and bounded by the connection's own commands: producer_id → topic
+(PRODUCER), consumer_id → topic and subscription (SUBSCRIBE), and the chunked messages
+being reassembled.
 
 Decisions:
 
