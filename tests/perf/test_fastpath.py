@@ -98,7 +98,7 @@ _INTS = ("ts_first_ns", "ts_last_ns", "offset_start", "offset_end", "frame_first
 def expand(records: list, session: NatsSession) -> list[Record]:
     """Replace the FastRows markers by the Records their rows stand for.  The rows of
     all markers go through one accumulator and one Arrow batch, in order, as the
-    pipeline gathers them (a batch per marker cost more than running the sessions)."""
+    pipeline gathers them (not one batch per marker)."""
     acc = fastpath.new_columns()
     for rec in records:
         if type(rec) is fastpath.FastRows:
@@ -192,8 +192,7 @@ _PICKS: dict[tuple, st.SearchStrategy] = {}
 
 def _pick(options: list) -> st.SearchStrategy:
     """``st.sampled_from(options)``, built once per list: Hypothesis validates every new
-    strategy object at its first draw, and a fresh one per draw was a fifth of the time
-    spent generating scripts."""
+    strategy object at its first draw, so a fresh one per draw is validated every time."""
     key = tuple(options)
     if key not in _PICKS:
         _PICKS[key] = st.sampled_from(key)
