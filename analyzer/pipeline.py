@@ -604,18 +604,30 @@ class CaptureDissection:
         ``FramedSession.feed_chunks`` call when the flow has such a session and the run's
         memory budget has room for all of its bytes (so the budget asks no holder to give
         memory back where one feed per segment would not have, and the other way round);
-        else, as before its session is decided, the ``StreamData`` it stands for."""
+        nothing for a flow nobody decodes (``Detector.data`` drops its bytes), one count
+        for a session that raised (``_Abandoned``); else, as before its session is
+        decided, the ``StreamData`` it stands for."""
         fd = self._flows.get((ev.flow.flow_id, None))
-        session = fd.session if fd is not None else None
-        budget = self.limits.budget
-        if fd is None or not isinstance(session, FramedSession) or (
-                budget is not None and budget.limit_bytes - budget.used < len(ev.data)):
-            for part in ev.split():  # (turned once a part shows the roles swapped)
-                self.handle(self.roles.turn(part))
-            return
-        span = ev.span()
-        self._guarded(fd, lambda: session.feed_chunks(ev.direction, ev.data, span, ev.chunks()),
-                      span.ts_first_ns, span.frame_first)
+        if fd is not None:
+            session = fd.session
+            if session is None and fd.unclaimed:
+                return
+            if type(session) is _Abandoned:
+                session.feed(ev.direction, ev.data, ev.span())
+                return
+            budget = self.limits.budget
+            if isinstance(session, FramedSession) and (
+                    budget is None or budget.limit_bytes - budget.used >= len(ev.data)):
+                span = ev.span()
+                self._guarded(fd, lambda: session.feed_chunks(ev.direction, ev.data, span,
+                                                              ev.chunks()),
+                              span.ts_first_ns, span.frame_first)
+                return
+        # a part is turned once an earlier one showed the roles swapped, unless the run
+        # came already turned (``RoleSwaps.events``: it was emitted before a swap)
+        turned = self.roles.turn(ev) is not ev
+        for part in ev.split():
+            self.handle(part if turned else self.roles.turn(part))
 
     def _datagram(self, ev: Datagram) -> None:
         """A UDP datagram that no layer took (a layer takes its own) is one ``feed`` of

@@ -173,3 +173,40 @@ def test_a_subclass_with_its_own_feed_gets_one_feed_per_packet() -> None:
     assert s.feeds == 4
     assert [(r.values["line"], r.frame_first, r.frame_last) for r in rows] == [
         (b"one", 10, 11), (b"two", 11, 12), (b"three", 12, 13)]
+
+
+# -- the conveyor's split of a run --------------------------------------------------------
+
+
+def test_a_run_the_conveyor_splits_is_turned_once(tmp_path) -> None:
+    """A run of a flow whose roles were swapped reaches the conveyor already turned
+    (``RoleSwaps.events``); when the conveyor splits it (here: a memory budget with no
+    room for it), its parts are not turned a second time: the PUB is the client's."""
+    from analyzer.pipeline import CaptureDissection, Options
+    from analyzer.sinkapi import RowSink
+    from dissectors.registry import discover
+    from reassembly.events import StreamData
+    from reassembly.limits import Limits
+
+    class Rows(RowSink):
+        def __init__(self) -> None:
+            self.rows: list[tuple[str, dict]] = []
+
+        def write_rows(self, spec: Any, rows: list[dict]) -> None:
+            self.rows += [(spec.name, r) for r in rows]
+
+    sink = Rows()
+    job = CaptureDissection("c", sink, discover(),
+                            Options(strict=True, limits=Limits(memory_limit_bytes=10)))
+    flow = FlowInfo(1, Transport.TCP, Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 4222),
+                    RoleSource.PORT, 0, 0, 0, 0)
+    info = b'INFO {"server_id":"x"}\r\n'
+    job.handle(StreamData(flow, S2C, 0, info, 1, 1, 1, 1))
+    job.roles._turning.begin(flow)  # swapped: events still on their way get turned
+    pub = b"PUB a.b 2\r\nhi\r\n"
+    segs = SEGMENT.pack(6, 2, 2) + SEGMENT.pack(len(pub), 3, 3)
+    job.handle(CoalescedData(flow, C2S, 0, pub, segs))
+    nats = [r for t, r in sink.rows if t == "nats"]
+    assert [(r["op"], r["direction"], r["frame_first"], r["frame_last"]) for r in nats] == [
+        ("INFO", "s2c", 1, 1), ("PUB", "c2s", 2, 3)]
+    assert not [r for t, r in sink.rows if t == "anomalies"]

@@ -693,6 +693,42 @@ def test_sessions_take_coalesced_runs_whole(tmp_path, monkeypatch, seed: int, bu
     assert _dissect(path, tmp_path / "reference") == got
 
 
+def test_coalesced_runs_of_flows_nobody_decodes(tmp_path, monkeypatch) -> None:
+    """NATS traffic with only the Pulsar dissector registered: the flows stay unclaimed,
+    their runs are dropped whole once detection gave up (not split into segments for
+    the detector), and the flows table counts their bytes undecoded as the reference."""
+    from analyzer.detect import Detector
+    from analyzer.pipeline import Options, dissect_capture
+    from dissectors.pulsar import PulsarDissector
+    from dissectors.registry import Registry
+    from tests.perf.nats_bulk import write_bulk
+
+    path = tmp_path / "bulk.pcap"
+    write_bulk(path, 600_000, 4)
+    calls = {"n": 0}
+    original = Detector.data
+
+    def counted(self, *args):
+        calls["n"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(Detector, "data", counted)
+    registry = Registry()
+    registry.add(PulsarDissector)
+
+    def dissect(out: Path) -> dict:
+        calls["n"] = 0
+        dissect_capture(path, out, Options(strict=True, validate=True), registry)
+        return _ordered_tables(out)
+
+    got = dissect(tmp_path / "chunks")
+    with_chunks = calls["n"]
+    assert all(f["protocol"] is None and f["undecoded_bytes_c2s"] > 0 for f in got["flows"])
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert dissect(tmp_path / "reference") == got
+    assert 2 * with_chunks < calls["n"]  # (the rest: segments seen before detection gave up)
+
+
 def test_coalesced_runs_under_a_tight_memory_budget(tmp_path, monkeypatch) -> None:
     """A budget that makes holders give memory back: the conveyor feeds a run whole only
     when the budget has room for all of it (else its segments), so the ``limit.memory``
