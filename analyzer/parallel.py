@@ -389,7 +389,14 @@ def run_worker(task: _Task) -> WorkerResult:
 
 
 def _child(conn: Connection, task: _Task) -> None:
-    """Process entry point: one message to the parent, the result or the exception."""
+    """Process entry point: one message to the parent, the result or the exception.
+
+    A worker is a fresh interpreter: like ``msgcap dissect`` in one process, it keeps
+    pyarrow from importing pandas (``skip_pandas_probe``, ~0.4 s of CPU a worker), as
+    the dissection hands pyarrow no pandas objects."""
+    from analyzer.cliutil import skip_pandas_probe
+
+    skip_pandas_probe()
     try:
         result = run_worker(task)
     except BaseException as exc:  # noqa: BLE001 - everything goes to the parent
