@@ -10,12 +10,6 @@ the start (the capture begins inside the line) and cut at the end -- which is di
 then the password must appear in no output byte (dataset files and values, manifest,
 summary and ``--json``, ``follow`` raw and ``--decoded``, ``ladder``, report).  Since a
 cut can go through the password, each half of it is searched for too.
-
-Hypothesis writes the lines and the server judges each example's batch, but the batches
-of all examples go into ONE capture that is dissected and viewed once: the dissection,
-``summary`` and ``report`` cost per capture (about a third of the test when each example
-had its own), while ``follow`` and ``ladder`` still run on every flow.  The price is that
-a leak is not shrunk by Hypothesis; the failure names the flow and lists the lines.
 """
 
 from __future__ import annotations
@@ -155,57 +149,41 @@ def connect_line(draw) -> bytes:
     return op + sep + b"{" + body + draw(_ws) + b"}\r\n"
 
 
-def write_capture(path: Path, batches: list[tuple[list[bytes], int]]) -> int:
-    """Each line whole, cut at the start and cut at the end, one TCP flow each; a batch's
-    cut points come from ``random.Random(seed)``."""
+def write_capture(path: Path, lines: list[bytes], rnd: random.Random) -> int:
+    """Each line whole, cut at the start and cut at the end, one TCP flow each."""
     w = PcapWriter(path)
     port = 42000
-    for lines, seed in batches:
-        rnd = random.Random(seed)
-        for line in lines:
-            for cut in ("whole", "start", "end"):
-                port += 1
-                conv = Conversation(w, port, 4222)
-                if cut != "start":
-                    conv.handshake().send(1, INFO)
-                at = rnd.randrange(1, len(line) - 2)
-                conv.send(0, {"whole": line + b"PING\r\n", "start": line[at:] + b"PING\r\n",
-                              "end": line[:at]}[cut])
-                if cut == "whole":
-                    conv.send(1, b"+OK\r\nPONG\r\n").fin()
+    for line in lines:
+        for cut in ("whole", "start", "end"):
+            port += 1
+            conv = Conversation(w, port, 4222)
+            if cut != "start":
+                conv.handshake().send(1, INFO)
+            at = rnd.randrange(1, len(line) - 2)
+            conv.send(0, {"whole": line + b"PING\r\n", "start": line[at:] + b"PING\r\n",
+                          "end": line[:at]}[cut])
+            if cut == "whole":
+                conv.send(1, b"+OK\r\nPONG\r\n").fin()
     w.close()
     return port - 42000
 
 
-def leaks(batches: list[tuple[list[bytes], int]], secret: str, tmp: Path,
-          capsysbinary) -> set[tuple[str, str]]:
-    """Where ``secret`` (its core after the first character, and each half of that)
-    shows in any output of one capture of every batch."""
-    capture = tmp / "logins.pcap"
-    flows = write_capture(capture, batches)
-    blobs = every_output(capture, tmp, capsysbinary, keep=False, min_flows=flows)
-    core = secret[1:]
-    return found(blobs, [core, core[: len(core) // 2], core[len(core) // 2 :]])
-
-
+@settings(max_examples=4, deadline=None, derandomize=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(lines=st.lists(connect_line(), min_size=6, max_size=6), seed=st.integers(0, 2**32))
 def test_logins_nats_server_accepts_leave_no_secret_in_any_output(
-    nats_port, tmp_path, capsysbinary
+    lines, seed, nats_port, tmp_path_factory, capsysbinary
 ):
-    batches: list[tuple[list[bytes], int]] = []
-
-    @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(lines=st.lists(connect_line(), min_size=6, max_size=6),
-           seed=st.integers(0, 2**32))
-    def the_server_accepts(lines, seed):
-        answers = [server_says(nats_port, line) for line in lines]
-        # every generated spelling is one Go's decoder maps onto user/pass: the server
-        # says so
-        assert all(_accepted(a) for a in answers), [
-            (ln, a) for ln, a in zip(lines, answers, strict=True) if not _accepted(a)]
-        batches.append((lines, seed))
-
-    the_server_accepts()
-    assert leaks(batches, PASSWORD, tmp_path, capsysbinary) == set(), batches
+    answers = [server_says(nats_port, line) for line in lines]
+    accepted = [line for line, a in zip(lines, answers, strict=True) if _accepted(a)]
+    # every generated spelling is one Go's decoder maps onto user/pass: the server says so
+    assert len(accepted) == len(lines), [(ln, a) for ln, a in zip(lines, answers, strict=True)
+                                         if not _accepted(a)]
+    tmp = tmp_path_factory.mktemp("prop")
+    capture = tmp / "logins.pcap"
+    flows = write_capture(capture, accepted, random.Random(seed))
+    blobs = every_output(capture, tmp, capsysbinary, keep=False, min_flows=flows)
+    assert found(blobs, [CORE, *HALVES]) == set()
 
 
 def test_the_server_rejects_a_wrong_password(nats_port):
@@ -228,17 +206,18 @@ def token_line(draw) -> bytes:
     return b"CONNECT {" + b",".join(k + b":" + v for k, v in members) + b"}\r\n"
 
 
-def test_token_logins_with_the_kelvin_sign_leave_no_token(token_port, tmp_path,
-                                                         capsysbinary):
+@settings(max_examples=2, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(lines=st.lists(token_line(), min_size=4, max_size=4), seed=st.integers(0, 2**32))
+def test_token_logins_with_the_kelvin_sign_leave_no_token(
+    lines, seed, token_port, tmp_path_factory, capsysbinary
+):
     """``auth_token`` spelled with K (U+212A) for k: Go folds it, the server logs in."""
-    batches: list[tuple[list[bytes], int]] = []
-
-    @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(lines=st.lists(token_line(), min_size=4, max_size=4), seed=st.integers(0, 2**32))
-    def the_server_accepts(lines, seed):
-        answers = [server_says(token_port, line) for line in lines]
-        assert all(_accepted(a) for a in answers), list(zip(lines, answers, strict=True))
-        batches.append((lines, seed))
-
-    the_server_accepts()
-    assert leaks(batches, TOKEN, tmp_path, capsysbinary) == set(), batches
+    answers = [server_says(token_port, line) for line in lines]
+    assert all(_accepted(a) for a in answers), list(zip(lines, answers, strict=True))
+    tmp = tmp_path_factory.mktemp("prop-token")
+    capture = tmp / "tokens.pcap"
+    flows = write_capture(capture, lines, random.Random(seed))
+    blobs = every_output(capture, tmp, capsysbinary, keep=False, min_flows=flows)
+    core = TOKEN[1:]
+    assert found(blobs, [core, core[: len(core) // 2], core[len(core) // 2 :]]) == set()
