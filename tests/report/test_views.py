@@ -196,18 +196,28 @@ def test_ambiguous_flow_asks_for_capture(capsys, report_dataset):
 _COLOR = re.compile(r"\x1b\[(?:\d+;)*(?:3\d|9\d|38)[;m]")
 
 
-def _run(argv, **env):
+def _start(argv, **env) -> subprocess.Popen:
+    """``msgcap ARGV`` started (``_done`` waits for it): two runs a test compares go side
+    by side instead of one after the other."""
     e = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     e.update(env)
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *argv], cwd=ROOT, env=e,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.Popen([sys.executable, "-m", "analyzer.cli", *map(str, argv)], cwd=ROOT,
+                            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _done(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()  # no-op once it ended; a run past the timeout leaves no process behind
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_no_color_is_honoured():
     argv = ["summary", NATS]
-    colored = _run(argv, FORCE_COLOR="1")
+    colored, plain = _start(argv, FORCE_COLOR="1"), _start(argv, FORCE_COLOR="1", NO_COLOR="1")
+    colored, plain = _done(colored), _done(plain)
     assert _COLOR.search(colored.stdout), "FORCE_COLOR should colour (else this test is void)"
-    plain = _run(argv, FORCE_COLOR="1", NO_COLOR="1")
     assert plain.returncode == 0
     assert not _COLOR.search(plain.stdout)
     assert "13 requests" in plain.stdout
@@ -215,9 +225,10 @@ def test_no_color_is_honoured():
 
 def test_quiet_report_prints_nothing(tmp_path, nats_dataset):
     out = tmp_path / "r.html"
-    r = _run(["report", str(nats_dataset), "-o", str(out), "--quiet"])
+    quiet = _start(["report", str(nats_dataset), "-o", str(out), "--quiet"])
+    loud = _start(["report", str(nats_dataset), "-o", str(tmp_path / "loud.html")])
+    r, loud = _done(quiet), _done(loud)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "" and r.stdout == ""
     assert out.stat().st_size > 1_000_000  # plotly.js is inside
-    loud = _run(["report", str(nats_dataset), "-o", str(out)])
     assert "report written to" in loud.stderr
