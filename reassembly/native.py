@@ -21,8 +21,8 @@ core still reads and writes the reference's flow state (``FlowTable``/``_Tcp``/
 
 from __future__ import annotations
 
-import ipaddress
 import os
+import socket
 import struct
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import NamedTuple
@@ -501,14 +501,8 @@ def engine_for(reader: CaptureReader, limits: Limits | None,
     return NativeReassembler(limits, owns, coalesce=coalesce, server_ports=server_ports)
 
 
-_packed_cache: dict[str, bytes] = {}
-
-
 def _packed(ip: str) -> bytes:
-    """An address's bytes from its text (``Endpoint.ip``)."""
-    raw = _packed_cache.get(ip)
-    if raw is None:
-        if len(_packed_cache) > 4096:
-            _packed_cache.clear()
-        raw = _packed_cache[ip] = ipaddress.ip_address(ip).packed
-    return raw
+    """An address's bytes from its text (``Endpoint.ip``): ``inet_pton``, ~10x faster
+    than ``ipaddress`` and needing no cache (a SYN flood names a new address per flow, so
+    a bounded cache was cleared before it helped)."""
+    return socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
