@@ -34,6 +34,17 @@ def _msgcap(*args, stdin: bytes | None = None, env: dict | None = None):
                           env={**os.environ, "NO_COLOR": "1", **(env or {})})
 
 
+def _msgcap_beside(*args):
+    """``_msgcap(*args)`` (no stdin) started now and finished by ``.result()``, so that it
+    runs beside the run a test compares it with instead of before it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(_msgcap, *args)
+    pool.shutdown(wait=False)
+    return future
+
+
 def _table(out: Path, name: str) -> list[dict]:
     t = pads.dataset(out / name, partitioning="hive").to_table()
     return t.sort_by("flow_id" if name == "flows" else "record_id").to_pylist()
@@ -82,8 +93,9 @@ def test_pcapng_stream_on_stdin(tmp_path):
 
 
 def test_follow_reads_stdin(tmp_path):
-    by_path = _msgcap("follow", NATS, "--flow", "3")
+    by_path = _msgcap_beside("follow", NATS, "--flow", "3")
     by_pipe = _msgcap("follow", "-", "--flow", "3", stdin=NATS.read_bytes())
+    by_path = by_path.result()
     assert by_pipe.returncode == 0 and by_pipe.stdout == by_path.stdout != b""
 
 
