@@ -10,8 +10,8 @@ capture and options.
 Client and server are decided, in order of trust, by the SYN, the SYN-ACK, well-known or
 lower ports, and finally by who spoke first; ``FlowInfo.role_source`` records which.
 
-Split by flow (``owns``, e.g. ``flow_id % N == k`` in worker k of ``msgcap dissect
---workers N``): the table still tracks every flow — ids, roles, activity order,
+Split by flow (``owns``, e.g. the flows ``reassembly.flowplan`` gives worker k of
+``msgcap dissect --workers N``): the table still tracks every flow — ids, roles, activity order,
 eviction, idle expiry, port reuse and closing are decided from every packet exactly as
 without ``owns`` — but a flow it does not own is *light*: its directions are
 ``TcpHalfTracker`` objects (no reassembly, only the sequence base that port reuse reads)
