@@ -1,5 +1,9 @@
 """`summary`, `report`, DuckDB and Spark give the same numbers for the same question
-(issue 20: 206 vs 198 delivered, request→reply p50 0.338 vs 0.323 ms)."""
+(issue 20: 206 vs 198 delivered, request→reply p50 0.338 vs 0.323 ms).
+
+Spark's rows are those of the captures in question from the session's one Spark run over
+all the samples (``spark_results``; its capture ids are the same, as a capture's id is
+its content's): a capture's rows do not depend on the other captures of a dataset."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import pytest
 
 from analyzer.analyses import duck
 from analyzer.cli import main
-from tests.analyses.conftest import dissect_into
+from tests.analyses.conftest import capture_ids, dissect_into, rows_of
 
 pytestmark = pytest.mark.spark
 
@@ -19,14 +23,13 @@ def _summary(capsys, ds) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_five_samples_deliveries_agree(spark, capsys, five_samples) -> None:
-    from analyzer.spark import analyses as S
-
+def test_five_samples_deliveries_agree(spark_results, capsys, five_samples) -> None:
     s = _summary(capsys, five_samples)
     d = duck.run(five_samples, ["deliveries", "delivery_fanout"])
-    sp = S.run(S.load(spark, str(five_samples)), ["deliveries", "delivery_fanout"])
+    ids = capture_ids(five_samples)
+    assert len(ids) == 5
     fan_duck = sum(d["delivery_fanout"].column("deliveries").to_pylist())
-    fan_spark = sp["delivery_fanout"].groupBy().sum("deliveries").first()[0]
+    fan_spark = sum(r["deliveries"] for r in rows_of(spark_results, "delivery_fanout", ids))
     f = s["fanout"]["nats"]
     # 206 MSG/HMSG delivered on the wire, 198 of them matched to a publish in the captures
     assert s["protocols"]["nats"]["delivered"] == f["deliveries"] == 206
@@ -38,9 +41,8 @@ def test_five_samples_deliveries_agree(spark, capsys, five_samples) -> None:
         not r["delivered"] for r in d["delivery_fanout"].to_pylist()) == 13
 
 
-def test_request_reply_p50_same_in_summary_report_and_engines(spark, capsys, tmp_path) -> None:
-    from analyzer.spark import analyses as S
-
+def test_request_reply_p50_same_in_summary_report_and_engines(spark_results, capsys,
+                                                             tmp_path) -> None:
     ds = dissect_into(tmp_path / "ds", ["nats-basic"])
     s = _summary(capsys, ds)
     lat = s["request_reply"]["nats"]["latency"]
@@ -50,9 +52,7 @@ def test_request_reply_p50_same_in_summary_report_and_engines(spark, capsys, tmp
         return row
 
     dp = pick(duck.run(ds, ["latency_percentiles"])["latency_percentiles"].to_pylist())
-    sp = pick([r.asDict() for r in S.run(S.load(spark, str(ds)),
-                                          ["latency_percentiles"])["latency_percentiles"]
-               .collect()])
+    sp = pick(rows_of(spark_results, "latency_percentiles", capture_ids(ds)))
     assert dp == sp
     assert (dp["count"], dp["p50_ns"], dp["p90_ns"], dp["max_ns"]) == (12, 323000, 1256000,
                                                                          2229000)

@@ -4,7 +4,9 @@ One dataset holds every sample and the two-vantage captures: every analysis exce
 cross-capture ones keys every match on capture_id, so its rows over that dataset are the
 union of its rows over each capture alone, and equal rows there mean equal rows per
 sample.  (A Spark run of all the analyses costs about a minute and a half on the shared
-2-core machine whatever the data size: once per sample it was ~25 minutes of CI.)
+2-core machine whatever the data size: once per sample it was ~25 minutes of CI.)  The
+Spark run is the session's ``spark_results`` (tests/analyses/conftest.py), which the other
+tests asking Spark about some samples read too.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 import pytest
 
 from analyzer.analyses import ANALYSES, duck
-from tests.analyses.conftest import SAMPLE_NAMES, VANTAGE_ANALYSES
+from tests.analyses.conftest import SAMPLE_NAMES, VANTAGE_ANALYSES, SparkResults
 
 pytestmark = pytest.mark.spark
 
@@ -37,33 +39,26 @@ def _duck_rows(table) -> tuple[list[str], list[tuple]]:
     return cols, sorted(rows, key=_key)
 
 
-def _spark_rows(df) -> tuple[list[str], list[tuple]]:
-    cols = df.columns
-    rows = [tuple(_norm(v) for v in r) for r in df.collect()]
+def _spark_rows(cols: list[str], collected: list[tuple]) -> tuple[list[str], list[tuple]]:
+    rows = [tuple(_norm(v) for v in r) for r in collected]
     return cols, sorted(rows, key=_key)
 
 
-def _compare(spark, dataset) -> dict[str, int]:
-    from analyzer.spark import analyses as S
-
+def _compare(results: SparkResults, dataset) -> dict[str, int]:
     d = duck.run(dataset)
-    s = S.run(S.load(spark, str(dataset)))
     counts = {}
-    try:
-        for name in ANALYSES:
-            dcols, drows = _duck_rows(d[name])
-            scols, srows = _spark_rows(s[name])
-            assert dcols == scols, name
-            assert drows == srows, name
-            counts[name] = len(drows)
-    finally:
-        spark.catalog.clearCache()  # the cached intermediate results of S.run
+    for name in ANALYSES:
+        dcols, drows = _duck_rows(d[name])
+        scols, srows = _spark_rows(*results[name])
+        assert dcols == scols, name
+        assert drows == srows, name
+        counts[name] = len(drows)
     return counts
 
 
-def test_all_samples_equal_on_both_engines(spark, all_samples) -> None:
+def test_all_samples_equal_on_both_engines(spark_results, all_samples) -> None:
     """Every sample and the two-vantage captures in one dataset."""
-    counts = _compare(spark, all_samples)
+    counts = _compare(spark_results, all_samples)
     # not vacuous: the samples exercise each analysis
     for name in ANALYSES:
         assert counts[name] > 0, name
@@ -76,11 +71,22 @@ def test_all_samples_equal_on_both_engines(spark, all_samples) -> None:
 
 
 def test_empty_dataset_every_analysis_runs(spark, tmp_path) -> None:
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
     from analyzer.spark import analyses as S
 
     (tmp_path / "ds").mkdir()
     d = duck.run(tmp_path / "ds")
     s = S.run(S.load(spark, str(tmp_path / "ds")))
-    for name in ANALYSES:
-        assert d[name].num_rows == 0 and s[name].count() == 0, name
-        assert d[name].column_names == s[name].columns, name
+    try:
+        for name in ANALYSES:
+            assert d[name].num_rows == 0, name
+            assert d[name].column_names == s[name].columns, name
+        # every analysis run on Spark, in one job rather than a count() each: the name of
+        # each analysis once per row it gives -- none
+        names = [s[n].select(F.lit(n).alias("analysis")) for n in ANALYSES]
+        assert reduce(lambda a, b: a.unionByName(b), names).collect() == []
+    finally:
+        spark.catalog.clearCache()  # the cached intermediate results of S.run
