@@ -75,9 +75,11 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         master, mlog = start("master", "org.apache.spark.deploy.master.Master", "--host",
                              "127.0.0.1", "--port", str(port), "--webui-port", "0")
         wait_for(mlog, "I have been elected leader", master)
-        for k in range(2):
-            w, wlog = start(f"worker{k}", "org.apache.spark.deploy.worker.Worker", url,
-                            "--cores", "1", "--memory", "768m", "--webui-port", "0")
+        # both workers' JVMs start side by side (one after the other cost seconds more)
+        started = [start(f"worker{k}", "org.apache.spark.deploy.worker.Worker", url,
+                         "--cores", "1", "--memory", "768m", "--webui-port", "0")
+                   for k in range(2)]
+        for w, wlog in started:
             wait_for(wlog, "Successfully registered with master", w)
             workers.append(w)
         yield Cluster(url, logs / "work", workers)

@@ -34,10 +34,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"  # a Python without msgcap (nor pyarrow)
 
 
+# every application of these tests: no web UI (nobody looks; it costs each driver a server)
+APP_CONF = ("spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
+            "spark.executor.memory=512m", "spark.ui.enabled=false")
+
+
 def _ingest(cluster: Cluster, cwd: Path, *args: str, python: str | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    conf = ["--conf", "spark.driver.host=127.0.0.1", "--conf",
-            "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m"]
+            env: dict[str, str] | None = None, extra: tuple[str, ...] = ()
+            ) -> subprocess.CompletedProcess[str]:
+    conf = [a for c in (*APP_CONF, *extra) for a in ("--conf", c)]
     for key, value in (env or {}).items():  # the documented way executors get AWS_*
         conf += ["--conf", f"spark.executorEnv.{key}={value}"]
     if python:
@@ -128,8 +133,9 @@ def test_executors_without_msgcap_are_refused_with_a_fix(cluster: Cluster, tmp_p
                            cwd="/", capture_output=True, check=False)
     if probe.returncode == 0:
         pytest.skip(f"{SYSTEM_PYTHON} has msgcap")
+    # one executor is enough to be refused (the second one's JVM start only cost time)
     run = _ingest(cluster, tmp_path, str(SAMPLES / "nats-basic.pcap"), "-o", "out",
-                  python=SYSTEM_PYTHON)
+                  python=SYSTEM_PYTHON, extra=("spark.cores.max=1",))
     assert run.returncode == 2, run.stderr[-3000:]
     lines = run.stderr.splitlines()
     err = next(ln for ln in lines if ln.startswith("error:"))
@@ -183,35 +189,41 @@ def test_spark_submit_msgcap_shipped_as_an_archive_s3_in_and_out(
 
     import analyzer.spark.submit as submit
 
-    python = _deps_only_venv(tmp_path / "exec-venv")
     lib, src = tmp_path / "msgcap-lib", tmp_path / "src"
     for name in ("analyzer", "dissectors", "reassembly"):  # a copy: pip builds in the tree
         shutil.copytree(ROOT / name, src / name,
                         ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(lib), str(src)], check=True,
-                   capture_output=True)
+    # the build (C compiles) runs while the venv, the local run and the uploads are made
+    build = subprocess.Popen([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                              "--no-build-isolation", "--target", str(lib), str(src)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        python = _deps_only_venv(tmp_path / "exec-venv")
+        nats, js = SAMPLES / "nats-basic.pcap", SAMPLES / "nats-js.pcap"  # split / one task
+        for p in (nats, js):
+            dissect_capture(p, tmp_path / "local", Options())
+        fs = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing",
+                               secret_key="testing", region="us-east-1")
+        for p in (nats, js):
+            pafs.copy_files(str(p), f"{s3.bucket}/caps/{p.name}", destination_filesystem=fs)
+        uris = [f"s3://{s3.bucket}/caps/{p.name}" for p in (nats, js)]
+        built, _ = build.communicate(timeout=600)
+    finally:
+        if build.poll() is None:
+            build.kill()
+            build.wait()
+    assert build.returncode == 0, built[-3000:]
     assert list(lib.glob("dissectors/nats/_speedups*.so"))  # a zip import could not load it
     archive = shutil.make_archive(str(tmp_path / "msgcap-lib"), "zip", lib)
-
-    nats, js = SAMPLES / "nats-basic.pcap", SAMPLES / "nats-js.pcap"  # split / one task
-    for p in (nats, js):
-        dissect_capture(p, tmp_path / "local", Options())
-    fs = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing",
-                           secret_key="testing", region="us-east-1")
-    for p in (nats, js):
-        pafs.copy_files(str(p), f"{s3.bucket}/caps/{p.name}", destination_filesystem=fs)
-    uris = [f"s3://{s3.bucket}/caps/{p.name}" for p in (nats, js)]
 
     env = {**os.environ, "NO_COLOR": "1", **s3.env}
     for key in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         env.pop(key, None)
     conf = [f"spark.executorEnv.{k}={v}" for k, v in s3.env.items()] + [
         "spark.executorEnv.PYTHONPATH=msgcap", f"spark.pyspark.python={python}",
-        f"spark.pyspark.driver.python={sys.executable}", "spark.driver.host=127.0.0.1",
-        "spark.driver.bindAddress=127.0.0.1", "spark.executor.memory=512m"]
+        f"spark.pyspark.driver.python={sys.executable}", *APP_CONF]
     run = subprocess.run(
         [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", cluster.url,
          "--archives", f"{archive}#msgcap", *[a for c in conf for a in ("--conf", c)],

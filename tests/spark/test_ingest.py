@@ -81,16 +81,16 @@ def _range_frames(path: Path, split: int) -> list[int]:
 
 
 def test_split_capture_equals_local(spark, shared: Path, tmp_path: Path) -> None:
-    """Each capture cut into at least 4 ranges; at least one flow spans a cut."""
-    for i, path in enumerate(_captures(shared)):
+    """Each capture cut into at least 4 ranges.  (nats-basic, cut the same way, is one of
+    test_every_sample_equals_local_split_and_unsplit's samples, where its flows spanning
+    a cut are counted: not a second identical job here.)"""
+    for i, path in enumerate(_captures(shared)[1:]):  # [0]: nats-basic
         split = max(path.stat().st_size // 5, 64)
         local = _local([path], tmp_path / f"l{i}", _opts())
         report = ingest(spark, [path], tmp_path / f"s{i}", options=_opts(), split_bytes=split)
         how = report.how[str(path)]
         assert how.startswith("split:") and int(how.split(":")[1]) >= 4, (path, how)
         assert_same_dataset(local, tmp_path / f"s{i}")
-        if path.name == "nats-basic.pcap":
-            assert _spanning_flows(local, _range_frames(path, split)) == 6
 
 
 def test_split_synthetic_multi_host(spark, tmp_path: Path) -> None:
@@ -167,11 +167,13 @@ def test_every_sample_equals_local_split_and_unsplit(spark, tmp_path: Path) -> N
     for name in SAMPLE_CAPTURES:
         path = SAMPLES / name
         out = tmp_path / "split" / name
-        report = ingest(spark, [path], out, options=_sample_options(name),
-                        split_bytes=path.stat().st_size // 5)
+        split = path.stat().st_size // 5
+        report = ingest(spark, [path], out, options=_sample_options(name), split_bytes=split)
         how = report.how[str(path)]  # 4 or 5 ranges: a range may hold no record start
         assert how.startswith(("split:4", "split:5")), (name, how)
         assert_same_dataset(tmp_path / "local" / name, out)
+        if name == "nats-basic.pcap":  # not vacuous: flows span the cuts
+            assert _spanning_flows(tmp_path / "local" / name, _range_frames(path, split)) == 6
         if name == "felix-quic.pcap":
             flows = read_tables(out)["flows"]
             assert set(flows.column("role_source").to_pylist()) == {"quic-initial"}
