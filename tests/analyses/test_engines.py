@@ -71,22 +71,15 @@ def test_all_samples_equal_on_both_engines(spark_results, all_samples) -> None:
 
 
 def test_empty_dataset_every_analysis_runs(spark, tmp_path) -> None:
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
     from analyzer.spark import analyses as S
 
     (tmp_path / "ds").mkdir()
     d = duck.run(tmp_path / "ds")
     s = S.run(S.load(spark, str(tmp_path / "ds")))
     try:
+        # a count() each: one union of them all took twice as long (40 s vs 21 s)
         for name in ANALYSES:
-            assert d[name].num_rows == 0, name
+            assert d[name].num_rows == 0 and s[name].count() == 0, name
             assert d[name].column_names == s[name].columns, name
-        # every analysis run on Spark, in one job rather than a count() each: the name of
-        # each analysis once per row it gives -- none
-        names = [s[n].select(F.lit(n).alias("analysis")) for n in ANALYSES]
-        assert reduce(lambda a, b: a.unionByName(b), names).collect() == []
     finally:
         spark.catalog.clearCache()  # the cached intermediate results of S.run
