@@ -682,34 +682,42 @@ static void link_flow(Engine *e, int32_t idx, PyObject *conn, PyObject *info) {
     e->nflows++;
 }
 
+/* The arguments register and register_light share, (v6, client, cport, server, sport,
+ * flow_id, conn, info, ts_last, frame_last, idle_timeout, half_c2s, half_s2c): the slot
+ * claimed for the flow's key (-1 with an exception set), its conn and info, and the two
+ * half tuples, which each caller reads its own way. */
+static int32_t claim_from_args(Engine *e, PyObject *args, PyObject **conn, PyObject **info,
+                               PyObject *hs[2]) {
+    int v6, cport, sport;
+    Py_buffer a, b;
+    long long flow_id, ts_last, frame_last, idle;
+    uint8_t k[37];
+    if (!PyArg_ParseTuple(args, "py*iy*iLOOLLLO!O!", &v6, &a, &cport, &b, &sport, &flow_id,
+                          conn, info, &ts_last, &frame_last, &idle, &PyTuple_Type, &hs[0],
+                          &PyTuple_Type, &hs[1]))
+        return -1;
+    if (a.len != (v6 ? 16 : 4) || b.len != a.len) {
+        PyBuffer_Release(&a);
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "address length does not match the version");
+        return -1;
+    }
+    make_key(k, v6, a.buf, b.buf, (uint16_t)cport, (uint16_t)sport);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return claim(e, k, flow_id, ts_last, frame_last, idle);
+}
+
 /* register(v6, client, cport, server, sport, flow_id, conn, info, ts_last, frame_last,
  *          idle_timeout, half_c2s, half_s2c): a flow in the reference's common state;
  * half = (base, ref_off, next_off, acked_off|None, win_edge|None, win_size,
  *         last_end|None, syn_seen, keep, recent_len, recent_held, ack_shift).
  * Replaces any registration under the same key. */
 static PyObject *engine_register(Engine *e, PyObject *args) {
-    int v6, d;
-    Py_buffer a, b;
-    int cport, sport;
-    long long flow_id, ts_last, frame_last, idle;
+    int d;
     PyObject *conn, *info, *hs[2];
-    uint8_t k[37];
-    int32_t idx;
+    int32_t idx = claim_from_args(e, args, &conn, &info, hs);
     Flow *f;
-    if (!PyArg_ParseTuple(args, "py*iy*iLOOLLLO!O!", &v6, &a, &cport, &b, &sport, &flow_id,
-                          &conn, &info, &ts_last, &frame_last, &idle, &PyTuple_Type, &hs[0],
-                          &PyTuple_Type, &hs[1]))
-        return NULL;
-    if (a.len != (v6 ? 16 : 4) || b.len != a.len) {
-        PyBuffer_Release(&a);
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "address length does not match the version");
-        return NULL;
-    }
-    make_key(k, v6, a.buf, b.buf, (uint16_t)cport, (uint16_t)sport);
-    PyBuffer_Release(&a);
-    PyBuffer_Release(&b);
-    idx = claim(e, k, flow_id, ts_last, frame_last, idle);
     if (idx < 0) return NULL;
     f = &e->flows[idx];
     for (d = 0; d < 2; d++) {
@@ -753,27 +761,10 @@ static PyObject *engine_register(Engine *e, PyObject *args) {
  * ``--workers N`` skips the flows it does not own without Python work per packet.
  * Replaces any registration under the same key. */
 static PyObject *engine_register_light(Engine *e, PyObject *args) {
-    int v6, d, cport, sport;
-    Py_buffer a, b;
-    long long flow_id, ts_last, frame_last, idle;
+    int d;
     PyObject *conn, *info, *hs[2];
-    uint8_t k[37];
-    int32_t idx;
+    int32_t idx = claim_from_args(e, args, &conn, &info, hs);
     Flow *f;
-    if (!PyArg_ParseTuple(args, "py*iy*iLOOLLLO!O!", &v6, &a, &cport, &b, &sport, &flow_id,
-                          &conn, &info, &ts_last, &frame_last, &idle, &PyTuple_Type, &hs[0],
-                          &PyTuple_Type, &hs[1]))
-        return NULL;
-    if (a.len != (v6 ? 16 : 4) || b.len != a.len) {
-        PyBuffer_Release(&a);
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "address length does not match the version");
-        return NULL;
-    }
-    make_key(k, v6, a.buf, b.buf, (uint16_t)cport, (uint16_t)sport);
-    PyBuffer_Release(&a);
-    PyBuffer_Release(&b);
-    idx = claim(e, k, flow_id, ts_last, frame_last, idle);
     if (idx < 0) return NULL;
     f = &e->flows[idx];
     f->light = 1;

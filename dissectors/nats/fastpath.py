@@ -35,14 +35,13 @@ takes Arrow batches.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from dissectors import libcrypto
 from dissectors.api import ColumnBatch
 from dissectors.nats.jetstream import ack_arrays
 from dissectors.schema import timestamp_from_ns
@@ -69,18 +68,13 @@ def _hook_openssl() -> str:
     portable code); return which implementation is in use."""
     if _speedups is None:
         return "none"
-    name = ctypes.util.find_library("crypto")
-    if not name:
+    found = libcrypto.functions("SHA256_Init", "SHA256_Update", "SHA256_Final")
+    if found is None:
         return "portable"
-    try:
-        lib = ctypes.CDLL(name)
-        fns = [ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
-               for f in ("SHA256_Init", "SHA256_Update", "SHA256_Final")]
-    except (OSError, AttributeError):
-        return "portable"
+    name, fns = found
     _speedups.use_openssl(*fns)
     # never trust a foreign function blindly: it must agree with the portable code
-    probe = b"msgcap" * 50
+    probe = libcrypto.SELF_TEST_INPUT
     if _speedups.sha256_hex(probe) != _speedups.sha256_hex(probe, True):
         _speedups.use_openssl(0, 0, 0)
         return "portable"

@@ -39,8 +39,6 @@ Set ``MSGCAP_PULSAR_FAST=0`` (or ``Options(fast=False)``) to run the reference a
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import hashlib
 import os
 from collections import deque
@@ -50,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dissectors import libcrypto
 from dissectors.api import Direction
 from dissectors.pulsar.table import PULSAR_MESSAGES
 from dissectors.schema import rows_to_batch
@@ -70,18 +69,13 @@ def _hook_sha256() -> str:
     it; hashing in C saves hashlib's per-call objects); return which is in use."""
     if _speedups is None:
         return "none"
-    name = ctypes.util.find_library("crypto")
-    if not name:
+    found = libcrypto.functions("SHA256")
+    if found is None:
         return "hashlib"
-    try:
-        fn = ctypes.cast(ctypes.CDLL(name).SHA256, ctypes.c_void_p).value
-    except (OSError, AttributeError):
-        return "hashlib"
-    if not fn:
-        return "hashlib"
+    name, (fn,) = found
     _speedups.use_sha256(fn)
     # never trust a foreign function blindly: it must agree with hashlib
-    probe = b"msgcap" * 50
+    probe = libcrypto.SELF_TEST_INPUT
     if _speedups.sha256_hex(probe) != hashlib.sha256(probe).hexdigest():
         _speedups.use_sha256(0)
         return "hashlib"
