@@ -625,7 +625,7 @@ class CaptureDissection:
                 return
         # a part is turned once an earlier one showed the roles swapped, unless the run
         # came already turned (``RoleSwaps.events``: it was emitted before a swap)
-        turned = self.roles.turn(ev) is not ev
+        turned = self.roles.turns(ev.flow)
         for part in ev.split():
             self.handle(part if turned else self.roles.turn(part))
 

@@ -310,8 +310,7 @@ def capture_events(
     quic_events = quic.process(events, out)
     layered = stream_layers(quic_events, limits, quic.keylog, reassembler.flows)
     if roles is not None:
-        roles.table = reassembler.flows
-        layered = roles.events(layered)
+        layered = roles.connect(reassembler.flows, layered)
     yield from layered
     yield from capture_damage_events(reader)
 

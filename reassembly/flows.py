@@ -1022,6 +1022,9 @@ class Turning:
     def __bool__(self) -> bool:
         return bool(self._flows)
 
+    def __contains__(self, flow_id: int) -> bool:
+        return flow_id in self._flows
+
     def begin(self, info: FlowInfo) -> None:
         """``info``'s roles were just swapped: turn its events until the anomaly."""
         self._flows.add(info.flow_id)
@@ -1070,6 +1073,16 @@ class RoleSwaps:
     def _deliver(self, anomaly: Anomaly) -> None:
         self.ready.append(anomaly)
         self._delivered[id(anomaly)] = anomaly
+
+    def connect(self, table: FlowTable, events: Iterable[_E]) -> Iterator[_E]:
+        """Swap roles in ``table`` from now on; ``events`` (that table's) as ``events``
+        passes them on."""
+        self.table = table
+        return self.events(events)
+
+    def turns(self, info: FlowInfo) -> bool:
+        """Whether ``info``'s events still arrive in the orientation before its swap."""
+        return info.flow_id in self._turning
 
     def turn(self, ev: _E) -> _E:
         """``ev`` in the orientation meant now (an event that reached the consumer other

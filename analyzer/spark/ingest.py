@@ -668,8 +668,7 @@ def task_events(reasm: TaskReassembler, frames, options: Options,
                             quic.keylog, reasm.flows)
     if roles is None:
         return layered
-    roles.table = reasm.flows
-    return roles.events(layered)
+    return roles.connect(reasm.flows, layered)
 
 
 def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unknown_first,
