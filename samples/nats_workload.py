@@ -414,9 +414,19 @@ BULK_CLIENTS = [*(f"pub-{p}" for p in range(BULK_PUBLISHERS)), "fan-all", "fan-a
                 "queue-1", "queue-2", "requester", "responder"]
 
 
+# the ``mixed`` workload: what a capture on a sending host looks like when the payloads
+# are large (segmentation offload leaves segments of tens of kB)
+MIXED_CLIENTS = ["publisher", "fan-all", "fan-big", "queue-1", "queue-2", "requester",
+                 "responder", "jetstream"]
+MAX_PAYLOAD = 1 << 20  # nats-server's default max_payload: the largest PUB it accepts
+MIXED_SYNC_EVERY = 4  # rounds between PING/PONG syncs: a few MB in flight at most
+
+WORKLOADS = ("basic", "full", "bulk", "mixed")
+
+
 class Workload:
     def __init__(self, url: str, kind: str, scale: int, idle_seconds: float, progress=None) -> None:
-        if kind not in ("basic", "full", "bulk"):
+        if kind not in WORKLOADS:
             raise ValueError(f"unknown workload {kind!r}")
         self.url = url
         self.kind = kind
@@ -424,7 +434,7 @@ class Workload:
         self.idle_seconds = idle_seconds
         self.rng = random.Random(20240601)
         self.progress = progress
-        names = (BULK_CLIENTS if kind == "bulk" else
+        names = (BULK_CLIENTS if kind == "bulk" else MIXED_CLIENTS if kind == "mixed" else
                  ["publisher", "subscriber", "queue-a", "queue-b", "responder", "jetstream"])
         self.clients = {n: InstrumentedClient(n) for n in names}
 
@@ -615,14 +625,107 @@ class Workload:
         if r % 20 == 19:
             await self.sync_all()
 
+    def sized(self, low: int, high: int) -> int:
+        """A size between ``low`` and ``high``, log-uniform: many small, a few near
+        ``high`` (message sizes of real traffic spread over orders of magnitude)."""
+        return min(high, int(low * (high / low) ** self.rng.random()))
+
+    async def mixed_setup(self) -> None:
+        for cl in self.clients.values():
+            await cl.connect(self.url)
+        await self.c("fan-all").subscribe("mix.>")
+        await self.c("fan-big").subscribe("mix.big.*")
+        await self.c("queue-1").subscribe("mix.q", queue="grp")
+        await self.c("queue-2").subscribe("mix.q", queue="grp")
+        resp = self.c("responder")
+
+        async def answer(msg):
+            # the request says how big its reply is: "size=N|..."
+            resp.rec.app["responded"] += 1
+            size = int(msg.data.split(b"|", 1)[0].removeprefix(b"size="))
+            await msg.respond(random.Random(size).randbytes(size))
+
+        await resp.subscribe("svc.mixed", cb=answer)
+        js = self.c("jetstream")
+        self.js = js.nc.jetstream()
+        await self.js.add_stream(name="MIXED", subjects=["jsmix.>"], max_msgs=100_000,
+                                 max_bytes=256 << 20)
+        js.rec.app["js_add_stream"] += 1
+        self.psub = await self.js.pull_subscribe("jsmix.>", durable="mixed")
+        js.rec.app["js_pull_subscribe"] += 1
+        await self.sync_all()
+
+    async def mixed_round(self, r: int) -> None:
+        """Per round (~1.5 MB on the wire): 20 small messages (every 5th with headers),
+        4 of 1-64 KiB, one of 64 KiB-1 MiB delivered twice (wildcards ``mix.>`` and
+        ``mix.big.*``; every 10th round exactly ``MAX_PAYLOAD``, the largest PUB the
+        server takes), 3 to a queue group, four requests (replies of 16 B-256 KiB, then
+        three of 16 B-1 KiB), two JetStream publishes of 200 B-128 KiB fetched and acked
+        every 5 rounds, and a request nobody answers (503 status) every 50."""
+        pub, rng = self.c("publisher"), self.rng
+        for i in range(20):
+            body = rng.randbytes(rng.randint(16, 400))
+            if i % 5 == 0:
+                await pub.publish(f"mix.s.{r % 8}", body, headers={"X-Seq": f"{r}.{i}"})
+            else:
+                await pub.publish(f"mix.s.{r % 8}", body)
+        for i in range(4):
+            body = rng.randbytes(self.sized(1 << 10, 64 << 10))
+            headers = {"Content-Type": "application/octet-stream", "X-Part": str(i)}
+            await pub.publish(f"mix.m.{i}", body, headers=headers if i == 0 else None)
+        if r % 10 == 0:  # no headers: the whole of max_payload is payload
+            await pub.publish(f"mix.big.{r % 4}", rng.randbytes(MAX_PAYLOAD))
+        else:
+            big = rng.randbytes(self.sized(64 << 10, MAX_PAYLOAD - 1024))
+            await pub.publish(f"mix.big.{r % 4}", big,
+                              headers={"X-Round": str(r)} if r % 3 == 0 else None)
+        for _ in range(3):
+            await pub.publish("mix.q", rng.randbytes(self.sized(100, 8 << 10)))
+        req = self.c("requester")
+        for i in range(4):  # request/reply round trips: small packets between the big ones
+            size = self.sized(16, 256 << 10 if i == 0 else 1 << 10)
+            await req.request("svc.mixed", f"size={size}|round {r}.{i}".encode(),
+                              headers={"X-Req": f"{r}.{i}"} if (r + i) % 2 else None,
+                              timeout=10)
+        if r % 50 == 0:
+            await req.request("svc.nobody", b"nobody listens")  # 503 no responders
+        await self.js_mixed_round(r)
+        if r % MIXED_SYNC_EVERY == MIXED_SYNC_EVERY - 1:
+            await self.sync_all()
+
+    async def js_mixed_round(self, r: int) -> None:
+        js = self.c("jetstream")
+        for i in range(2):
+            headers = {"Nats-Msg-Id": f"mix-{r}-{i}"} if i == 0 else None
+            await self.js.publish(f"jsmix.{r % 3}", self.rng.randbytes(self.sized(200, 128 << 10)),
+                                  headers=headers)
+            js.rec.app["js_publish"] += 1
+        self._js_backlog = getattr(self, "_js_backlog", 0) + 2
+        if r % 5 == 4:
+            await self.js_mixed_fetch()
+
+    async def js_mixed_fetch(self) -> None:
+        js = self.c("jetstream")
+        remaining = self._js_backlog
+        while remaining > 0:
+            msgs = await self.psub.fetch(min(remaining, 50), timeout=10)
+            js.rec.app["js_fetch"] += 1
+            for m in msgs:
+                await m.ack()
+                js.rec.app["js_ack"] += 1
+            remaining -= len(msgs)
+        self._js_backlog = 0
+
     async def run(self) -> None:
-        if self.kind == "bulk":
-            await self.bulk_setup()
-            round_fn = self.bulk_round
+        if self.kind in ("bulk", "mixed"):
+            await (self.bulk_setup() if self.kind == "bulk" else self.mixed_setup())
+            round_fn = self.bulk_round if self.kind == "bulk" else self.mixed_round
             for r in range(self.scale):
                 await round_fn(r)
                 if self.progress and r and r % 1000 == 0:
                     self.progress(r, self.scale)
+            if getattr(self, "_js_backlog", 0):
+                await self.js_mixed_fetch()
             await self._finish()
             return
         await self.setup()
@@ -674,6 +777,7 @@ async def run_workload(
 
 __all__ = [
     "run_workload",
+    "WORKLOADS",
     "PAYLOAD_SHA256_SCHEME",
     "C2S_OPS",
     "S2C_OPS",

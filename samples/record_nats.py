@@ -8,6 +8,13 @@ and writes OUT.pcap plus OUT.truth.json.
 
     /work/venv/bin/python samples/record_nats.py --out samples/nats-basic --workload basic
 
+Without ``--mtu`` loopback keeps its own MTU and segmentation offloads, so tcpdump sees
+the sender's super-segments (tens of kB), as a capture on the sending host does; the
+``mixed`` workload (payloads up to 1 MiB) recorded that way is issue 22's offload
+capture (~1.4 MB per round):
+
+    python samples/record_nats.py --out /tmp/off/nats-mixed-1g --workload mixed --scale 700
+
 Needs root (or CAP_NET_RAW) for tcpdump. Only loopback traffic is generated and captured.
 """
 
@@ -166,6 +173,21 @@ def loopback_mtu(mtu: int | None) -> Iterator[None]:
                        check=False)
 
 
+def lo_state() -> str:
+    """lo's MTU and offloads now, e.g. "mtu 65536, tso on, gso on, gro on" (for the truth
+    file: whether segments were cut as asked)."""
+    mtu = Path("/sys/class/net/lo/mtu").read_text().strip()
+    ethtool = shutil.which("ethtool")
+    if ethtool is None:
+        return f"mtu {mtu}"
+    features = subprocess.run([ethtool, "-k", "lo"], capture_output=True, text=True,
+                              check=False).stdout
+    names = {"tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
+             "gro": "generic-receive-offload"}
+    return f"mtu {mtu}, " + ", ".join(
+        f"{k} {'on' if f'{n}: on' in features else 'off'}" for k, n in names.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -174,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         help="output path prefix; writes PREFIX.pcap and PREFIX.truth.json "
         "(a trailing .pcap is stripped)",
     )
-    ap.add_argument("--workload", choices=["basic", "full", "bulk"], default="basic")
+    ap.add_argument("--workload", choices=["basic", "full", "bulk", "mixed"], default="basic")
     ap.add_argument(
         "--scale", type=int, default=1, help="number of rounds of the workload mix (default 1)"
     )
@@ -193,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="seconds to stay idle before closing, to collect server PINGs "
-        "(default 2.5 for basic, 0 for full)",
+        "(default 2.5 for basic, 0 for the others)",
     )
     ap.add_argument(
         "--tail-wait",
@@ -314,9 +336,11 @@ def main(argv: list[str] | None = None) -> int:
 
         url = f"nats://{HOST}:{port}"
         with loopback_mtu(args.mtu):
+            lo_mtu = [lo_state()]
             result = asyncio.run(
                 nats_workload.run_workload(url, args.workload, args.scale, idle, progress)
             )
+            lo_mtu.append(lo_state())
         workload_seconds = time.monotonic() - t0
 
         time.sleep(args.tail_wait)  # let tcpdump write the tail (FIN/ACK) before stopping it
@@ -379,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             "filter": f"tcp port {port}",
             "interface": "lo",
             "mtu": args.mtu,
+            # lo is shared: another recording with --mtu may change it meanwhile
+            "lo_at_start_and_end": lo_mtu,
             **{k.replace(" ", "_"): v for k, v in stats.items()},
         },
         "pcap": {"bytes": pcap_path.stat().st_size, "packets": packets},
