@@ -101,6 +101,51 @@ static void sha256(const uint8_t *p, size_t n, uint8_t out[32]) {
     sha256_portable(p, n, out);
 }
 
+/* Fan-out: nats-server delivers one published payload to every subscriber, so a capture
+ * holds a large payload several times (its PUB, then a MSG per subscriber, a JetStream
+ * fetch later).  The last REUSE_SLOTS payloads of at least REUSE_MIN bytes that were
+ * hashed are kept with their digest; a payload equal to one of them (same length, then
+ * memcmp: ~1/20 of the cost of hashing it) takes that digest instead of hashing again.
+ * A fixed bound: at most REUSE_SLOTS * MAX_FAST_TOTAL bytes (8 MiB) per process. */
+#define REUSE_MIN (16 << 10)
+#define REUSE_SLOTS 8
+typedef struct { uint8_t *p; size_t n, cap; uint64_t used; uint8_t d[32]; } Kept;
+static Kept kept[REUSE_SLOTS];
+static uint64_t kept_clock, kept_hits, kept_misses;
+
+static void sha256_payload(const uint8_t *p, size_t n, uint8_t out[32]) {
+    int i, lru = 0;
+    Kept *k;
+    if (n < REUSE_MIN) { sha256(p, n, out); return; }
+    for (i = 0; i < REUSE_SLOTS; i++) {
+        k = &kept[i];
+        if (k->n == n && memcmp(k->p, p, n) == 0) {
+            memcpy(out, k->d, 32);
+            k->used = ++kept_clock;
+            kept_hits++;
+            return;
+        }
+        if (k->used < kept[lru].used) lru = i;
+    }
+    sha256(p, n, out);
+    kept_misses++;
+    k = &kept[lru];
+    if (k->cap < n) {
+        uint8_t *np = PyMem_RawRealloc(k->p, n);
+        if (np == NULL) return; /* not kept: the digest is right either way */
+        k->p = np;
+        k->cap = n;
+    }
+    memcpy(k->p, p, n);
+    memcpy(k->d, out, 32);
+    k->n = n;
+    k->used = ++kept_clock;
+}
+
+static PyObject *py_reuse_stats(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("KK", (unsigned long long)kept_hits, (unsigned long long)kept_misses);
+}
+
 static PyObject *py_use_openssl(PyObject *self, PyObject *args) {
     unsigned long long a, b, c;
     if (!PyArg_ParseTuple(args, "KKK", &a, &b, &c)) return NULL;
@@ -528,7 +573,9 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
  * subject has no verdict yet (NEED_VERDICT; the subject is returned) or whose payload
  * a probe must look at (NEED_PROBE; the payload is returned; call again with cleared
  * true when no probe claims it).  out may be None: parse and count only (rows another
- * worker writes).
+ * worker writes).  On NEED_MORE for an operation whose line is in but not all of its
+ * payload, the last item is the stream offset the buffered bytes must reach before a
+ * scan can answer anything else for it (the caller need not scan before).
  */
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *outobj, *bufobj, *chunks, *first_obj, *verdicts, *seq = NULL, *subject = NULL;
@@ -662,6 +709,12 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                 /* the reference settles a bare-LF trailer as soon as the LF is in */
                 int lenient = avail - (li + 1) == total + 1 && body[total] == '\n';
                 status = lenient ? REFUSE : NEED_MORE;
+                if (!lenient) {
+                    /* where the buffer must reach before this operation can give another
+                     * answer (its payload and the first trailer byte are in) */
+                    subject = PyLong_FromLongLong(base + p + li + 1 + total + 1);
+                    if (subject == NULL) goto done;
+                }
                 break;
             }
             if (body[total] != '\r' || body[total + 1] != '\n') { status = REFUSE; break; }
@@ -719,7 +772,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                 uint8_t d[32];
                 char hex[64];
                 int q;
-                sha256(pl, (size_t)plen, d);
+                sha256_payload(pl, (size_t)plen, d);
                 for (q = 0; q < 32; q++) {
                     hex[2 * q] = HEX[d[q] >> 4];
                     hex[2 * q + 1] = HEX[d[q] & 15];
@@ -1027,6 +1080,8 @@ static PyMethodDef module_methods[] = {
     {"use_openssl", py_use_openssl, METH_VARARGS,
      "use_openssl(init, update, final): addresses of libcrypto's SHA256_* (0s: portable)"},
     {"sha256_hex", py_sha256_hex, METH_VARARGS, "sha256_hex(data, portable=False) -> hex"},
+    {"reuse_stats", py_reuse_stats, METH_NOARGS,
+     "reuse_stats() -> (hits, misses): payload digests taken from kept equal payloads"},
     {"protobuf_ok", py_protobuf_ok, METH_VARARGS,
      "protobuf_ok(data) -> dissectors.proto.wire.scan(data) is not None"},
     {NULL}};

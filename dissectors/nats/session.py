@@ -107,7 +107,8 @@ def _option(options: Mapping[str, Any], name: str, default: int | None) -> int |
 class _Direction:
     """State of one direction: its framer and the op waiting for its payload."""
 
-    __slots__ = ("framer", "values", "line", "stage", "hdr_len", "pay_len", "problems")
+    __slots__ = ("framer", "values", "line", "stage", "hdr_len", "pay_len", "problems",
+                 "wait_at", "wait_for")
 
     def __init__(self, framer: LineFramer) -> None:
         self.framer = framer
@@ -117,6 +118,10 @@ class _Direction:
         self.hdr_len = -1
         self.pay_len = -1
         self.problems: tuple[parser.Problem, ...] = ()
+        # the compiled scanner stopped at stream offset ``wait_at`` for an operation that
+        # is complete only once the buffered bytes reach ``wait_for`` (0: not waiting)
+        self.wait_at = -1
+        self.wait_for = 0
 
 
 class NatsSession(FramedSession, CarrierSession, ColumnarSession):
@@ -213,9 +218,25 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
 
     def drain_fed(self, direction: Direction, out: list[Record]) -> None:
         if self.fast_on:
-            self._drain_fast(direction, self._dirs[direction], out)
+            st = self._dirs[direction]
+            fr = st.framer
+            if st.wait_for and self._still_short(st, fr):
+                # a large payload arriving in many segments: scanning again before all of
+                # it is in would stop at the same operation with the same answer
+                fr.hold_budget()
+                self.account(direction)
+                return
+            self._drain_fast(direction, st, out)
         else:
             self.drain(direction, out)
+
+    @staticmethod
+    def _still_short(st: _Direction, fr: LineFramer) -> bool:
+        """The scanner waits for the operation at the read position (nothing read or
+        handed to the reference since), and the bytes it needs are not all in yet."""
+        end = fr.next_offset
+        return (end is not None and end < st.wait_for and fr.offset == st.wait_at
+                and st.values is None and fr.at_line)
 
     def on_event(self, direction: Direction, ev: Any, out: list[Record]) -> None:
         st = self._dirs[direction]
@@ -271,6 +292,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         verdicts = self._fast_verdicts if self.on_message is not None else None
         first = self._fast_first if verdicts is not None else None
         cleared = False
+        st.wait_for = 0
         # the ColumnarSession contract: ``out`` (typed by FramedSession) takes ColumnBatch
         batches: list[Record | ColumnBatch] = out  # type: ignore[assignment]  # (see above)
         status: int
@@ -300,6 +322,10 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                     return fastpath.REFUSE  # a payload dissector's: the reference offers it
                 cleared = True
             else:
+                # NEED_MORE for a payload: where the bytes must reach (None: its line is
+                # not all in); REFUSE: None
+                st.wait_at = base + new_pos
+                st.wait_for = subject or 0
                 return status
 
     def _on_line(self, direction: Direction, st: _Direction, ev: Line, out: list[Record]) -> None:
@@ -341,6 +367,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                         # a client operation the fast path holds back (not all its bytes
                         # are in) was checked against the old limit by the reference,
                         # which reads lines as they come: let it read that line now
+                        self._dirs[Direction.C2S].wait_for = 0
                         self.drain(Direction.C2S, out)
                     self.max_payload = mp
             return

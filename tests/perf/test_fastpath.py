@@ -361,6 +361,68 @@ def test_the_fast_path_takes_ordinary_operations():
     assert sum(r.n for r in b.records) == 101
 
 
+def test_repeated_large_payloads_keep_their_own_digests():
+    # fan-out: the scanner takes the digest of an equal payload it hashed recently
+    # (same length, then every byte compared); payloads of that length differing in one
+    # byte, and more distinct ones than it keeps, still get their own
+    rng = random.Random(7)
+    big = rng.randbytes(40_000)
+    flip = bytes([big[-1] ^ 1])
+    variants = [big, big[:-1] + flip, flip + big[1:], big[:20_000] + flip + big[20_001:], big]
+    variants += [rng.randbytes(40_000) for _ in range(10)] + [big]
+    c2s = b"".join(b"PUB s %d\r\n%s\r\n" % (len(v), v) for v in variants)
+    s2c = b"".join(b"MSG s 1 %d\r\n%s\r\n" % (len(v), v) for v in variants)
+    script = [Data(C2S, c2s), Data(S2C, s2c)]
+    want = [hashlib.sha256(v).hexdigest() for v in variants] * 2
+    hits = fastpath._speedups.reuse_stats()[0]
+    runs = [both_ways(script, split) for split in range(3)]
+    runs.append((run_session(lambda: NatsSession({}), script),
+                 run_session(_fast_session, script, split=_pieces)))
+    for a, b in runs:
+        assert [r.values["payload_sha256"] for r in a.records] == want
+        assert_same(a, b)  # (the fast rows, digests included, are the reference's)
+    assert fastpath._speedups.reuse_stats()[0] > hits
+
+
+def _fast_session() -> NatsSession:
+    s = NatsSession({})
+    s.enable_fast(fastpath.new_columns())
+    return s
+
+
+def _pieces(n: int) -> list[int]:
+    """Segments of 1,448 bytes: a 40 kB payload arrives in ~28 feeds."""
+    return [1448] * (n // 1448) + ([n % 1448] if n % 1448 else [])
+
+
+def test_a_held_operation_waits_without_rescanning_and_meets_a_new_max_payload(monkeypatch):
+    # the scanner is not called again while the payload it waits for is short, and an
+    # INFO setting max_payload meanwhile reaches the held operation as in the reference
+    calls = []
+    scan = fastpath.scan
+
+    def counting(*args):
+        calls.append(args[2])
+        return scan(*args)
+
+    monkeypatch.setattr(fastpath, "scan", counting)
+    body = bytes(range(256)) * 40
+    script = [Data(C2S, b"PUB a %d\r\n" % len(body) + body[:100])]
+    script += [Data(C2S, body[i:i + 1000]) for i in range(100, len(body), 1000)]
+    script += [Data(C2S, b"\r\nPING\r\n")]
+    a = run_session(lambda: NatsSession({}), script)
+    calls.clear()
+    b = run_session(_fast_session, script)
+    assert_same(a, b)
+    assert len(calls) <= 3  # the line, the last piece (payload in), the trailer
+    for cut in (3, 6):  # before and while the payload comes
+        info = Data(S2C, b'INFO {"server_id":"S","max_payload":100}\r\n')
+        held = [*script[:cut], info, *script[cut:]]
+        a = run_session(lambda: NatsSession({}), held)
+        b = run_session(_fast_session, held)
+        assert_same(a, b)  # (the line came before the INFO: checked against no limit)
+
+
 # ------------------------------------------------------------------ whole captures
 
 
