@@ -10,9 +10,14 @@
  * without it Python's hashlib computes the digests.
  *
  * It takes only what the reference would turn into plain rows: every entry whole, its
- * metadata made of payload_size (field 3) and sequence_id (field 8) only, each a
- * well-formed varint, the entries filling the payload exactly.  Anything else (another
- * field, a cut, a negative size, bytes left over) returns None and the reference
+ * metadata made of payload_size (field 3) and sequence_id (field 8), each a well-formed
+ * varint, and what real clients add to them (pulsar-client: samples/pulsar-client.pcap):
+ * properties (field 1, KeyValue {key 1, value 2}) and partition_key (field 2), strings
+ * that must be valid UTF-8; the entries filling the payload exactly.  Those strings come
+ * back as Arrow-layout buffers (properties as a map column's offsets, keys and values),
+ * so a row still costs no Python object.  Anything else (another field, a tag or a
+ * KeyValue field in another encoding, a string that is not UTF-8 (the reference shows it
+ * escaped), a cut, a negative size, bytes left over) returns None and the reference
  * (session.py, _split_batch) handles the batch, anomalies and all.  Nothing raises on
  * input bytes.
  */
@@ -40,6 +45,131 @@ static int read_varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, uint
         }
     }
     return 0;
+}
+
+/* Whether buf[0:n] is UTF-8 as Python's strict decoder takes it (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF): what the reference decodes without its
+ * backslash escapes. */
+static int utf8_ok(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                         : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (len == 0 || n - i < len)
+            return 0;
+        for (Py_ssize_t k = 1; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        uint8_t c1 = s[i + 1];
+        if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) ||
+            (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* A length-delimited value at *pos (its length varint, then the bytes inside [*pos,
+ * end)): its start and length, *pos moved past it; 0 when cut. */
+static int read_bytes(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, Py_ssize_t *start,
+                      Py_ssize_t *len)
+{
+    uint64_t n;
+    if (!read_varint(buf, pos, end, &n) || n > (uint64_t)(end - *pos))
+        return 0;
+    *start = *pos;
+    *len = (Py_ssize_t)n;
+    *pos += (Py_ssize_t)n;
+    return 1;
+}
+
+/* A string field's value: as read_bytes, and valid UTF-8. */
+static int read_string(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, Py_ssize_t *start,
+                       Py_ssize_t *len)
+{
+    return read_bytes(buf, pos, end, start, len) && utf8_ok(buf + *start, *len);
+}
+
+/* Where one string sits in the batch (start, length). */
+typedef struct {
+    Py_ssize_t start, len;
+} span_t;
+
+/* A growable array of spans (PyMem), for the properties' keys and values. */
+typedef struct {
+    span_t *items;
+    Py_ssize_t n, cap;
+} spans_t;
+
+static int spans_push(spans_t *v, Py_ssize_t start, Py_ssize_t len)
+{
+    if (v->n == v->cap) {
+        Py_ssize_t cap = v->cap ? 2 * v->cap : 64;
+        span_t *items = PyMem_Realloc(v->items, (size_t)cap * sizeof(span_t));
+        if (!items) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        v->items = items;
+        v->cap = cap;
+    }
+    v->items[v->n].start = start;
+    v->items[v->n].len = len;
+    v->n++;
+    return 1;
+}
+
+/* One Arrow-layout string column piece (data, int32 offsets from 0) of n spans of buf:
+ * (data, offsets) or NULL with an exception set. */
+static PyObject *strings(const uint8_t *buf, const span_t *sp, Py_ssize_t n)
+{
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total += sp[i].len;
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "strings above 2 GiB in one batch");
+        return NULL;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *result = NULL;
+    if (data && offsets) {
+        char *d = PyBytes_AS_STRING(data);
+        int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+        Py_ssize_t at = 0;
+        off[0] = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(d + at, buf + sp[i].start, (size_t)sp[i].len);
+            at += sp[i].len;
+            off[i + 1] = (int32_t)at;
+        }
+        result = PyTuple_Pack(2, data, offsets);
+    }
+    Py_XDECREF(data);
+    Py_XDECREF(offsets);
+    return result;
+}
+
+/* One KeyValue (the bytes of a properties field): key and value spans, "" when absent,
+ * the last occurrence winning as in the reference; 0 when it holds anything else. */
+static int read_pair(const uint8_t *buf, Py_ssize_t p, Py_ssize_t end, span_t *key,
+                     span_t *value)
+{
+    key->start = value->start = p;
+    key->len = value->len = 0;
+    while (p < end) {
+        uint8_t tag = buf[p++];
+        span_t *into = tag == 0x0A ? key : tag == 0x12 ? value : NULL;
+        if (!into || !read_string(buf, &p, end, &into->start, &into->len))
+            return 0;
+    }
+    return 1;
 }
 
 typedef unsigned char *(*sha256_fn)(const unsigned char *, size_t, unsigned char *);
@@ -125,6 +255,41 @@ done:
     return result;
 }
 
+/* The properties (map offsets per entry, keys, values) or partition keys (validity, data,
+ * offsets) of a batch as Python buffers; None when no entry had any. */
+static PyObject *properties(const uint8_t *buf, Py_ssize_t n, const int32_t *lists,
+                            const spans_t *keys, const spans_t *values)
+{
+    if (keys->n == 0)
+        return Py_NewRef(Py_None);
+    PyObject *off = PyBytes_FromStringAndSize((const char *)lists, (n + 1) * 4);
+    PyObject *k = strings(buf, keys->items, keys->n);
+    PyObject *v = k ? strings(buf, values->items, values->n) : NULL;
+    PyObject *result = NULL;
+    if (off && k && v)
+        result = Py_BuildValue("(OOOOO)", off, PyTuple_GET_ITEM(k, 0), PyTuple_GET_ITEM(k, 1),
+                               PyTuple_GET_ITEM(v, 0), PyTuple_GET_ITEM(v, 1));
+    Py_XDECREF(off);
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    return result;
+}
+
+static PyObject *partition_keys(const uint8_t *buf, Py_ssize_t n, const span_t *keys,
+                                const char *valid, Py_ssize_t count)
+{
+    if (count == 0)
+        return Py_NewRef(Py_None);
+    PyObject *v = PyBytes_FromStringAndSize(valid, n);
+    PyObject *k = strings(buf, keys, n);
+    PyObject *result = NULL;
+    if (v && k)
+        result = Py_BuildValue("(OOO)", v, PyTuple_GET_ITEM(k, 0), PyTuple_GET_ITEM(k, 1));
+    Py_XDECREF(v);
+    Py_XDECREF(k);
+    return result;
+}
+
 static PyObject *split_batch(PyObject *self, PyObject *args)
 {
     Py_buffer view;
@@ -134,7 +299,13 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*npKn", &view, &n, &has_seq, &seq, &cap))
         return NULL;
     PyObject *result = NULL;
-    PyObject *starts = NULL, *sizes = NULL, *seqs = NULL, *cols = NULL;
+    PyObject *starts = NULL, *sizes = NULL, *seqs = NULL, *cols = NULL, *props = NULL,
+             *pkeys = NULL;
+    spans_t keys = {0}, values = {0};
+    int32_t *lists = NULL;  /* per entry: where its properties start among keys (n + 1) */
+    span_t *pk = NULL;      /* per entry: its partition key ... */
+    char *pk_valid = NULL;  /* ... when it has one */
+    Py_ssize_t pk_count = 0;
     const uint8_t *buf = (const uint8_t *)view.buf;
     Py_ssize_t end = view.len;
     /* every entry takes at least 4 + 2 bytes: more entries than that cannot fit */
@@ -143,12 +314,20 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
     starts = PyBytes_FromStringAndSize(NULL, n * 8);
     sizes = PyBytes_FromStringAndSize(NULL, n * 8);
     seqs = PyBytes_FromStringAndSize(NULL, n * 8);
+    lists = PyMem_Malloc((size_t)(n + 1) * sizeof(int32_t));
+    pk = PyMem_Malloc((size_t)n * sizeof(span_t));
+    pk_valid = PyMem_Malloc((size_t)n);
+    if (!lists || !pk || !pk_valid) {
+        PyErr_NoMemory();
+        goto done;
+    }
     if (!starts || !sizes || !seqs)
         goto done;
     int64_t *st = (int64_t *)PyBytes_AS_STRING(starts);
     int64_t *sz = (int64_t *)PyBytes_AS_STRING(sizes);
     int64_t *sq = (int64_t *)PyBytes_AS_STRING(seqs);
     Py_ssize_t pos = 0;
+    lists[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (end - pos < 4)
             goto refuse;
@@ -159,21 +338,47 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
         Py_ssize_t p = pos + 4, mend = pos + 4 + (Py_ssize_t)size;
         int got_size = 0, got_seq = 0;
         uint64_t psize = 0, eseq = 0;
+        pk[i].start = pk[i].len = 0;
+        pk_valid[i] = 0;
         while (p < mend) {
             uint8_t tag = buf[p++];
             uint64_t v;
-            if (tag != 0x18 && tag != 0x40)  /* payload_size, sequence_id (varints) */
+            Py_ssize_t at, len;
+            span_t key, value;
+            switch (tag) {
+            case 0x0A:  /* properties: one KeyValue, kept in order (duplicates too) */
+                if (!read_bytes(buf, &p, mend, &at, &len) ||
+                    !read_pair(buf, at, at + len, &key, &value))
+                    goto refuse;
+                if (keys.n >= INT32_MAX)  /* (a 256 MiB batch holds far fewer) */
+                    goto refuse;
+                if (!spans_push(&keys, key.start, key.len) ||
+                    !spans_push(&values, value.start, value.len))
+                    goto fail;
+                break;
+            case 0x12:  /* partition_key (the last one wins) */
+                if (!read_string(buf, &p, mend, &pk[i].start, &pk[i].len))
+                    goto refuse;
+                pk_valid[i] = 1;
+                break;
+            case 0x18:  /* payload_size */
+            case 0x40:  /* sequence_id */
+                if (!read_varint(buf, &p, mend, &v))
+                    goto refuse;
+                if (tag == 0x18) {
+                    psize = v;
+                    got_size = 1;
+                } else {
+                    eseq = v;
+                    got_seq = 1;
+                }
+                break;
+            default:
                 goto refuse;
-            if (!read_varint(buf, &p, mend, &v))
-                goto refuse;
-            if (tag == 0x18) {
-                psize = v;
-                got_size = 1;
-            } else {
-                eseq = v;
-                got_seq = 1;
             }
         }
+        pk_count += pk_valid[i];
+        lists[i + 1] = (int32_t)keys.n;
         /* payload_size is an int32: the low 32 bits, two's complement */
         int32_t ps = (int32_t)(uint32_t)(psize & 0xFFFFFFFFu);
         if (!got_size || ps < 0 || (Py_ssize_t)ps > end - mend)
@@ -191,19 +396,30 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
     if (pos != end)
         goto refuse;
     cols = columns(buf, n, st, sz, cap);
-    if (cols)
-        result = Py_BuildValue("(OOOOOOO)", starts, sizes, seqs, PyTuple_GET_ITEM(cols, 0),
+    props = cols ? properties(buf, n, lists, &keys, &values) : NULL;
+    pkeys = props ? partition_keys(buf, n, pk, pk_valid, pk_count) : NULL;
+    if (pkeys)
+        result = Py_BuildValue("(OOOOOOOOO)", starts, sizes, seqs, PyTuple_GET_ITEM(cols, 0),
                                PyTuple_GET_ITEM(cols, 1), PyTuple_GET_ITEM(cols, 2),
-                               PyTuple_GET_ITEM(cols, 3));
+                               PyTuple_GET_ITEM(cols, 3), props, pkeys);
     goto done;
 refuse:
-    result = Py_None;
-    Py_INCREF(result);
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
 done:
     Py_XDECREF(starts);
     Py_XDECREF(sizes);
     Py_XDECREF(seqs);
     Py_XDECREF(cols);
+    Py_XDECREF(props);
+    Py_XDECREF(pkeys);
+    PyMem_Free(keys.items);
+    PyMem_Free(values.items);
+    PyMem_Free(lists);
+    PyMem_Free(pk);
+    PyMem_Free(pk_valid);
     PyBuffer_Release(&view);
     return result;
 }
@@ -212,8 +428,10 @@ static PyMethodDef methods[] = {
     {"split_batch", split_batch, METH_VARARGS,
      "split_batch(data, n, has_seq, seq, cap) -> (starts, sizes, seqs: packed int64, kept\n"
      "payload data, their int32 offsets, truncated: packed bool, hex digests (64 bytes\n"
-     "each) or None), or None when the batch is not plain (the reference then takes it);\n"
-     "cap -1: keep whole payloads."},
+     "each) or None, properties: (int32 map offsets per entry, key data, key offsets,\n"
+     "value data, value offsets) or None, partition keys: (valid: packed bool, data,\n"
+     "offsets) or None), or None when the batch is not plain (the reference then takes\n"
+     "it); cap -1: keep whole payloads."},
     {"use_sha256", use_sha256, METH_VARARGS,
      "use_sha256(address): libcrypto's one-shot SHA256 (0: digests left to hashlib)"},
     {"sha256_hex", sha256_hex, METH_VARARGS, "sha256_hex(data) -> hex, with that function"},

@@ -28,11 +28,13 @@ that is most of a run (bench_pulsar.py, 150 MB, 512,000 messages: 7.4 CPU s agai
 
 What stays the definition of the output: the reference (``session.py``).  A batch goes
 to the columns only when the reference would give plain rows for it: not chunked, not
-encrypted, decompressed without a problem, and every entry's metadata only
-payload_size and sequence_id (``split_batch`` refuses the rest and the reference splits
-that batch, anomalies and all).  ``tests/pulsar/test_fastpath.py`` dissects hand-built
-and hypothesis-generated frame streams both ways, tests/perf/test_pulsar_fastpath.py
-every Pulsar capture.
+encrypted, decompressed without a problem, and every entry's metadata made of
+payload_size, sequence_id and what real clients add (properties and partition_key, UTF-8
+strings, which come back as Arrow-layout buffers: the map column of properties is built
+from offsets, keys and values, no Python object per entry); ``split_batch`` refuses the
+rest and the reference splits that batch, anomalies and all.
+``tests/pulsar/test_fastpath.py`` dissects hand-built and hypothesis-generated frame
+streams both ways, tests/perf/test_pulsar_fastpath.py every Pulsar capture.
 
 Set ``MSGCAP_PULSAR_FAST=0`` (or ``Options(fast=False)``) to run the reference alone.
 """
@@ -113,6 +115,12 @@ class Chunk(NamedTuple):
     payload: bytes  # the kept payloads back to back ...
     payload_offsets: npt.NDArray[np.int32]  # ... and where each starts (n + 1, from 0)
     payload_truncated: npt.NDArray[np.bool_]
+    # each entry's properties: map offsets (n + 1, from 0) into the key and value strings
+    # (data, offsets), or None when no entry has one
+    properties: tuple[npt.NDArray[np.int32], bytes, npt.NDArray[np.int32], bytes,
+                      npt.NDArray[np.int32]] | None
+    # each entry's partition_key: (set, data, offsets), or None when no entry has one
+    partition_key: tuple[npt.NDArray[np.bool_], bytes, npt.NDArray[np.int32]] | None
     nbytes: int
 
 
@@ -141,8 +149,20 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None) -> Chunk | None
             for a, b in zip(starts.tolist(), (starts + sizes).tolist(), strict=True)
         ]).encode("ascii")
     kept: bytes = got[3]
+    nbytes = len(kept) + _ROW_OVERHEAD * n
+    props = got[7]
+    if props is not None:
+        props = (np.frombuffer(props[0], dtype=np.int32), props[1],
+                 np.frombuffer(props[2], dtype=np.int32), props[3],
+                 np.frombuffer(props[4], dtype=np.int32))
+        nbytes += len(props[1]) + len(props[3]) + 8 * len(props[2])
+    keys = got[8]
+    if keys is not None:
+        keys = (np.frombuffer(keys[0], dtype=np.bool_), keys[1],
+                np.frombuffer(keys[2], dtype=np.int32))
+        nbytes += len(keys[1]) + 4 * n
     return Chunk({}, (0, 0, 0, 0, 0, 0), n, seqs, sizes, digests, kept, offsets, truncated,
-                 len(kept) + _ROW_OVERHEAD * n)
+                 props, keys, nbytes)
 
 
 class MessageRows:
@@ -214,22 +234,78 @@ class MessageAccumulator:
             "payload_truncated": np.concatenate([c.payload_truncated for c, _, _ in chunks]),
         }
         total = len(which)
+        cs = [c for c, _, _ in chunks]
         # the variable-width columns straight from the chunks' Arrow-layout buffers
-        data = b"".join([c.payload for c, _, _ in chunks])
-        ends = np.cumsum([len(c.payload) for c, _, _ in chunks])
-        offsets = np.concatenate([[0], *[c.payload_offsets[1:] + (e - len(c.payload))
-                                         for (c, _, _), e in zip(chunks, ends, strict=True)]])
         built = {
-            "payload": pa.Array.from_buffers(pa.binary(), total, [
-                None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]),
+            "payload": _variable(pa.binary(), [(c.payload, c.payload_offsets) for c in cs]),
             "payload_sha256": pa.Array.from_buffers(pa.string(), total, [
                 None, pa.py_buffer(np.arange(0, 64 * (total + 1), 64, dtype=np.int32)),
-                pa.py_buffer(b"".join([c.payload_sha256 for c, _, _ in chunks]))]),
+                pa.py_buffer(b"".join([c.payload_sha256 for c in cs]))]),
+            "properties": _properties(cs, total),
+            "partition_key": _partition_keys(cs, total),
         }
         arrays = [built[f.name] if f.name in built
                   else pa.array(per_entry[f.name], f.type) if f.name in per_entry
                   else _repeated(base.column(f.name), index, total) for f in schema]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _joined(pieces: list[npt.NDArray[np.int32]]) -> npt.NDArray[np.int32]:
+    """Arrow offsets of pieces laid end to end (each piece's offsets start at 0)."""
+    ends = np.cumsum([int(o[-1]) for o in pieces])
+    return np.concatenate([np.zeros(1, np.int32), *[
+        o[1:] + (e - int(o[-1])) for o, e in zip(pieces, ends, strict=True)
+    ]]).astype(np.int32)
+
+
+def _variable(typ: pa.DataType, pieces: list[tuple[bytes, npt.NDArray[np.int32]]],
+              valid: npt.NDArray[np.bool_] | None = None) -> pa.Array:
+    """One binary or string column from Arrow-layout pieces (data, offsets from 0);
+    ``valid``: which values are set (None: all)."""
+    offsets = _joined([o for _, o in pieces])
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, len(offsets) - 1, [
+        bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join([d for d, _ in pieces]))])
+
+
+_NO_STRINGS = (b"", np.zeros(1, np.int32))
+
+
+def _properties(chunks: list[Chunk], total: int) -> pa.Array:
+    """The map column of the entries' properties (an empty map where an entry has none,
+    as the reference's ``[]``)."""
+    if all(c.properties is None for c in chunks):
+        return pa.MapArray.from_arrays(np.zeros(total + 1, np.int32), pa.array([], pa.string()),
+                                       pa.array([], pa.string()))
+    lists, keys, values = [], [], []
+    for c in chunks:
+        p = c.properties
+        if p is None:
+            lists.append(np.zeros(c.n + 1, np.int32))
+            keys.append(_NO_STRINGS)
+            values.append(_NO_STRINGS)
+        else:
+            lists.append(p[0])
+            keys.append((p[1], p[2]))
+            values.append((p[3], p[4]))
+    return pa.MapArray.from_arrays(_joined(lists), _variable(pa.string(), keys),
+                                   _variable(pa.string(), values))
+
+
+def _partition_keys(chunks: list[Chunk], total: int) -> pa.Array:
+    """The entries' partition_key column (null where an entry has none)."""
+    if all(c.partition_key is None for c in chunks):
+        return pa.nulls(total, pa.string())
+    valid, pieces = [], []
+    for c in chunks:
+        k = c.partition_key
+        if k is None:
+            valid.append(np.zeros(c.n, np.bool_))
+            pieces.append((b"", np.zeros(c.n + 1, np.int32)))
+        else:
+            valid.append(k[0])
+            pieces.append((k[1], k[2]))
+    return _variable(pa.string(), pieces, np.concatenate(valid))
 
 
 def _repeated(column: pa.Array, index: pa.Array, n: int) -> pa.Array:

@@ -631,8 +631,7 @@ class PulsarSession(FramedSession, ColumnarSession):
         direction = row.direction
         rows = self.fast_rows
         if rows is not None:
-            shared = dict(base)
-            shared["properties"] = []
+            shared = dict(base)  # (properties and partition_key are the entries')
             shared["incomplete"] = False
             rows.chunks.append(chunk._replace(shared=shared, provenance=(
                 row.offset_start, row.offset_end, row.ts_first_ns, row.ts_last_ns,

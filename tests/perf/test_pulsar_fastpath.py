@@ -32,9 +32,30 @@ def _assert_same_tables(path: Path, tmp: Path) -> None:
         assert ref[table].equals(fast[table]), table
 
 
+def _spy_split(monkeypatch) -> list[bool]:
+    """Whether each batch offered to the fast path was taken, in order."""
+    taken: list[bool] = []
+    split = fastpath.split
+
+    def spy(*args):
+        chunk = split(*args)
+        taken.append(chunk is not None)
+        return chunk
+
+    monkeypatch.setattr(fastpath, "split", spy)
+    return taken
+
+
+# batches each capture's fast run must take (real clients' entries carry properties and
+# partition keys; none may go back to the reference)
+BATCHES = {"pulsar-client.pcap": 16}
+
+
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
-def test_every_pulsar_capture_gives_the_same_tables(path, tmp_path):
+def test_every_pulsar_capture_gives_the_same_tables(path, tmp_path, monkeypatch):
+    taken = _spy_split(monkeypatch)
     _assert_same_tables(path, tmp_path)
+    assert taken == [True] * BATCHES.get(path.name, 0)
 
 
 @pytest.mark.skipif(not os.environ.get("MSGCAP_PULSAR_CAPTURE"),
@@ -44,10 +65,9 @@ def test_a_bulk_recording_gives_the_same_tables(tmp_path):
 
 
 def test_a_written_capture_that_takes_the_fast_path(tmp_path, monkeypatch):
-    """Not vacuous: the sample captures' batches carry entry fields the fast path leaves
-    to the reference, so a capture of plain batches (every codec, two connections, one
-    with a gap, hand-built by tests/pulsar/test_fastpath.py) goes through the pipeline
-    both ways too, and the fast run must have taken them."""
+    """A capture of batches (every codec, five connections, one with a gap, entries with
+    and without properties and partition keys, hand-built by tests/pulsar/test_fastpath.py)
+    goes through the pipeline both ways too, and the fast run must have taken them."""
     from dissectors.sdk.testing import Gap, PcapFlow, write_pcap
     from tests.pulsar.test_fastpath import C2S, _plain_frames
 
@@ -55,14 +75,6 @@ def test_a_written_capture_that_takes_the_fast_path(tmp_path, monkeypatch):
     scripts[1].insert(2, Gap(C2S, 7))
     path = write_pcap(tmp_path / "plain.pcap",
                       [PcapFlow(s, 6650, client_port=41000 + i) for i, s in enumerate(scripts)])
-    taken = []
-    split = fastpath.split
-
-    def spy(*args):
-        chunk = split(*args)
-        taken.append(chunk is not None)
-        return chunk
-
-    monkeypatch.setattr(fastpath, "split", spy)
+    taken = _spy_split(monkeypatch)
     _assert_same_tables(path, tmp_path)
     assert sum(taken) >= 30

@@ -146,7 +146,67 @@ def _compress(codec: int, data: bytes) -> bytes:
 
 
 MD = {"producer_name": "p-1", "sequence_id": 11, "publish_time": 1_700_000_000_000}
-PLAIN = [(b"hello", {"sequence_id": 7}), (b"", {}), (b"x" * 300, {}), (b"\x00\xff", {})]
+# what pulsar-client sends (samples/pulsar-client.pcap): properties and partition keys on
+# some entries of a batch, none on others
+PLAIN = [(b"hello", {"sequence_id": 7, "partition_key": "k-1"}), (b"", {}),
+         (b"x" * 300, {"properties": [{"key": "a", "value": "1"}, {"key": "a", "value": ""}]}),
+         (b"\x00\xff", {"properties": [{"key": "\u00e9\U0001f600", "value": "v"}],
+                          "partition_key": ""})]
+
+
+def _varint(v: int) -> bytes:
+    out = b""
+    while v >= 0x80:
+        out += bytes([v & 0x7F | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def _field(tag: int, value: bytes) -> bytes:
+    """One length-delimited field (``tag``: the whole tag byte)."""
+    return bytes([tag]) + _varint(len(value)) + value
+
+
+# Hand-encoded SingleMessageMetadata pieces protobuf classes will not write: a KeyValue
+# without key or value, repeated inside, with an unknown field, strings that are not UTF-8
+# (the reference shows them escaped), overlong forms and surrogates, a tag in a longer
+# encoding, partition_key twice (the last wins).
+_STRING_BYTES = [b"", b"k", "\u00e9\u4e2d\U0001f600".encode(), b"\xff", b"\xc3", b"\xc0\x80",
+                 b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80\x80", b"a\x00b"]
+_RAW_PIECES = [
+    _field(0x0A, b""),
+    _field(0x0A, _field(0x12, b"v")),
+    _field(0x0A, _field(0x0A, b"k") + _field(0x0A, b"k2") + _field(0x12, b"v")),
+    _field(0x0A, _field(0x0A, b"k") + b"\x18\x01"),
+    _field(0x0A, _field(0x0A, b"k") + b"\x12\x05v"),  # cut inside the KeyValue
+    _field(0x12, b"first") + _field(0x12, b"second"),
+    b"\x92\x00" + _varint(2) + b"pk",  # partition_key, tag in two bytes
+]
+
+
+@st.composite
+def raw_metadata(draw) -> bytes:
+    """Extra SingleMessageMetadata bytes: properties and partition keys, hand-encoded."""
+    out = b""
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            out += draw(st.sampled_from(_RAW_PIECES))
+        else:
+            tag = draw(st.sampled_from([0x0A, 0x12]))
+            text = draw(st.sampled_from(_STRING_BYTES))
+            out += _field(0x12, text) if tag == 0x12 else _field(0x0A, _field(
+                0x0A, text) + _field(0x12, draw(st.sampled_from(_STRING_BYTES))))
+    return out
+
+
+def raw_batch(entries: list[tuple[bytes, dict, bytes]]) -> bytes:
+    """``batch`` with extra metadata bytes appended to each entry's."""
+    out = b""
+    for payload, fields, extra in entries:
+        one = batch([(payload, fields)])
+        size = int.from_bytes(one[:4], "big")
+        out += struct.pack(">I", size + len(extra)) + one[4 : 4 + size] + extra + payload
+    return out
 
 
 @st.composite
@@ -157,19 +217,26 @@ def batch_payload(draw) -> tuple[bytes, int]:
     for _ in range(draw(st.integers(1, 6))):
         payload = b"p" * 5000 if draw(st.integers(0, 9)) == 0 else draw(st.binary(max_size=40))
         fields: dict[str, Any] = {}
-        kind = draw(st.integers(0, 12))
+        extra = b""
+        kind = draw(st.integers(0, 14))
         if kind < 5:
             fields["sequence_id"] = draw(st.sampled_from([0, 5, 2**63, 2**64 - 1]))
         elif kind == 5:
-            fields["properties"] = [{"key": "k", "value": "v"}]
+            fields["properties"] = draw(st.lists(st.fixed_dictionaries(
+                {"key": st.text(max_size=6), "value": st.text(max_size=6)}), max_size=4))
         elif kind == 6:
             fields["event_time"] = 1_700_000_000_001
         elif kind == 7:
-            fields["partition_key"] = "pk"
+            fields["partition_key"] = draw(st.text(max_size=8))
         elif kind == 8:
             fields["compacted_out"] = True
-        entries.append((payload, fields))
-    raw = batch(entries)
+        elif kind < 12:
+            extra = draw(raw_metadata())
+        if draw(st.integers(0, 3)) == 0:  # the sample captures' entries: both at once
+            fields["partition_key"] = draw(st.sampled_from(["", "key-7"]))
+            fields["properties"] = [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}]
+        entries.append((payload, fields, extra))
+    raw = raw_batch(entries)
     n = len(entries)
     damage = draw(st.integers(0, 12))
     if damage == 0:
@@ -286,8 +353,8 @@ def test_counting_only_gives_batches_without_rows():
 
 
 def test_refused_batches_stay_with_the_reference():
-    # a property on one entry, a count one too high: the reference's rows and anomaly
-    raw = batch([(b"a", {"properties": [{"key": "k", "value": "v"}]}), (b"b", {})])
+    # an event time on one entry, a count one too high: the reference's rows and anomaly
+    raw = batch([(b"a", {"event_time": 5}), (b"b", {})])
     md = metadata(**MD, uncompressed_size=len(raw), num_messages_in_batch=2)
     bad = metadata(**MD, uncompressed_size=len(raw), num_messages_in_batch=3)
     script = [Data(C2S, frame(cmd("SEND", producer_id=1, sequence_id=1), md, raw)
@@ -324,5 +391,22 @@ def test_sha256_matches_hashlib(n):
 @pytest.mark.parametrize("cap", [0, 1, 5, 2**70])
 def test_any_payload_cap(cap):
     a, b = both_ways(_plain_frames(3), 2, {"payload_cap": cap})
+    assert_same(a, b)
+    assert any(type(r) is ColumnBatch for r in b.records)
+
+
+@pytest.mark.parametrize("text", _STRING_BYTES, ids=repr)
+def test_entry_strings_as_the_reference_reads_them(text):
+    # a key, a value and a partition key of each kind (valid UTF-8 goes to the columns,
+    # the rest is escaped by the reference), then every hand-encoded piece
+    extras = [_field(0x0A, _field(0x0A, text) + _field(0x12, b"v")),
+              _field(0x0A, _field(0x0A, b"k") + _field(0x12, text)),
+              _field(0x12, text), *_RAW_PIECES]
+    frames = b""
+    for extra in extras:
+        raw = raw_batch([(b"a", {}, extra), (b"b", {"partition_key": "p"}, b"")])
+        md = metadata(**MD, uncompressed_size=len(raw), num_messages_in_batch=2)
+        frames += frame(cmd("SEND", producer_id=1, sequence_id=1), md, raw)
+    a, b = both_ways([Data(C2S, frames)], 0)
     assert_same(a, b)
     assert any(type(r) is ColumnBatch for r in b.records)
