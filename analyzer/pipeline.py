@@ -207,6 +207,8 @@ class CaptureDissection:
         for spec in (FLOWS, ANOMALIES, *(t for layer in layers for t in layer.tables)):
             self.tables[spec.name] = spec
         self._facts: dict[int, LayerFacts] = {}  # what the layers learned, per flow
+        # per session class: a ``FramedSession`` (takes a run of segments in one call)?
+        self._framed: dict[type, bool] = {}
         # (flow id, inner stream id or None) -> detection state / session
         self._flows: dict[tuple[int, int | None], FlowDispatch] = {}
         self._inner_streams: dict[int, list[int]] = {}  # inner stream ids seen per flow
@@ -308,21 +310,24 @@ class CaptureDissection:
         in the order the ``ColumnBatch`` stands among the session's records."""
         flow = fd.flow
         fid = flow.flow_id
-        n0 = self._flow_rows.get(fid, 0)
-        self._flow_rows[fid] = n0 + batch.n
-        rows = batch.rows
+        table, d, n, rows, fmt = batch
+        flow_rows = self._flow_rows
+        n0 = flow_rows.get(fid, 0)
+        flow_rows[fid] = n0 + n
         if rows is None:  # parsed and counted only: another worker writes this flow
             return
-        table = batch.table
-        before = pending.pop(table, None) if pending else None
-        if before:
-            self._write_rows(table, before)
+        if pending:
+            before = pending.pop(table, None)
+            if before:
+                self._write_rows(table, before)
         acc = self._accs.get(table)
         if acc is None:
-            acc = self._accs[table] = batch.fmt.accumulator()
-        d = batch.direction
-        src, dst = flow.endpoint(d)
-        acc.move(rows, batch.n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
+            acc = self._accs[table] = fmt.accumulator()
+        if d:  # (``FlowInfo.endpoint`` written out)
+            src, dst = flow.server, flow.client
+        else:
+            src, dst = flow.client, flow.server
+        acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, 1 if d else 0, fd.stream_id,
                  src.ip, src.port, dst.ip, dst.port)
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
             self._flush_columns(table)
@@ -538,6 +543,9 @@ class CaptureDissection:
         return fd
 
     def handle(self, ev: object) -> None:
+        if type(ev) is CoalescedData:  # (first: the bulk of a capture's events)
+            self._coalesced(ev)
+            return
         if type(ev) is StreamData:
             fd = self._dispatch(ev.flow, ev.stream_id)
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
@@ -545,9 +553,6 @@ class CaptureDissection:
             ready = self.roles.ready
             while ready:  # detection swapped the flow's roles (``RoleSwaps``)
                 self.handle(ready.pop(0))
-            return
-        if type(ev) is CoalescedData:
-            self._coalesced(ev)
             return
         layer = self._layer_of.get(type(ev))
         if layer is not None:
@@ -610,19 +615,35 @@ class CaptureDissection:
         fd = self._flows.get((ev.flow.flow_id, None))
         if fd is not None:
             session = fd.session
-            if session is None and fd.unclaimed:
-                return
-            if type(session) is _Abandoned:
+            if session is None:
+                if fd.unclaimed:
+                    return
+            elif type(session) is _Abandoned:
                 session.feed(ev.direction, ev.data, ev.span())
                 return
-            budget = self.limits.budget
-            if isinstance(session, FramedSession) and (
-                    budget is None or budget.limit_bytes - budget.used >= len(ev.data)):
-                span = ev.span()
-                self._guarded(fd, lambda: session.feed_chunks(ev.direction, ev.data, span,
-                                                              ev.chunks()),
-                              span.ts_first_ns, span.frame_first)
-                return
+            else:
+                framed = self._framed.get(type(session))
+                if framed is None:
+                    framed = self._framed[type(session)] = isinstance(session, FramedSession)
+                data = ev.data
+                budget = self.limits.budget
+                if framed and (budget is None or budget.limit_bytes - budget.used >= len(data)):
+                    # (``_guarded`` written out, the span taken from the chunk records:
+                    # this runs once per run of segments)
+                    chunks = ev.chunks()
+                    first, last = chunks[0], chunks[-1]
+                    try:
+                        records = session.feed_chunks(  # type: ignore[attr-defined]
+                            ev.direction, data,
+                            Span(ev.offset, first[1], last[2], first[3], last[4]), chunks)
+                    except KeyboardInterrupt:
+                        raise
+                    except BaseException as exc:  # noqa: BLE001 - as in ``_guarded``
+                        self._dissector_error(fd, exc, first[1], first[3])
+                        return
+                    if records:
+                        self._emit_records(fd, records)
+                    return
         # a part is turned once an earlier one showed the roles swapped, unless the run
         # came already turned (``RoleSwaps.events``: it was emitted before a swap)
         turned = self.roles.turns(ev.flow)

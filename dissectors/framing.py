@@ -393,16 +393,16 @@ class _Framer:
         if self._closed:
             raise ValueError("feed after close")
         b = self._b
-        expected = b.end
-        if expected is not None and span.offset != expected:
+        started = b.started
+        if started and span.offset != b.base + len(b.data):
             raise ValueError(
-                f"non-contiguous feed at {span.offset}, expected {expected}"
+                f"non-contiguous feed at {span.offset}, expected {b.end}"
                 " (announce missing bytes with gap())"
             )
         self._waiting = False
         n = len(data)
         if not n:
-            if expected is None:
+            if not started:
                 b.reset(span.offset)  # (the stream starts here)
             return
         self.fed_bytes += n
@@ -414,7 +414,7 @@ class _Framer:
             self.undecoded_bytes += n
             b.reset(span.offset + n)
             return
-        b.feed(data, span, chunks)
+        b.append(data, span, chunks)  # (contiguity checked above)
 
     def _forget_resolved(self) -> None:
         """Drop the resolved prefix of the buffer now (``feed`` does it anyway)."""

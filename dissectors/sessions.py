@@ -150,23 +150,26 @@ class FramedSession(Session):
                 return self.feed_chunks(direction, data, span, chunks)
         out: list[Record] = []
         own_feed = type(self).feed is not FramedSession.feed
+        layers = self.layers
+        n = len(chunks)
+        if n <= FEED_CHUNKS and not own_feed and layers[direction] is None:
+            self.framers[direction].feed(data, span, chunks)  # the usual run: no copy
+            self.drain_fed(direction, out)
+            return out
         base = start = span.offset
-        i, n = 0, len(chunks)
+        i = 0
         while i < n:
-            if own_feed or self.layers[direction] is not None:
+            if own_feed or layers[direction] is not None:  # (a drain may set a layer)
                 c = chunks[i]
                 i += 1
                 out += self.feed(direction, data[start - base:c[0] - base],
                                  Span(start, c[1], c[2], c[3], c[4]))
                 start = c[0]
                 continue
-            if not i and n <= FEED_CHUNKS:  # (the whole run in one feed: no copy)
-                part, piece, piece_span = chunks, data, span
-            else:
-                part = chunks[i:i + FEED_CHUNKS]
-                first, last = part[0], part[-1]
-                piece = data[start - base:last[0] - base]
-                piece_span = Span(start, first[1], last[2], first[3], last[4])
+            part = chunks[i:i + FEED_CHUNKS]
+            first, last = part[0], part[-1]
+            piece = data[start - base:last[0] - base]
+            piece_span = Span(start, first[1], last[2], first[3], last[4])
             i += len(part)
             self.framers[direction].feed(piece, piece_span, part)
             self.drain_fed(direction, out)

@@ -369,7 +369,14 @@ class NativeReassembler:
             if not isinstance(recent, _Window):  # the first bytes, or the first after a gap
                 recent = half.recent = _Window()
                 recent.half, recent.held = half, 0
-            new = parts[0] if len(parts) == 1 else b"".join(parts)
+            if len(parts) == 1:
+                new = parts[0]
+            else:  # only the parts that reach into the last ``keep`` bytes are joined
+                size, first = 0, len(parts)
+                while first and size < keep:
+                    first -= 1
+                    size += len(parts[first])
+                new = b"".join(parts[first:])
             if len(new) >= keep:
                 recent[:] = new[len(new) - keep:]
             else:

@@ -153,15 +153,27 @@ class ProvenanceBuffer:
         (``Chunk``s in stream order, the last one ending where ``data`` ends: what
         ``CoalescedData.chunks`` gives), taken as they are; the buffer then holds what
         one ``feed`` per packet would have left in it.  None: one record from ``span``."""
-        base = self.base
-        buf = self.data
-        if not self.started:
-            self.base = base = span.offset
-            self.started = True
-        elif span.offset != base + len(buf):
+        if self.started and span.offset != self.base + len(self.data):
             raise ValueError(f"non-contiguous feed at {span.offset}, expected "
-                             f"{base + len(buf)} (announce missing bytes with a gap)")
-        dropped = self.compact() if self.pos else 0
+                             f"{self.base + len(self.data)} (announce missing bytes with a gap)")
+        return self.append(data, span, chunks)
+
+    def append(self, data: bytes, span: SpanLike, chunks: Sequence[Chunk] | None = None) -> int:
+        """``feed`` for a caller that checked already that ``span.offset`` is where the
+        bytes held end (``end``; the framer does, with its own message): the same, without
+        checking it again on the hot path."""
+        buf = self.data
+        pos = self.pos
+        if not self.started:
+            self.base = span.offset
+            self.started = True
+        elif pos:  # (``compact`` written out: once per feed)
+            del buf[:pos]
+            self.base += pos
+            self.pos = 0
+            ch = self.chunks
+            if len(ch) > 1 and ch[0][0] <= self.base:
+                self._forget(self.base)
         end = self.base + len(buf) + len(data)
         if chunks is None:
             chunk = (end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last)
@@ -173,7 +185,7 @@ class ProvenanceBuffer:
             self.chunks.extend(chunks)
         buf += data
         self.last = chunk
-        return dropped
+        return pos
 
     def compact(self) -> int:
         """Drop the resolved prefix now (``feed`` does it anyway), and the chunks wholly
@@ -183,10 +195,25 @@ class ProvenanceBuffer:
             del self.data[:pos]
             self.base = base = self.base + pos
             self.pos = 0
-            ch = self.chunks
-            while len(ch) > 1 and ch[0][0] <= base:
-                ch.popleft()
+            self._forget(base)
         return pos
+
+    def _forget(self, offset: int) -> None:
+        """Forget the chunks that end at or before ``offset``, always keeping the last one
+        (``chunk_at``'s rule).  Chunk ends only grow, so when the one before the last
+        ends there too all but the last go at once (a scanner that consumed every whole
+        unit of a run of packets: the usual case)."""
+        ch = self.chunks
+        if len(ch) > 1 and ch[0][0] <= offset:
+            if ch[-2][0] <= offset:
+                last = ch[-1]
+                ch.clear()
+                ch.append(last)
+            else:
+                popleft = ch.popleft
+                popleft()
+                while ch[0][0] <= offset:  # (stops before the last: ch[-2] ends later)
+                    popleft()
 
     def clear(self) -> None:
         """Give up everything held (its bytes count as resolved): the buffer is empty at
@@ -209,8 +236,8 @@ class ProvenanceBuffer:
         """The chunk holding stream ``offset``, or the latest one when ``offset`` is past
         everything fed.  Chunks wholly before ``offset`` are forgotten: ask in order."""
         ch = self.chunks
-        while len(ch) > 1 and ch[0][0] <= offset:
-            ch.popleft()
+        if len(ch) > 1 and ch[0][0] <= offset:
+            self._forget(offset)
         return ch[0] if ch else self.last
 
     def extent(self, start: int, end: int) -> Extent:
@@ -265,12 +292,14 @@ SEGMENT = struct.Struct("=qqq")
 (the layout the C core, ``reassembly/_engine.c``, writes)."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class CoalescedData:
     """In-order bytes of one flow direction that the reference reassembler would have
     delivered as one ``StreamData`` per segment, back to back in its event order (the
     native engine's output, ``reassembly.native``).  ``segments`` packs, per segment,
-    its end offset, time and frame (``SEGMENT``).
+    its end offset, time and frame (``SEGMENT``).  A value: nobody changes one once
+    made (not ``frozen`` only because a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``, ~4x the cost, and one is made per run of segments).
 
     A consumer takes it whole (``chunks``: one provenance record per segment, for a
     ``ProvenanceBuffer``) or as the reference's events (``split``); a layer that does not
