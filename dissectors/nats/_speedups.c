@@ -103,47 +103,68 @@ static void sha256(const uint8_t *p, size_t n, uint8_t out[32]) {
 
 /* Fan-out: nats-server delivers one published payload to every subscriber, so a capture
  * holds a large payload several times (its PUB, then a MSG per subscriber, a JetStream
- * fetch later).  The last REUSE_SLOTS payloads of at least REUSE_MIN bytes that were
- * hashed are kept with their digest; a payload equal to one of them (same length, then
- * memcmp: ~1/20 of the cost of hashing it) takes that digest instead of hashing again.
- * A fixed bound: at most REUSE_SLOTS * MAX_FAST_TOTAL bytes (8 MiB) per process. */
+ * fetch later).  The payloads of at least REUSE_MIN bytes hashed last are kept with their
+ * digest, REUSE_BYTES in all (the least recently used go first); a payload equal to one
+ * of them (same length, then memcmp: ~1/20 of the cost of hashing it) takes its digest
+ * instead of being hashed again.  A fixed bound per process, whatever the capture. */
 #define REUSE_MIN (16 << 10)
-#define REUSE_SLOTS 8
-typedef struct { uint8_t *p; size_t n, cap; uint64_t used; uint8_t d[32]; } Kept;
+#define REUSE_SLOTS 64
+#define REUSE_BYTES (8 << 20)
+typedef struct { uint8_t *p; size_t n; uint64_t used; uint8_t d[32]; } Kept;
 static Kept kept[REUSE_SLOTS];
-static uint64_t kept_clock, kept_hits, kept_misses;
+static size_t kept_bytes;
+static uint64_t kept_clock, kept_hits, kept_misses, kept_hit_bytes, kept_miss_bytes;
+
+static void keep(const uint8_t *p, size_t n, const uint8_t d[32]) {
+    Kept *slot, *lru;
+    int i;
+    while (1) {
+        slot = lru = NULL;
+        for (i = 0; i < REUSE_SLOTS; i++) {
+            Kept *k = &kept[i];
+            if (k->p == NULL) {
+                if (slot == NULL) slot = k;
+            } else if (lru == NULL || k->used < lru->used) {
+                lru = k;
+            }
+        }
+        if (slot != NULL && kept_bytes + n <= REUSE_BYTES) break;
+        if (lru == NULL) return; /* (n > REUSE_BYTES: not kept) */
+        kept_bytes -= lru->n;
+        PyMem_RawFree(lru->p);
+        memset(lru, 0, sizeof *lru);
+    }
+    slot->p = PyMem_RawMalloc(n);
+    if (slot->p == NULL) return; /* not kept: the digest is right either way */
+    memcpy(slot->p, p, n);
+    memcpy(slot->d, d, 32);
+    slot->n = n;
+    slot->used = ++kept_clock;
+    kept_bytes += n;
+}
 
 static void sha256_payload(const uint8_t *p, size_t n, uint8_t out[32]) {
-    int i, lru = 0;
-    Kept *k;
+    int i;
     if (n < REUSE_MIN) { sha256(p, n, out); return; }
     for (i = 0; i < REUSE_SLOTS; i++) {
-        k = &kept[i];
+        Kept *k = &kept[i];
         if (k->n == n && memcmp(k->p, p, n) == 0) {
             memcpy(out, k->d, 32);
             k->used = ++kept_clock;
             kept_hits++;
+            kept_hit_bytes += n;
             return;
         }
-        if (k->used < kept[lru].used) lru = i;
     }
     sha256(p, n, out);
     kept_misses++;
-    k = &kept[lru];
-    if (k->cap < n) {
-        uint8_t *np = PyMem_RawRealloc(k->p, n);
-        if (np == NULL) return; /* not kept: the digest is right either way */
-        k->p = np;
-        k->cap = n;
-    }
-    memcpy(k->p, p, n);
-    memcpy(k->d, out, 32);
-    k->n = n;
-    k->used = ++kept_clock;
+    kept_miss_bytes += n;
+    keep(p, n, out);
 }
 
 static PyObject *py_reuse_stats(PyObject *self, PyObject *unused) {
-    return Py_BuildValue("KK", (unsigned long long)kept_hits, (unsigned long long)kept_misses);
+    return Py_BuildValue("KKKK", (unsigned long long)kept_hits, (unsigned long long)kept_misses,
+                         (unsigned long long)kept_hit_bytes, (unsigned long long)kept_miss_bytes);
 }
 
 static PyObject *py_use_openssl(PyObject *self, PyObject *args) {
@@ -1081,7 +1102,8 @@ static PyMethodDef module_methods[] = {
      "use_openssl(init, update, final): addresses of libcrypto's SHA256_* (0s: portable)"},
     {"sha256_hex", py_sha256_hex, METH_VARARGS, "sha256_hex(data, portable=False) -> hex"},
     {"reuse_stats", py_reuse_stats, METH_NOARGS,
-     "reuse_stats() -> (hits, misses): payload digests taken from kept equal payloads"},
+     "reuse_stats() -> (hits, misses, hit bytes, missed bytes) of the digests of payloads "
+     ">= REUSE_MIN bytes: taken from an equal kept payload, or hashed"},
     {"protobuf_ok", py_protobuf_ok, METH_VARARGS,
      "protobuf_ok(data) -> dissectors.proto.wire.scan(data) is not None"},
     {NULL}};
