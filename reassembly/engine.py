@@ -24,6 +24,7 @@ from reassembly.events import Anomaly, CaptureEvent, Event, QuicEvent
 from reassembly.flows import DEFAULT_SERVER_PORTS, FlowTable, RoleSwaps
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.network import FirstReports, L4Packet, NetworkDecoder
+from reassembly.passing import Passing
 from reassembly.quic.keylog import KeyLog
 from reassembly.quic.layer import QuicLayer, add_capture_secrets
 from reassembly.tls import TlsLayer
@@ -159,20 +160,21 @@ def capture_damage_events(reader: CaptureReader) -> list[Event]:
 
 
 def stream_layers(events: Iterable[CaptureEvent | CoalescedData], limits: Limits,
-                  keylog: KeyLog, flows: FlowTable | None = None
+                  keylog: KeyLog, flows: FlowTable | None = None, passing: Passing | None = None
                   ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
     """The layers above TCP: TLS decryption (``reassembly.tls``), then WebSocket
     (``reassembly.websocket``); each replaces the stream events of the flows it takes
     (a ``CoalescedData`` of such a flow as the ``StreamData`` it stands for) and passes
     every other event on.  ``flows``: the table the events come from (its
-    ``swap_roles`` fixes roles)."""
+    ``swap_roles`` fixes roles).  ``passing``: both layers join it (``reassembly.passing``)."""
     from reassembly.websocket import WebSocketLayer
 
     roles = None
     if flows is not None:
         roles = RoleSwaps(immediate=True)
         roles.table = flows
-    return WebSocketLayer(limits, roles).process(TlsLayer(limits, keylog).process(events))
+    return WebSocketLayer(limits, roles, passing).process(
+        TlsLayer(limits, keylog, passing=passing).process(events))
 
 
 def keylog_problems(keylog: KeyLog) -> list[Event]:
@@ -307,8 +309,13 @@ def capture_events(
         events = engine.process(batches) if chunks else engine.events(batches)
     else:
         events = reassembler.process(frames())
-    quic_events = quic.process(events, out)
-    layered = stream_layers(quic_events, limits, quic.keylog, reassembler.flows)
+    if engine is not None and chunks:  # runs no layer takes go past the layers
+        passing = Passing()
+        layered = passing.around(events, lambda evs: stream_layers(
+            quic.process(evs, out), limits, quic.keylog, reassembler.flows, passing))
+    else:
+        layered = stream_layers(quic.process(events, out), limits, quic.keylog,
+                                reassembler.flows)
     if roles is not None:
         layered = roles.connect(reassembler.flows, layered)
     yield from layered

@@ -81,6 +81,7 @@ from reassembly.events import (
 )
 from reassembly.flows import RoleSwaps, turned
 from reassembly.limits import Limits
+from reassembly.passing import Passing
 from reassembly.provenance import CoalescedData, Extent, ProvenanceBuffer
 
 __all__ = ["WebSocketJoin", "WebSocketLayer", "accept_key", "parse_extensions"]
@@ -255,14 +256,21 @@ class _Conn:
 class WebSocketLayer:
     """Stream events → WebSocket message streams (see the module docstring)."""
 
-    def __init__(self, limits: Limits, roles: RoleSwaps | None = None) -> None:
+    def __init__(self, limits: Limits, roles: RoleSwaps | None = None,
+                 passing: Passing | None = None) -> None:
         """``roles`` (connected to the flow table, ``immediate``): fixes a flow joined
         late whose masked side (the client) the port hint took for the server, turns
         the flow's events still on their way, and hands over the anomaly at once (so it
         has the same place whatever reader runs ahead); without it the flow keeps its
-        roles and its frames are read the other way round (``websocket.roles``)."""
+        roles and its frames are read the other way round (``websocket.roles``).
+        ``passing``: the runs of flows this layer passes on as they are may skip it
+        (``reassembly.passing``), unless ``roles`` still turns their events."""
         self.limits = limits
         self._roles = roles
+        self._passing = passing
+        self._member = passing.join() if passing is not None else -1
+        if passing is not None and roles is not None:
+            passing.veto(roles.turns)
         self._out: list[CaptureEvent | WebSocketJoin | CoalescedData] = []
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
@@ -340,6 +348,9 @@ class WebSocketLayer:
         fid = ev.flow.flow_id
         if fid in self._seen and fid not in self._conns:
             self._out.append(ev)
+            if self._passing is not None:  # so until the flow ends (``_conns`` takes a
+                # flow only before it is ``_seen``)
+                self._passing.passes(self._member, fid, ev.direction)
             return
         for part in ev.split():
             self.stream(part)
@@ -347,6 +358,8 @@ class WebSocketLayer:
     def close(self, ev: StreamClose) -> None:
         fid = ev.flow.flow_id
         self._seen.discard(fid)
+        if self._passing is not None:
+            self._passing.holds(self._member, fid)
         late = self._conns.get(fid)
         if late is not None and late.state == "late":
             self._late_decide(late, final=True)

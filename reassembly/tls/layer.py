@@ -61,6 +61,7 @@ from reassembly.events import (
     TlsConnection,
 )
 from reassembly.limits import Limits
+from reassembly.passing import Passing
 from reassembly.provenance import CoalescedData, Extent, ProvenanceBuffer, Span, SpanLike
 from reassembly.quic.keylog import KeyLog, Labels
 from reassembly.tls.records import (
@@ -236,8 +237,13 @@ class TlsLayer:
     def __init__(
         self, limits: Limits, keylog: KeyLog | None = None,
         emit: Callable[[Event | LayerEvent | CoalescedData], None] | None = None,
+        passing: Passing | None = None,
     ) -> None:
+        """``passing``: the runs of flow directions this layer passes on as they are may
+        skip it (``reassembly.passing``)."""
         self.limits = limits
+        self._passing = passing
+        self._member = passing.join() if passing is not None else -1
         self.keylog = keylog if keylog is not None else KeyLog()
         self._out: list[CaptureEvent | CoalescedData] = []
         self._emit = emit or self._out.append
@@ -296,6 +302,10 @@ class TlsLayer:
                 and (d != _CLIENT or w.seen[d] >= STARTTLS_WINDOW_BYTES)):
             w.seen[d] += len(ev.data)
             self._emit(ev)
+            if self._passing is not None:
+                # so until the flow turns TLS (``_new_conn``): ``seen`` is only compared
+                # with the window, which this direction is past (or is not asked of)
+                self._passing.passes(self._member, fid, d)
             return
         for part in ev.split():
             self.stream(part)
@@ -303,6 +313,8 @@ class TlsLayer:
     def close(self, ev: StreamClose) -> None:
         fid = ev.flow.flow_id
         self._watch.pop(fid, None)
+        if self._passing is not None:
+            self._passing.holds(self._member, fid)
         conn = self._conns.pop(fid, None)
         if conn is not None:
             self._finish(conn, ev.ts_ns)
@@ -356,6 +368,8 @@ class TlsLayer:
         conn.first_frame = ev.frame_first
         self.counters["connections"] += 1
         self._watch.pop(flow.flow_id, None)
+        if self._passing is not None:
+            self._passing.holds(self._member, flow.flow_id)
         return conn
 
     def _plain_side(self, conn: _Conn, side: _Side, ev: StreamData | StreamGap) -> None:

@@ -1,0 +1,143 @@
+"""Runs of TCP segments that no layer above TCP wants, handed past the layers.
+
+Why: with the native engine most events of a bulk capture are ``CoalescedData`` of flows
+that no layer above TCP (TLS, WebSocket) takes; each layer's generator only passes such
+a run on, and with ~4 segments per run (flows interleave) that walk through every
+generator is paid tens of thousands of times.  ``Passing`` lets those runs go straight
+from the source (the engine) to the consumer, without any layer naming another and
+without the conveyor naming a protocol.
+
+The contract: a layer that may take a TCP flow's bytes *joins* (``join``) and says, per
+flow direction, when it would pass that direction's ``CoalescedData`` on exactly as it
+is, with nothing of its own to update (``passes``), and when that is no longer so
+(``holds``; also when the flow ends, so nothing outlives its flow).  A layer that never
+takes a ``CoalescedData`` (QUIC: TCP is not its own) need not join.  ``veto`` adds a
+test that keeps a flow's runs in the layers anyway (a ``RoleSwaps`` of a layer still
+turning the flow's events).  ``around(source, stack)`` is ``stack(source)`` with every
+run that all members pass (and no veto holds) handed over directly.
+
+Why the order and every state stay those of the full stack: every layer yields all the
+events an input made before it asks for its next input, so when the source gives an
+event, the consumer has taken everything the stack made of the events before it; a run
+that every layer would pass on untouched comes out of the stack right then, so handing
+it over directly gives the same sequence, and the layers' states are those they would
+have had (a member says ``passes`` only where passing the run changes nothing it would
+decide on).  Whether a run may skip is asked when the source gives it, after the
+consumer took everything before it, so a member's ``holds`` (made while it handled an
+earlier event) always counts.  To stop feeding the stack, the driver sends ``PAUSE``
+through it (an object every layer passes on as any event it does not know): when
+``PAUSE`` comes out, nothing is in flight.  That costs one trip through the layers
+when the source switches from runs the layers take to runs that skip them, not one
+per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+from reassembly.events import FlowInfo
+from reassembly.provenance import CoalescedData
+
+__all__ = ["PAUSE", "Passing"]
+
+
+class _Pause:
+    """The marker the driver sends through the layers (see the module docstring)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PAUSE"
+
+
+PAUSE: Final = _Pause()
+
+
+class Passing:
+    """Which flow directions' ``CoalescedData`` every member layer passes on as it is
+    (the module docstring).  ``skipped`` counts the runs handed past the layers."""
+
+    __slots__ = ("_members", "_marks", "_keys", "_vetoes", "skipped", "pauses")
+
+    def __init__(self) -> None:
+        self._members = 0
+        self._marks: dict[int, int] = {}  # flow direction -> bit set of the members passing
+        self._keys: set[int] = set()  # flow directions every member passes
+        self._vetoes: list[Callable[[FlowInfo], bool]] = []
+        self.skipped = 0
+        self.pauses = 0
+
+    def join(self) -> int:
+        """A new member; returns its index (for ``passes``/``holds``).  Join before the
+        first event: a member that joins later has not said what it passes."""
+        index = self._members
+        self._members += 1
+        return index
+
+    def veto(self, holds: Callable[[FlowInfo], bool]) -> None:
+        """``holds(flow)`` True keeps that flow's runs in the layers for now."""
+        self._vetoes.append(holds)
+
+    def passes(self, member: int, flow_id: int, direction: int) -> None:
+        """``member`` passes this flow direction's runs on as they are from now on."""
+        key = flow_id << 1 | direction
+        marks = self._marks.get(key, 0) | 1 << member
+        self._marks[key] = marks
+        if marks == (1 << self._members) - 1:
+            self._keys.add(key)
+
+    def holds(self, member: int, flow_id: int, direction: int | None = None) -> None:
+        """``member`` no longer passes this flow direction's runs (``direction`` None: both
+        directions; what a member says when it takes the flow, or when the flow ends)."""
+        for d in (0, 1) if direction is None else (direction,):
+            key = flow_id << 1 | d
+            marks = self._marks.pop(key, 0) & ~(1 << member)
+            if marks:
+                self._marks[key] = marks
+            self._keys.discard(key)
+
+    def skips(self, ev: CoalescedData) -> bool:
+        """Whether the run ``ev`` goes past the layers."""
+        flow = ev.flow
+        if flow.flow_id << 1 | ev.direction not in self._keys:
+            return False
+        return not any(holds(flow) for holds in self._vetoes)
+
+    def around(self, source: Iterable[Any], stack: Callable[[Iterator[Any]], Iterable[Any]]
+               ) -> Iterator[Any]:
+        """``stack(source)`` (the layers over the source's events), with the runs every
+        member passes handed to the consumer directly (see the module docstring)."""
+        events = iter(source)
+        held: list[Any] = []  # the one event the driver read and the layers get next
+        skips = self.skips
+
+        def feed() -> Iterator[Any]:
+            while True:
+                if held:
+                    ev = held.pop()
+                else:
+                    ev = next(events, None)  # (no event is None)
+                    if ev is None:
+                        return
+                    if type(ev) is CoalescedData and skips(ev):
+                        held.append(ev)
+                        self.pauses += 1
+                        yield PAUSE  # drains the layers; the driver takes ``ev``
+                        continue
+                yield ev
+
+        for out in stack(feed()):
+            if out is not PAUSE:
+                yield out
+                continue
+            ev = held.pop()
+            while True:
+                self.skipped += 1
+                yield ev
+                ev = next(events, None)
+                if ev is None:
+                    break  # the layers see the end through ``feed``
+                if type(ev) is not CoalescedData or not skips(ev):
+                    held.append(ev)
+                    break
