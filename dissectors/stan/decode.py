@@ -10,6 +10,7 @@ import hashlib
 import re
 import zlib
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeGuard
 
 from dissectors.proto import Decoded, Kind, decode, enum_names, schema
@@ -117,29 +118,27 @@ def decode_kind(
             f"{msg_type}: string field(s) {', '.join(d.bad_utf8)} not valid UTF-8 (shown with "
             "\\x escapes; Go peers accept them)",
         ))
-    sch = d.schema
-    for spec in sch.fields.values():
-        name = spec.name
-        if name in d.values:
-            v = d.values[name]
-        elif clean_end:
-            if name in ("crc32", "timestamp"):
-                continue  # absent stays null (crc_status says so; no invented 1970 time)
-            v = _default(spec.kind)
+    got = d.values
+    for name, column, default, special in _plan(full):
+        if name in got:
+            v = got[name]
+        elif clean_end and default is not _ABSENT:
+            v = default
         else:
             continue
-        if name == "data":
-            _data_columns(values, v, payload_cap)
-            continue
-        if name in _UINT64_FIELDS and v > _I64_MAX:
-            problems.append(Problem(
-                "stan.uint64_overflow",
-                f"{msg_type}.{name} = {v} does not fit int64; column left null",
-            ))
-            continue
-        if name == "start_position":
-            v = _START_POSITION.get(v, str(v))
-        values[_COLUMN.get(name, name)] = v
+        if special:
+            if special == _DATA:
+                _data_columns(values, v, payload_cap)
+                continue
+            if special == _UINT64 and v > _I64_MAX:
+                problems.append(Problem(
+                    "stan.uint64_overflow",
+                    f"{msg_type}.{name} = {v} does not fit int64; column left null",
+                ))
+                continue
+            if special == _ENUM:
+                v = _START_POSITION.get(v, str(v))
+        values[column] = v
     if msg_type == "MsgProto":
         _crc(values, d, problems)
     elif msg_type == "PubMsg" and clean_end:
@@ -152,6 +151,25 @@ def decode_kind(
                 "ok" if got == hashlib.sha256(data).digest() else "mismatch"
             )
     return values, d, problems
+
+
+_ABSENT = object()  # a field left null when absent (no invented default)
+_DATA, _UINT64, _ENUM = 1, 2, 3  # fields that need more than a copy to their column
+
+
+@cache
+def _plan(full: str) -> tuple[tuple[str, str, object, int], ...]:
+    """``(field, column, value when absent, special)`` of each field of ``full``, in
+    schema order: what ``decode_kind`` does per field, worked out once per message type."""
+    out = []
+    for spec in schema(full).fields.values():
+        name = spec.name
+        # crc32 / timestamp: absent stays null (crc_status says so; no invented 1970 time)
+        default = _ABSENT if name in ("crc32", "timestamp") else _default(spec.kind)
+        special = (_DATA if name == "data" else _UINT64 if name in _UINT64_FIELDS
+                   else _ENUM if name == "start_position" else 0)
+        out.append((name, _COLUMN.get(name, name), default, special))
+    return tuple(out)
 
 
 def _default(kind: Kind) -> str | bytes | bool | int:
@@ -216,10 +234,13 @@ def plausible_subject(s: object, literal: bool = True) -> TypeGuard[str]:
     wildcards when ``literal``."""
     if not isinstance(s, str) or not s or len(s) > 1024:
         return False
-    for tok in s.split("."):
-        if not tok or (literal and tok in ("*", ">")):
-            return False
-    return not any(c.isspace() for c in s) and s.isprintable()
+    # (asked for every learned subject: string methods, no loop over characters)
+    if s[0] == "." or s[-1] == "." or ".." in s:
+        return False  # an empty token
+    if literal and ("*" in s or ">" in s) and any(t in ("*", ">") for t in s.split(".")):
+        return False
+    # every whitespace character but the space is unprintable (checked over all of Unicode)
+    return " " not in s and s.isprintable()
 
 
 def _token(s: object, max_len: int = 128) -> bool:

@@ -440,3 +440,21 @@ def test_random_and_mutated_payloads_never_raise_and_rows_validate(msgs):
     env = {"capture_id": "c", "flow_id": 1, "direction": "c2s"}
     batch = rows_to_batch(STAN_TABLE, [{**env, "record_id": i, **x} for i, x in enumerate(out)])
     validate_batch(STAN_TABLE, batch)
+
+
+def _plausible_by_definition(s, literal=True):
+    """``plausible_subject`` as its docstring says it, character by character."""
+    if not isinstance(s, str) or not s or len(s) > 1024:
+        return False
+    if any(not tok or (literal and tok in ("*", ">")) for tok in s.split(".")):
+        return False
+    return not any(c.isspace() for c in s) and s.isprintable()
+
+
+@given(st.one_of(st.text(alphabet=st.sampled_from("ab.*> \t\u00a0\u2028\x00_é"), max_size=12),
+                 st.text(max_size=12), st.none(), st.integers()),
+       st.booleans())
+def test_plausible_subject_is_its_definition(s, literal):
+    from dissectors.stan.decode import plausible_subject
+
+    assert plausible_subject(s, literal) == _plausible_by_definition(s, literal)
