@@ -95,10 +95,11 @@ import logging
 import multiprocessing
 import os
 import pickle
+import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,9 @@ from analyzer.pipeline import (
     run_dissection,
     write_manifest,
 )
+from analyzer.progress import ProgressWrap
 from analyzer.sink import (
+    BATCH_BYTES,
     CaptureLock,
     DatasetWriter,
     OutputError,
@@ -243,21 +246,6 @@ class OwnedRowsWriter:
 
 
 
-@dataclass(frozen=True)
-class ProgressWrap:
-    """``wrap`` for ``dissect_capture``: a progress bar on stderr over the capture's
-    bytes (``analyzer.progress``).  A class of an importable module, so it pickles into
-    worker 0, which shows it, even when the command line runs as ``__main__``."""
-
-    label: str
-
-    def __call__(self, reader: CaptureReader, events: Iterable) -> Iterable:
-        from analyzer.progress import capture_progress
-
-        with capture_progress(reader, self.label) as bar:
-            yield from bar(events)
-
-
 # ---------------------------------------------------------------------------- worker
 
 
@@ -265,8 +253,8 @@ class ProgressWrap:
 class _Task:
     path: str
     out_dir: str
-    capture_id: str
-    sha256: str
+    capture_id: str | None  # None (with sha256): sent by the parent once it hashed
+    sha256: str | None
     options: Options
     registry: Registry
     wrap: Callable[[CaptureReader, Iterable], Iterable] | None
@@ -305,40 +293,51 @@ class WorkerResult:
     cross_flow: list[str] = field(default_factory=list)
 
 
-class _SplitEvents:
-    """``wrap`` for ``run_dissection`` in a light worker: its events (only the owned
-    flows', ``run_dissection(split=...)``), then ``inner`` (progress) over them as usual.
+class _Events:
+    """``wrap`` for ``run_dissection`` in a worker: its events (a light worker's are only
+    its own flows', ``run_dissection(split=...)``), then ``inner`` (progress) over them.
 
-    The events end early once ``touched()`` (state shared across flows was used): the
-    run will be thrown away, reading on would be wasted."""
+    The events end early once ``touched()`` (a light worker used state shared across
+    flows: the run will be thrown away) or ``abandon()`` (worker 0, in the parent: the
+    run ends for another worker's reason), looked at every ``CHECK_EVERY`` events:
+    reading on would be wasted."""
 
-    CHECK_EVERY = 64  # events between two looks at ``touched``
+    CHECK_EVERY = 64  # events between two looks at ``touched`` and ``abandon``
 
     def __init__(self, inner: Callable[[CaptureReader, Iterable], Iterable] | None,
-                 touched: Callable[[], bool]) -> None:
-        self.inner, self.touched = inner, touched
+                 touched: Callable[[], bool], abandon: Callable[[], bool]) -> None:
+        self.inner, self.touched, self.abandon = inner, touched, abandon
 
     def __call__(self, reader: CaptureReader, events: Iterable) -> Iterable:
         mine = self._events(events)
         return self.inner(reader, mine) if self.inner is not None else mine
 
     def _events(self, events: Iterable) -> Iterable:
-        touched, every = self.touched, self.CHECK_EVERY
+        touched, abandon, every = self.touched, self.abandon, self.CHECK_EVERY
         for n, ev in enumerate(events):
-            if not n % every and touched():
+            if not n % every and (touched() or abandon()):
                 return
             yield ev
         touched()
 
 
-def run_worker(task: _Task) -> WorkerResult:
+def _never() -> bool:
+    return False
+
+
+def run_worker(task: _Task, abandon: Callable[[], bool] = _never) -> WorkerResult:
     """Worker ``task.worker``: the capture through ``CaptureDissection`` — the whole of
     it, or (``task.light``) only its own flows' events — and its share of the rows into
-    its part files (left unrenamed for the parent).
+    its part files (left unrenamed for the parent).  ``abandon()`` true ends its events
+    early (the run is being given up).
 
     The read loop is ``analyzer.pipeline.run_dissection``, as in one process; only the
-    writer, the events (light), the file name and the end differ."""
+    writer, the events, the file name and the end differ.  The writer's Arrow bytes
+    held before a row group is written (``BATCH_BYTES``, most of what a bulk run holds
+    besides its imports) are one process's divided among the workers, so N workers
+    hold about what one does (row groups get smaller; the rows are the same)."""
     options, registry = task.options, task.registry
+    assert task.capture_id is not None and task.sha256 is not None
     for spec in registry.tables():
         register_table(spec)
     inner = DatasetWriter(
@@ -351,6 +350,7 @@ def run_worker(task: _Task) -> WorkerResult:
         overwrite=options.overwrite,
         part=task.worker,
         coordinated=True,
+        batch_bytes=max(1, BATCH_BYTES // task.workers),
     )
     writer = OwnedRowsWriter(inner, task.worker, task.workers, task.plan)
     job = CaptureDissection(task.capture_id, writer, registry, options)
@@ -362,17 +362,26 @@ def run_worker(task: _Task) -> WorkerResult:
     def touched() -> bool:
         """State shared across flows was used (named in ``cross_flow``): also a Pulsar
         schema announced, which may decode another connection's messages."""
-        assert split is not None
+        if split is None:
+            return False
         cross_flow[:] = split.cross_flow() + (["payload"] if job.payloads.decoded else []) + (
             ["payload schema"] if learned is not None and learned.learned_from else [])
         return bool(cross_flow)
 
-    wrap = _SplitEvents(task.wrap, touched) if split is not None else task.wrap
-    info, error = run_dissection(job, task.path, inner, wrap, split)
-    if split is not None:
+    wrap = (_Events(task.wrap, touched, abandon)
+            if split is not None or abandon is not _never else task.wrap)
+    try:
+        info, error = run_dissection(job, task.path, inner, wrap, split)
         touched()  # also after an error, or an end before the next look
-    # worker 0 also writes the empty files of tables nobody wrote, as one process does
-    rows = inner.close(ensure_tables=list(job.tables.values()) if task.worker == 0 else ())
+        # worker 0 also writes the empty files of tables nobody wrote, as one process does
+        rows = inner.close(ensure_tables=list(job.tables.values()) if task.worker == 0
+                           else ())
+    except BaseException:
+        # close and delete its unfinished files now: worker 0 runs in the parent, which
+        # goes on (a file held open would keep the space a full disk's manifest needs)
+        if not inner.closed:
+            inner.abort()
+        raise
     return WorkerResult(
         worker=task.worker,
         rows=rows,
@@ -389,17 +398,32 @@ def run_worker(task: _Task) -> WorkerResult:
 
 
 def _child(conn: Connection, task: _Task) -> None:
-    """Process entry point: one message to the parent, the result or the exception.
+    """Process entry point of workers 1..N-1: one message to the parent, the result or
+    the exception.  A worker started before the parent hashed the capture
+    (``task.sha256`` None) first waits for ``("go", sha256, plan)``; worker 1 of such a
+    start proposes the plan (``("plan", FlowPlan)``) meanwhile, so the C walk that
+    sizes the flows overlaps the parent's hashing.  The pipe closed instead of a go:
+    the run was refused (the capture is in OUT or being written), nothing is written.
 
-    A worker is a fresh interpreter: like ``msgcap dissect`` in one process, it keeps
-    pyarrow from importing pandas (``skip_pandas_probe``, ~0.4 s of CPU a worker), as
-    the dissection hands pyarrow no pandas objects."""
+    A spawned worker is a fresh interpreter: like ``msgcap dissect`` in one process, it
+    keeps pyarrow from importing pandas (``skip_pandas_probe``, ~0.4 s of CPU a worker),
+    as the dissection hands pyarrow no pandas objects."""
     from analyzer.cliutil import skip_pandas_probe
 
     skip_pandas_probe()
     try:
+        if task.sha256 is None:
+            if task.plan is None and task.worker == 1:
+                conn.send(("plan", plan_flows(task.path, task.workers)))
+            try:
+                _, sha, plan = conn.recv()
+            except EOFError:  # refused before it began
+                raise SystemExit(0) from None
+            task = replace(task, capture_id=sha[:16], sha256=sha, plan=plan)
         result = run_worker(task)
     except BaseException as exc:  # noqa: BLE001 - everything goes to the parent
+        if isinstance(exc, SystemExit) and exc.code == 0:
+            raise
         text = traceback.format_exc()
         try:
             conn.send(("raised", exc, text))
@@ -423,6 +447,151 @@ class _RemoteTraceback(Exception):
 # ---------------------------------------------------------------------------- parent
 
 
+def _start_method() -> str:
+    """``fork`` when this process runs no other Python thread, else ``spawn``.
+
+    Why fork: a spawned worker pays a whole interpreter start and the imports (~0.7 s
+    of CPU, ~1 s before it reads a packet); a forked one starts reading at once, and
+    shares the parent's imported pages until it writes them.  Why only then: a fork
+    copies the memory of every thread but runs only the calling one, so a lock another
+    Python thread holds (a rich progress refresher, a Parquet writer thread, a py4j
+    gateway of a Spark driver) stays locked forever in the child.  The native threads
+    a ``msgcap dissect`` process has at this point — jemalloc's background thread and
+    OpenBLAS's (pyarrow and numpy imports), Arrow's CPU pool once a file was read —
+    re-create their state in the child through their own ``pthread_atfork`` handlers,
+    as they do under multiprocessing's ``fork`` default of Python <= 3.13."""
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
+
+
+class _Workers:
+    """Worker 0 in this process, workers 1..N-1 in child processes started at
+    construction (``_start_method``), and the outcome of each:
+    ``("ok", WorkerResult)``, ``("raised", exception, traceback text)``,
+    ``("died", exit code)`` or ``("stopped", exit code)``.
+
+    Why worker 0 runs here: a process less to start (no second interpreter start, no
+    second set of imports) and the RSS of one process less, while this process would
+    otherwise only wait."""
+
+    def __init__(self, tasks: Sequence[_Task], method: str) -> None:
+        ctx = multiprocessing.get_context(method)
+        self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.conns: dict[Connection, int] = {}  # of children with no outcome yet
+        self.outcomes: dict[int, tuple] = {}
+        self.proposed: FlowPlan | None = None
+        self._stopped: set[int] = set()
+        self._stop: Callable[[tuple], bool] | None = None
+        try:
+            for task in tasks:
+                here, there = ctx.Pipe()
+                p = ctx.Process(target=_child, args=(there, task),
+                                name=f"msgcap-dissect-{task.worker}")
+                p.start()
+                there.close()
+                self.procs[task.worker] = p
+                self.conns[here] = task.worker
+        except BaseException:
+            self.close()
+            raise
+
+    def plan(self) -> FlowPlan | None:
+        """The plan worker 1 proposes (None: it ended without one)."""
+        conn = next((c for c, k in self.conns.items() if k == 1), None)
+        while self.proposed is None and conn is not None and conn in self.conns:
+            self._receive(conn)
+        return self.proposed
+
+    def go(self, sha: str, plan: FlowPlan) -> None:
+        """Let the workers waiting for the capture's hash begin."""
+        for conn in list(self.conns):
+            try:
+                conn.send(("go", sha, plan))
+            except OSError:  # it ended already: its outcome says how
+                self._receive(conn)
+
+    def run(self, task: _Task, stop: Callable[[tuple], bool] | None = None) -> dict[int, tuple]:
+        """Worker 0 (``task``) here, then wait for the others.  A worker that raised, or
+        whose outcome ``stop`` names, ends the others that still run (those then end
+        "stopped", not "died"; worker 0 at its next look, ``_Events``)."""
+        self._stop = stop
+        self.outcomes[task.worker] = self._here(task)
+        self._settle(task.worker)
+        while self.conns:
+            for conn in wait(list(self.conns)):
+                self._receive(conn)
+        return dict(sorted(self.outcomes.items()))
+
+    def _here(self, task: _Task) -> tuple:
+        try:
+            result = run_worker(task, self._abandon)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - an outcome, as from a child
+            return ("raised", exc, traceback.format_exc())
+        return ("stopped", None) if self._ending() else ("ok", result)
+
+    def _abandon(self) -> bool:
+        """Worker 0's look at the others (cheap: a poll of their pipes)."""
+        if self.conns:
+            for conn in wait(list(self.conns), 0):
+                self._receive(conn)
+        return self._ending()
+
+    def _ending(self) -> bool:
+        return bool(self._stopped) or any(self._ends(o) for o in self.outcomes.values())
+
+    def _ends(self, outcome: tuple) -> bool:
+        return outcome[0] == "raised" or (self._stop is not None and self._stop(outcome))
+
+    def _receive(self, conn: Connection) -> None:
+        """One message of a child: a proposed plan, or its outcome (then it is done)."""
+        k = self.conns[conn]
+        try:
+            message = conn.recv()
+        except EOFError:
+            self.procs[k].join()
+            message = ("stopped" if k in self._stopped else "died", self.procs[k].exitcode)
+        except Exception:  # a message cut short by the stop
+            if k not in self._stopped:
+                raise
+            self.procs[k].join()
+            message = ("stopped", self.procs[k].exitcode)
+        if message[0] == "plan":
+            self.proposed = message[1]
+            return
+        del self.conns[conn]
+        conn.close()
+        self.outcomes[k] = message
+        self._settle(k)
+
+    def _settle(self, k: int) -> None:
+        """Worker ``k``'s outcome ends the run: stop the children that still run."""
+        if not self._ends(self.outcomes[k]):
+            return
+        for j, other in self.procs.items():
+            if other.is_alive() and j not in self.outcomes:
+                self._stopped.add(j)
+                other.terminate()
+
+    def close(self) -> None:
+        """Leave no process behind (any exit, Ctrl-C included)."""
+        for p in self.procs.values():
+            if p.is_alive() and self.conns:  # interrupted: stop what still runs
+                p.terminate()
+            p.join()
+        for conn in self.conns:
+            conn.close()
+        self.conns = {}
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def dissect_parallel(
     path: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -435,48 +604,60 @@ def dissect_parallel(
 ) -> SplitResult:
     """``dissect_capture`` of one capture with ``workers`` processes split by flow: the
     same rows, manifest entry and result as one process (rows in ``workers`` part
-    files).  ``wrap`` (progress) runs in worker 0 and must pickle (and runs twice when
-    a light run is not kept).  ``light=False``: the exact mode only."""
+    files).  Worker 0 is this process; ``wrap`` (progress) runs in it (twice when a
+    light run is not kept).  ``light=False``: the exact mode only.
+
+    The other workers start first, before this process hashes the capture: they
+    import (spawned) and size the flows for the plan while it hashes, and begin once
+    it sent them the hash (``_child``)."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
     options = options or Options()
     registry = registry or discover()
-    for what, obj in (("registry", registry), ("wrap", wrap)):
+    method = _start_method()
+    if method == "spawn" and workers > 1:
         try:
-            pickle.dumps(obj)
+            pickle.dumps(registry)
         except Exception as exc:
             raise TypeError(
-                f"{what} cannot be sent to worker processes ({exc}); with workers > 1 use "
-                "importable (module-level) dissector classes and callables"
+                f"registry cannot be sent to worker processes ({exc}); with workers > 1 "
+                "use importable (module-level) dissector classes"
             ) from exc
-    sha = file_sha256(path)
-    capture_id = sha[:16]
-    out = Path(out_dir)
-    # held by this (parent) process for the whole run: CaptureBusyError when another
-    # run writes the same capture into OUT; a dead run's in-progress files are removed
-    lock = CaptureLock(out, capture_id, path).acquire()
-    settled = True  # False while this run has files or an outcome not yet recorded
-    try:
-        if not options.overwrite:
-            check_capture_absent(out, capture_id)
-        settled = False
+    light = light and workers > 1
+    early = [_Task(str(path), str(out_dir), None, None, options, registry, None, k, workers,
+                   light) for k in range(1, workers)]
+    with _Workers(early, method) as started:
+        sha = file_sha256(path)
+        capture_id = sha[:16]
+        out = Path(out_dir)
+        # held by this (parent) process for the whole run: CaptureBusyError when another
+        # run writes the same capture into OUT; a dead run's in-progress files are removed
+        lock = CaptureLock(out, capture_id, path).acquire()
+        settled = True  # False while this run has files or an outcome not yet recorded
         try:
-            result = _dissect_locked(path, out, workers, options, registry, wrap, light,
-                                     sha, capture_id)
-        except OutputError as exc:
-            # the workers' unfinished files are gone (_remove_in_progress): record it
-            run = CaptureRun(capture_id, bare_input_info(path, sha), TOOL_VERSION,
-                             options.as_json(), {}, {}, f"output: {exc.message}")
-            with contextlib.suppress(OSError):
-                update_manifest(out, run)
+            if not options.overwrite:
+                check_capture_absent(out, capture_id)
+            settled = False
+            plan = (started.plan() or plan_flows(path, workers)) if workers > 1 else None
+            started.go(sha, plan or by_flow_id(workers))
+            try:
+                result = _dissect_locked(path, out, workers, options, registry, wrap, light,
+                                         sha, capture_id, plan or by_flow_id(workers),
+                                         started)
+            except OutputError as exc:
+                # the workers' unfinished files are gone (_remove_in_progress): record it
+                run = CaptureRun(capture_id, bare_input_info(path, sha), TOOL_VERSION,
+                                 options.as_json(), {}, {}, f"output: {exc.message}")
+                with contextlib.suppress(OSError):
+                    update_manifest(out, run)
+                    settled = True
+                raise
+            except BaseException:  # the workers' files are gone (_run_exact), as is the run
                 settled = True
-            raise
-        except BaseException:  # the workers' files are gone (_run_exact), as is the run
+                raise
             settled = True
-            raise
-        settled = True
-    finally:
-        lock.release(finished=settled)
+        finally:
+            lock.release(finished=settled)
     return result
 
 
@@ -490,10 +671,11 @@ def _dissect_locked(
     light: bool,
     sha: str,
     capture_id: str,
+    plan: FlowPlan,
+    started: _Workers,
 ) -> SplitResult:
-    """``dissect_parallel`` once the capture's lock is held."""
-
-    plan = plan_flows(path, workers)  # one C walk: the flows' bytes
+    """``dissect_parallel`` once the capture's lock is held and the ``started`` workers
+    (light when ``light``) were sent the hash and ``plan``."""
 
     def tasks(light: bool) -> list[_Task]:
         return [
@@ -503,10 +685,11 @@ def _dissect_locked(
         ]
 
     split, fallback = "exact", list[str]()
-    if light and workers > 1:
+    if light:
         try:
             # a worker whose share is not proven ends the run for all
-            outcomes = _run(tasks(light=True), stop=lambda o: bool(_unproven({0: o})))
+            outcomes = started.run(tasks(light=True)[0],
+                                   stop=lambda o: bool(_unproven({0: o})))
             for outcome in outcomes.values():  # OUT is full or failing: so would a rerun be
                 if outcome[0] == "raised" and isinstance(outcome[1], OutputError):
                     raise outcome[1]
@@ -522,7 +705,8 @@ def _dissect_locked(
                       "worker reading every flow", path, "; ".join(fallback))
     died = None
     if split == "exact":
-        results, died = _run_exact(tasks(light=False), out, capture_id, workers, options)
+        results, died = _run_exact(tasks(light=False), out, capture_id, workers, options,
+                                   None if light else started)
     log.debug("%s: %d workers, %s split", path, workers, split)
 
     if options.overwrite:
@@ -589,13 +773,16 @@ def _unproven(outcomes: dict[int, tuple]) -> list[str]:
 
 
 def _run_exact(
-    tasks: list[_Task], out: Path, capture_id: str, workers: int, options: Options
+    tasks: list[_Task], out: Path, capture_id: str, workers: int, options: Options,
+    started: _Workers | None = None,
 ) -> tuple[list[WorkerResult], str | None]:
-    """Run the workers (exact mode) and commit their files: the results of those that
-    ended normally, and the error naming a worker that died (None: none did).  A worker
-    that raised, or one that died under ``strict``, is raised here (nothing kept)."""
+    """Run the workers (exact mode; ``started``: its children already run ``tasks[1:]``,
+    else they start here) and commit their files: the results of those that ended
+    normally, and the error naming a worker that died (None: none did).  A worker that
+    raised, or one that died under ``strict``, is raised here (nothing kept)."""
     try:
-        outcomes = _run(tasks)
+        with started or _Workers(tasks[1:], _start_method()) as pool:
+            outcomes = pool.run(tasks[0])
         raised = [o for o in outcomes.values() if o[0] == "raised"]
         if raised:
             _, exc, text = raised[0]
@@ -612,57 +799,6 @@ def _run_exact(
     finally:
         _remove_in_progress(out, capture_id, workers)
     return results, died
-
-
-def _run(tasks: list[_Task], stop: Callable[[tuple], bool] | None = None) -> dict[int, tuple]:
-    """Start one process per task and wait for all.  Outcome per worker:
-    ``("ok", WorkerResult)``, ``("raised", exception, traceback text)``,
-    ``("died", exit code)`` or ``("stopped", exit code)``: a worker that raised, or
-    whose outcome ``stop`` names, stops the others that still run (those that end
-    without a result then are "stopped", not "died"); any exit from here (Ctrl-C
-    included) leaves no process behind."""
-    ctx = multiprocessing.get_context("spawn")
-    procs: dict[int, multiprocessing.process.BaseProcess] = {}
-    conns: dict[Connection, int] = {}
-    outcomes: dict[int, tuple] = {}
-    stopped: set[int] = set()
-    try:
-        for task in tasks:
-            recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(
-                target=_child, args=(send, task), name=f"msgcap-dissect-{task.worker}"
-            )
-            p.start()
-            send.close()
-            procs[task.worker] = p
-            conns[recv] = task.worker
-        while conns:
-            for conn in wait(list(conns)):
-                k = conns.pop(conn)
-                try:
-                    outcomes[k] = conn.recv()
-                except EOFError:
-                    procs[k].join()
-                    outcomes[k] = ("stopped" if k in stopped else "died", procs[k].exitcode)
-                except Exception:  # a message cut short by the stop
-                    if k not in stopped:
-                        raise
-                    procs[k].join()
-                    outcomes[k] = ("stopped", procs[k].exitcode)
-                conn.close()
-                if outcomes[k][0] == "raised" or (stop is not None and stop(outcomes[k])):
-                    for j, other in procs.items():
-                        if other.is_alive() and j not in outcomes:
-                            stopped.add(j)
-                            other.terminate()
-        return outcomes
-    finally:
-        for p in procs.values():
-            if p.is_alive() and conns:  # interrupted: stop what still runs
-                p.terminate()
-            p.join()
-        for conn in conns:
-            conn.close()
 
 
 def _remove_in_progress(out: Path, capture_id: str, workers: int) -> None:

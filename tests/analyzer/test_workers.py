@@ -10,6 +10,7 @@ over files — then compares with ``pyarrow.Table.equals``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import struct
@@ -262,11 +263,12 @@ def test_overwrite_between_worker_counts_leaves_only_the_new_parts(tmp_path) -> 
 
 
 class Interrupt:
-    """``wrap`` (runs in worker 0) that ends the event stream after ``after`` events:
-    ``how="raise"`` raises ValueError (a failed dissection), ``"exit"`` kills the
-    process with exit code 3.  Module-level, so it pickles into the worker.  Worker 0
-    of 2 sees 73 events of nats-basic in a light run (its own flows), 153 in an exact
-    one: 40 ends both."""
+    """``wrap`` that ends the event stream after ``after`` events: ``how="raise"``
+    raises ValueError (a failed dissection), ``"exit"`` kills the process with exit
+    code 3.  As ``wrap`` it runs in worker 0 (this process); ``_in_worker_1`` puts it
+    in worker 1 (a child) instead.  Worker 0 of 2 sees 73 events of nats-basic in a
+    light run (its own flows), 153 in an exact one: 40 ends both; worker 1 sees more
+    than 40 in either."""
 
     def __init__(self, after: int, how: str) -> None:
         self.after, self.how = after, how
@@ -280,34 +282,52 @@ class Interrupt:
             yield ev
 
 
+def _in_worker_1(monkeypatch, wrap) -> None:
+    """Run ``wrap`` in worker 1, a child process: worker 0 runs in this (the tests')
+    process, which an ``os._exit`` there would end.  The child is forked, so it
+    inherits this patch."""
+    from analyzer import parallel
+
+    run = parallel.run_worker
+
+    def run_worker(task, *args, **kwargs):
+        if task.worker == 1:
+            task = dataclasses.replace(task, wrap=wrap)
+        return run(task, *args, **kwargs)
+
+    monkeypatch.setattr(parallel, "run_worker", run_worker)
+    monkeypatch.setattr(parallel, "_start_method", lambda: "fork")
+
+
 def _on_disk(out: Path) -> dict[str, int]:
     """Rows per table on disk (tables with rows)."""
     return {n: t.num_rows for n, t in _tables(out).items() if t.num_rows}
 
 
 def test_a_worker_that_dies_fails_the_capture_and_leaves_no_file_of_another_run(
-    tmp_path,
+    tmp_path, monkeypatch,
 ) -> None:
-    _dissect(NATS_BASIC, tmp_path, 2)  # a complete run first: its part-0 files must go
+    _dissect(NATS_BASIC, tmp_path, 2)  # a complete run first: its part-1 files must go
+    _in_worker_1(monkeypatch, Interrupt(40, "exit"))
     r = dissect_capture(
-        NATS_BASIC, tmp_path, _options(NATS_BASIC, overwrite=True, strict=False),
-        wrap=Interrupt(40, "exit"), workers=2,
+        NATS_BASIC, tmp_path, _options(NATS_BASIC, overwrite=True, strict=False), workers=2,
     )
     assert r.manifest["status"] == "failed" and r.manifest["exit_code"] == 2
-    assert _entry(r)["error"] == "worker 0 of 2 ended without a result (exit code 3)"
+    assert _entry(r)["error"] == "worker 1 of 2 ended without a result (exit code 3)"
     # the light run died first: not proven, so the exact run (which died too) counts
     assert r.split == "exact"
-    assert r.fallback == ["worker 0 ended without a result (exit code 3)"]
-    assert not list(tmp_path.rglob("part-0.parquet"))  # neither new nor old
+    assert r.fallback == ["worker 1 ended without a result (exit code 3)"]
+    assert not list(tmp_path.rglob("part-1.parquet"))  # neither new nor old
     assert not list(tmp_path.rglob("*.inprogress"))
-    assert {f.name for f in tmp_path.rglob("*.parquet")} == {"part-1.parquet"}
+    assert {f.name for f in tmp_path.rglob("*.parquet")} == {"part-0.parquet"}
     assert _on_disk(tmp_path) == {n: c for n, c in r.rows.items() if c}
 
 
-def test_a_worker_that_dies_under_strict_raises_and_writes_nothing(tmp_path) -> None:
-    with pytest.raises(RuntimeError, match="worker 0 of 2 ended without a result"):
-        dissect_capture(NATS_BASIC, tmp_path, _options(NATS_BASIC),
-                        wrap=Interrupt(40, "exit"), workers=2)
+def test_a_worker_that_dies_under_strict_raises_and_writes_nothing(tmp_path,
+                                                                  monkeypatch) -> None:
+    _in_worker_1(monkeypatch, Interrupt(40, "exit"))
+    with pytest.raises(RuntimeError, match="worker 1 of 2 ended without a result"):
+        dissect_capture(NATS_BASIC, tmp_path, _options(NATS_BASIC), workers=2)
     assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.inprogress"))
     assert read_manifest(tmp_path) is None
 
