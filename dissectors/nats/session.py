@@ -93,6 +93,11 @@ DEFAULT_MAX_SERVER_LINE = 65536
 # is held at a time), far above NATS's default max_payload of 1 MiB (option `carry_max`).
 DEFAULT_CARRY_MAX = 64 * 1024 * 1024
 
+# Subjects whose verdict the fast path caches (the scope's ``verdicts`` dict) before it
+# starts again from empty: replies go to a new ``_INBOX.<id>.<n>`` subject per request, so
+# without a bound the cache would grow with the capture, outside the memory budget.
+_MAX_VERDICTS = 4096
+
 _CRLF = b"\r\n"
 _LENIENT = (b"\n",)
 _ALLOWED = {Direction.C2S: parser.C2S_OPS, Direction.S2C: parser.S2C_OPS}
@@ -316,6 +321,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                     batches.append(ColumnBatch(_TABLE, direction, n, self.fast_rows,
                                            fastpath.FORMAT))
             if status == fastpath.NEED_VERDICT:
+                if len(verdicts) >= _MAX_VERDICTS:  # type: ignore[arg-type]
+                    verdicts.clear()  # type: ignore[union-attr]  # (see _MAX_VERDICTS)
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
             elif status == fastpath.NEED_PROBE:
                 if self._fast_probe(subject):  # type: ignore[misc]

@@ -332,6 +332,31 @@ def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, 
     assert_same(a, b)
 
 
+def test_the_verdict_cache_stays_bounded(monkeypatch):
+    # a reply subject per request (_INBOX.<id>.<n>): the verdicts the fast path caches
+    # start again from empty at the bound, and the rows and offers stay the reference's
+    from dissectors.nats import session as nats_session
+
+    monkeypatch.setattr(nats_session, "_MAX_VERDICTS", 3)
+    offered: list[list] = [[], []]
+    which = [0]
+
+    def hook(row, payload):
+        if row.values["subject"].endswith(".7"):
+            offered[which[0]].append(payload)
+        return []
+
+    ops = b"".join(b"MSG _INBOX.x.%d 1 2\r\nhi\r\n" % i for i in range(10))
+    verdicts: dict[str, bool] = {}
+    fast = (hook, None, verdicts, lambda s: s.endswith(".7"), lambda p: False)
+    a = run_session(lambda: _hooked(hook), [Data(S2C, ops)])
+    which[0] = 1
+    b = run_session(lambda: _hooked(hook, fast), [Data(S2C, ops)])
+    assert offered[0] == offered[1] == [b"hi"]
+    assert_same(a, b)
+    assert 0 < len(verdicts) <= 3
+
+
 def _hooked(hook, fast=None):
     s = NatsSession({})
     s.on_message = hook
