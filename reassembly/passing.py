@@ -14,7 +14,9 @@ is, with nothing of its own to update (``passes``), and when that is no longer s
 takes a ``CoalescedData`` (QUIC: TCP is not its own) need not join.  ``veto`` adds a
 test that keeps a flow's runs in the layers anyway (a ``RoleSwaps`` of a layer still
 turning the flow's events).  ``around(source, stack)`` is ``stack(source)`` with every
-run that all members pass (and no veto holds) handed over directly.
+run that all members pass (and no veto holds) handed over directly; so is a TCP
+``StreamData`` of such a flow direction (the engine's run of one segment): a member
+passes one exactly as it passes a run of that direction.
 
 Why the order and every state stay those of the full stack: every layer yields all the
 events an input made before it asks for its next input, so when the source gives an
@@ -36,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
-from reassembly.events import FlowInfo
+from reassembly.events import FlowInfo, StreamData
 from reassembly.provenance import CoalescedData
 
 __all__ = ["PAUSE", "Passing"]
@@ -97,8 +99,8 @@ class Passing:
                 self._marks[key] = marks
             self._keys.discard(key)
 
-    def skips(self, ev: CoalescedData) -> bool:
-        """Whether the run ``ev`` goes past the layers."""
+    def skips(self, ev: CoalescedData | StreamData) -> bool:
+        """Whether the run (or the one segment) ``ev`` goes past the layers."""
         flow = ev.flow
         if flow.flow_id << 1 | ev.direction not in self._keys:
             return False
@@ -120,7 +122,7 @@ class Passing:
                     ev = next(events, None)  # (no event is None)
                     if ev is None:
                         return
-                    if type(ev) is CoalescedData and skips(ev):
+                    if (type(ev) is CoalescedData or type(ev) is StreamData) and skips(ev):
                         held.append(ev)
                         self.pauses += 1
                         yield PAUSE  # drains the layers; the driver takes ``ev``
@@ -138,6 +140,7 @@ class Passing:
                 ev = next(events, None)
                 if ev is None:
                     break  # the layers see the end through ``feed``
-                if type(ev) is not CoalescedData or not skips(ev):
+                if (type(ev) is not CoalescedData and type(ev) is not StreamData
+                        or not skips(ev)):
                     held.append(ev)
                     break
