@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 # Only light modules at import time: `msgcap --help` must cost little more than the
 # interpreter (rich, pyarrow, the reassembly and dissectors are imported by the
-# command that needs them; tests/analyzer/test_cli_startup.py checks it).
+# command that needs them; tests/analyzer/test_cli_io.py counts it).
 from analyzer.cliutil import (
     CAPTURE_FIX,
     EXIT_CLEAN,
@@ -442,13 +442,14 @@ def _positive(text: str) -> int:
     return value
 
 
-def _dissect_one(path: str, out: str, options, show_progress: bool, workers: int = 1):
-    from analyzer.parallel import ProgressWrap
+def _dissect_one(path: str, out: str, options, registry, show_progress: bool,
+                 workers: int = 1):
     from analyzer.pipeline import dissect_capture
+    from analyzer.progress import ProgressWrap
 
     label = f"dissect {path}" + (f" ({workers} workers)" if workers > 1 else "")
     wrap = ProgressWrap(label) if show_progress else None
-    return dissect_capture(path, out, options, wrap=wrap, workers=workers)
+    return dissect_capture(path, out, options, registry, wrap=wrap, workers=workers)
 
 
 def cmd_dissect(args: argparse.Namespace) -> int:
@@ -467,7 +468,7 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     created = not out.exists()
     try:
         with stdin_spooled(args.captures) as (captures, spooled):
-            results, elapsed = _dissect_all(captures, args, options)
+            results, elapsed = _dissect_all(captures, args, options, registry)
             if spooled is not None:
                 name_stdin_input(out, spooled)
     except FileExistsError as exc:
@@ -484,23 +485,28 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     return {"clean": EXIT_CLEAN, "degraded": EXIT_DEGRADED}.get(manifest["status"], EXIT_FAILED)
 
 
-def _dissect_all(captures: list[str], args: argparse.Namespace, options) -> tuple[list, float]:
+def _dissect_all(captures: list[str], args: argparse.Namespace, options,
+                 registry) -> tuple[list, float]:
+    """Every capture dissected with the ``registry`` the command discovered (once per
+    run: the entry points are not read again for each capture or worker)."""
     started = time.perf_counter()
     progress = not args.quiet
     if args.workers > 1 and len(captures) == 1:
         # one capture: split by flow across the processes (analyzer.parallel)
-        results = [_dissect_one(captures[0], args.output, options, progress, args.workers)]
+        results = [_dissect_one(captures[0], args.output, options, registry, progress,
+                                args.workers)]
     elif args.workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         # several captures: as many at once, one process each (each capture whole)
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             futures = [
-                pool.submit(_dissect_one, p, args.output, options, False) for p in captures
+                pool.submit(_dissect_one, p, args.output, options, registry, False)
+                for p in captures
             ]
             results = [f.result() for f in futures]
     else:
-        results = [_dissect_one(p, args.output, options, progress) for p in captures]
+        results = [_dissect_one(p, args.output, options, registry, progress) for p in captures]
     return results, time.perf_counter() - started
 
 

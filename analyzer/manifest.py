@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analyzer.sink import DatasetWriter, part_files, partition_dir
@@ -142,6 +141,8 @@ def _now() -> str:
 
 def value_counts(col: pa.Array | pa.ChunkedArray, null_key: str | None = None) -> Counter:
     """How often each value of ``col`` occurs (nulls under ``null_key``, or skipped)."""
+    import pyarrow.compute as pc  # ~0.05 s to import: only when a dataset is tallied
+
     counts: Counter = Counter()
     for item in pc.value_counts(col).to_pylist():
         key = item["values"]
@@ -157,7 +158,8 @@ def _value_counts(part_dir: Path, column: str, null_key: str | None = None) -> d
     """Values of ``column`` counted over every part file of a partition directory."""
     counts: Counter = Counter()
     for path in part_files(part_dir):
-        counts.update(value_counts(pq.read_table(path, columns=[column]).column(column),
+        # ParquetFile, not read_table: one file needs no pyarrow.dataset (~0.02 s to import)
+        counts.update(value_counts(pq.ParquetFile(path).read(columns=[column]).column(column),
                                    null_key))
     return dict(sorted(counts.items()))
 

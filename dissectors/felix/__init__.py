@@ -7,11 +7,14 @@ protocol itself is transport-agnostic, so the same session decodes a TCP stream 
 frames.  Layout after our Pulsar package: ``wire`` (pure functions over frame bytes),
 ``session`` (per-stream state), ``table`` (the two tables' declarations).  Options are
 listed in ``dissectors.felix.session``.
+
+Light on import, as ``dissectors.pulsar``: the registry loads this class on every run;
+the frame reader and the session are imported by the first flow that needs them.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from dissectors.api import (
     Direction,
@@ -22,9 +25,10 @@ from dissectors.api import (
     Transport,
     Verdict,
 )
-from dissectors.felix import wire
-from dissectors.felix.session import FelixSession
 from dissectors.felix.table import FELIX, FELIX_MESSAGES
+
+if TYPE_CHECKING:
+    from dissectors.felix.session import FelixSession
 
 __all__ = ["FELIX", "FELIX_MESSAGES", "FelixDissector", "FelixSession"]
 
@@ -44,8 +48,21 @@ class FelixDissector(Dissector):
 
     @classmethod
     def probe(cls, direction: Direction, prefix: bytes) -> Verdict:
+        from dissectors.felix import wire
+
         return wire.probe(prefix)
 
     @classmethod
     def session(cls, options: SessionOptions) -> Session:
+        from dissectors.felix.session import FelixSession
+
         return FelixSession(options)
+
+
+def __getattr__(name: str) -> object:
+    """``FelixSession`` stays importable from here, loaded when first asked for."""
+    if name == "FelixSession":
+        from dissectors.felix.session import FelixSession
+
+        return FelixSession
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
