@@ -5,8 +5,9 @@
  * and a dict per message.  ``split_batch`` walks a decompressed batch payload
  * ([u32 size, SingleMessageMetadata, payload] x n, protocol-facts 4.1) in one pass and
  * returns each entry's sequence id, payload length, kept payload bytes (up to the cap,
- * laid out as an Arrow binary column) and, when libcrypto's one-shot ``SHA256`` was handed over (``use_sha256``, by
- * fastpath.py through ctypes, as the NATS extension does), the payload's SHA-256 in hex;
+ * laid out as an Arrow binary column) and, when libcrypto's SHA256_Init/Update/Final were
+ * handed over (``use_sha256``, by fastpath.py through ctypes, as the NATS extension
+ * does), the payload's SHA-256 in hex;
  * without it Python's hashlib computes the digests.
  *
  * It takes only what the reference would turn into plain rows: every entry whole, its
@@ -172,15 +173,27 @@ static int read_pair(const uint8_t *buf, Py_ssize_t p, Py_ssize_t end, span_t *k
     return 1;
 }
 
-typedef unsigned char *(*sha256_fn)(const unsigned char *, size_t, unsigned char *);
-static sha256_fn sha256_oneshot = NULL;
+/* libcrypto's SHA256_Init/Update/Final, handed over by fastpath.py (as the NATS extension
+ * takes them): the one-shot SHA256() of OpenSSL 3 fetches an EVP digest on every call,
+ * which took more than the hashing itself on batches of ~500-byte entries (split_batch
+ * 520 MB/s with it, measured on bench_pulsar.py's entries). */
+typedef int (*sha_init_fn)(void *);
+typedef int (*sha_update_fn)(void *, const void *, size_t);
+typedef int (*sha_final_fn)(unsigned char *, void *);
+static sha_init_fn sha_init = NULL;
+static sha_update_fn sha_update = NULL;
+static sha_final_fn sha_final = NULL;
 
 static PyObject *use_sha256(PyObject *self, PyObject *args)
 {
-    unsigned long long addr;
-    if (!PyArg_ParseTuple(args, "K", &addr))
+    unsigned long long init, update, final;
+    if (!PyArg_ParseTuple(args, "KKK", &init, &update, &final))
         return NULL;
-    sha256_oneshot = (sha256_fn)(uintptr_t)addr;
+    if (!init || !update || !final)
+        init = update = final = 0;  /* all or none */
+    sha_init = (sha_init_fn)(uintptr_t)init;
+    sha_update = (sha_update_fn)(uintptr_t)update;
+    sha_final = (sha_final_fn)(uintptr_t)final;
     Py_RETURN_NONE;
 }
 
@@ -190,7 +203,10 @@ static void hex_digest(const uint8_t *buf, Py_ssize_t n, char *out)
 {
     static const char hexd[] = "0123456789abcdef";
     unsigned char md[32];
-    sha256_oneshot(buf, (size_t)n, md);
+    uint64_t ctx[32]; /* SHA256_CTX is 112 bytes */
+    sha_init(ctx);
+    sha_update(ctx, buf, (size_t)n);
+    sha_final(md, ctx);
     for (int k = 0; k < 32; k++) {
         out[2 * k] = hexd[md[k] >> 4];
         out[2 * k + 1] = hexd[md[k] & 15];
@@ -203,7 +219,7 @@ static PyObject *sha256_hex(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*", &view))
         return NULL;
     PyObject *r = NULL;
-    if (sha256_oneshot) {
+    if (sha_init) {
         char out[64];
         hex_digest((const uint8_t *)view.buf, view.len, out);
         r = PyUnicode_FromStringAndSize(out, 64);
@@ -229,7 +245,7 @@ static PyObject *columns(const uint8_t *buf, Py_ssize_t n, const int64_t *st, co
     PyObject *data = PyBytes_FromStringAndSize(NULL, total);
     PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     PyObject *trunc = PyBytes_FromStringAndSize(NULL, n);
-    PyObject *hex = sha256_oneshot ? PyBytes_FromStringAndSize(NULL, n * 64) : Py_NewRef(Py_None);
+    PyObject *hex = sha_init ? PyBytes_FromStringAndSize(NULL, n * 64) : Py_NewRef(Py_None);
     PyObject *result = NULL;
     if (!data || !offsets || !trunc || !hex)
         goto done;
@@ -424,6 +440,150 @@ done:
     return result;
 }
 
+/* ---- clean protobuf messages (the frame's command and metadata) ----------------------
+ *
+ * ``decode_clean(data, table)`` decodes a message as dissectors.proto.wire.decode does,
+ * but only when that decode is clean and plain: every field known, in its own wire type,
+ * strings valid UTF-8, no packed or map fields, nesting at most DECODE_DEPTH.  Anything
+ * else returns None and the tolerant Python reader takes the message (errors, unknown
+ * fields and escapes are its business).  ``table``: a list indexed by field number of
+ * None or (name, kind, repeated, sub-table), kind as wire.Kind's numbers (lists, so a
+ * message can contain itself: MessageIdData.first_chunk_message_id).  The result is
+ * a dict in wire order (the last value of a scalar wins, as in the reader), a nested
+ * message a dict of its own that frame.py wraps into ``Decoded``.
+ */
+enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM, K_MESSAGE };
+#define DECODE_DEPTH 8
+
+/* A value as the reader's _scalar makes it. */
+static PyObject *scalar(long kind, uint64_t v)
+{
+    switch (kind) {
+    case K_INT32:
+    case K_ENUM:
+        return PyLong_FromLong((long)(int32_t)(uint32_t)(v & 0xFFFFFFFFu));
+    case K_INT64:
+        return PyLong_FromLongLong((long long)(int64_t)v);
+    case K_UINT32:
+        return PyLong_FromUnsignedLong((unsigned long)(v & 0xFFFFFFFFu));
+    case K_BOOL:
+        return PyBool_FromLong(v != 0);
+    default:
+        return PyLong_FromUnsignedLongLong(v);
+    }
+}
+
+/* Set (or, repeated, append) name = value in out; steals value.  -1: an exception. */
+static int put(PyObject *out, PyObject *name, int repeated, PyObject *value)
+{
+    if (!value)
+        return -1;
+    int r;
+    if (repeated) {
+        PyObject *list = PyDict_GetItemWithError(out, name);
+        if (!list && PyErr_Occurred()) {
+            Py_DECREF(value);
+            return -1;
+        }
+        if (list) {
+            r = PyList_Append(list, value);
+        } else {
+            list = PyList_New(1);
+            if (!list) {
+                Py_DECREF(value);
+                return -1;
+            }
+            PyList_SET_ITEM(list, 0, value);
+            r = PyDict_SetItem(out, name, list);
+            Py_DECREF(list);
+            return r;
+        }
+    } else
+        r = PyDict_SetItem(out, name, value);
+    Py_DECREF(value);
+    return r;
+}
+
+/* The clean decode of buf[pos:end] into a new dict; Py_None (new ref) when not clean,
+ * NULL with an exception. */
+static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end,
+                                PyObject *table, int depth)
+{
+    if (!PyList_Check(table) || depth > DECODE_DEPTH)
+        return Py_NewRef(Py_None);
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    Py_ssize_t nfields = PyList_GET_SIZE(table);
+    while (pos < end) {
+        uint64_t tag, v;
+        if (!read_varint(buf, &pos, end, &tag))
+            goto refuse;
+        uint64_t number = tag >> 3;
+        int wt = (int)(tag & 7);
+        if (number == 0 || number >= (uint64_t)nfields)
+            goto refuse;
+        PyObject *spec = PyList_GET_ITEM(table, (Py_ssize_t)number);
+        if (spec == Py_None || !PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4)
+            goto refuse;  /* unknown field (or a table this code does not know) */
+        PyObject *name = PyTuple_GET_ITEM(spec, 0);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        int repeated = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 2));
+        if (kind == -1 && PyErr_Occurred())
+            goto fail;
+        if (repeated < 0)
+            goto fail;
+        PyObject *value;
+        if (kind >= K_INT32 && kind <= K_ENUM) {
+            if (wt != 0 || !read_varint(buf, &pos, end, &v))
+                goto refuse;  /* (packed repeated varints: left to the reader) */
+            value = scalar(kind, v);
+        } else if (kind == K_STRING || kind == K_BYTES || kind == K_MESSAGE) {
+            Py_ssize_t at, len;
+            if (wt != 2 || !read_bytes(buf, &pos, end, &at, &len))
+                goto refuse;
+            if (kind == K_STRING) {
+                value = PyUnicode_DecodeUTF8((const char *)buf + at, len, NULL);
+                if (!value) {
+                    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                        goto fail;
+                    PyErr_Clear();
+                    goto refuse;  /* the reader escapes it and says so */
+                }
+            } else if (kind == K_BYTES) {
+                value = PyBytes_FromStringAndSize((const char *)buf + at, len);
+            } else {
+                value = decode_message(buf, at, at + len, PyTuple_GET_ITEM(spec, 3), depth + 1);
+                if (value == Py_None) {
+                    Py_DECREF(value);
+                    goto refuse;
+                }
+            }
+        } else
+            goto refuse;  /* map fields and kinds this code does not know */
+        if (put(out, name, repeated, value) < 0)
+            goto fail;
+    }
+    return out;
+refuse:
+    Py_DECREF(out);
+    return Py_NewRef(Py_None);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *decode_clean(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *table;
+    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &table))
+        return NULL;
+    PyObject *r = decode_message((const uint8_t *)view.buf, 0, view.len, table, 0);
+    PyBuffer_Release(&view);
+    return r;
+}
+
 static PyMethodDef methods[] = {
     {"split_batch", split_batch, METH_VARARGS,
      "split_batch(data, n, has_seq, seq, cap) -> (starts, sizes, seqs: packed int64, kept\n"
@@ -433,7 +593,11 @@ static PyMethodDef methods[] = {
      "offsets) or None), or None when the batch is not plain (the reference then takes\n"
      "it); cap -1: keep whole payloads."},
     {"use_sha256", use_sha256, METH_VARARGS,
-     "use_sha256(address): libcrypto's one-shot SHA256 (0: digests left to hashlib)"},
+     "use_sha256(init, update, final): libcrypto's SHA256_Init/Update/Final (0s: digests\n"
+     "left to hashlib)"},
+    {"decode_clean", decode_clean, METH_VARARGS,
+     "decode_clean(data, table) -> dict of a clean, plain protobuf message (nested messages\n"
+     "as dicts), or None when dissectors.proto.wire must decode it"},
     {"sha256_hex", sha256_hex, METH_VARARGS, "sha256_hex(data) -> hex, with that function"},
     {NULL, NULL, 0, NULL},
 };

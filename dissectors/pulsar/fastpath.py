@@ -42,6 +42,7 @@ Set ``MSGCAP_PULSAR_FAST=0`` (or ``Options(fast=False)``) to run the reference a
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 from collections import deque
 from typing import Any, NamedTuple
@@ -52,34 +53,37 @@ import pyarrow as pa
 
 from dissectors import libcrypto
 from dissectors.api import Direction
+from dissectors.proto.wire import Decoded, Kind, MessageSchema
+from dissectors.proto.wire import decode as wire_decode
 from dissectors.pulsar.table import PULSAR_MESSAGES
 from dissectors.schema import rows_to_batch
 
+_speedups: Any  # C, no stub (imported by name: the package's lazy __getattr__ is untyped)
 try:
-    from dissectors.pulsar import _speedups  # type: ignore[attr-defined]  # C, no stub
+    _speedups = importlib.import_module("dissectors.pulsar._speedups")
 except ImportError:  # not built (no C compiler at install time): reference only
     _speedups = None
 
-__all__ = ["AVAILABLE", "FORMAT", "Chunk", "MessageAccumulator", "MessageRows", "enabled",
-           "split"]
+__all__ = ["AVAILABLE", "FORMAT", "Chunk", "MessageAccumulator", "MessageRows", "decode",
+           "enabled", "split"]
 
 AVAILABLE = _speedups is not None
 
 
 def _hook_sha256() -> str:
-    """Hand libcrypto's one-shot ``SHA256`` to the extension (SHA-NI where the CPU has
-    it; hashing in C saves hashlib's per-call objects); return which is in use."""
+    """Hand libcrypto's ``SHA256_Init/Update/Final`` to the extension (SHA-NI where the
+    CPU has it; hashing in C saves hashlib's per-call objects); return which is in use."""
     if _speedups is None:
         return "none"
-    found = libcrypto.functions("SHA256")
+    found = libcrypto.functions("SHA256_Init", "SHA256_Update", "SHA256_Final")
     if found is None:
         return "hashlib"
-    name, (fn,) = found
-    _speedups.use_sha256(fn)
+    name, fns = found
+    _speedups.use_sha256(*fns)
     # never trust a foreign function blindly: it must agree with hashlib
     probe = libcrypto.SELF_TEST_INPUT
     if _speedups.sha256_hex(probe) != hashlib.sha256(probe).hexdigest():
-        _speedups.use_sha256(0)
+        _speedups.use_sha256(0, 0, 0)
         return "hashlib"
     return name
 
@@ -163,6 +167,55 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None) -> Chunk | None
         nbytes += len(keys[1]) + 4 * n
     return Chunk({}, (0, 0, 0, 0, 0, 0), n, seqs, sizes, digests, kept, offsets, truncated,
                  props, keys, nbytes)
+
+
+def _table(schema: MessageSchema, seen: dict[str, list[Any]]) -> list[Any]:
+    """``decode_clean``'s table of ``schema``: (name, kind, repeated, sub-table) by field
+    number (None: unknown; map fields get None too, so the reader takes them).  A list,
+    filled after it is registered in ``seen``: a message may contain itself."""
+    table = seen.get(schema.full_name)
+    if table is not None:
+        return table
+    table = seen[schema.full_name] = [None] * (max(schema.fields, default=0) + 1)
+    for number, spec in schema.fields.items():
+        if spec.kind is not Kind.MAP:
+            sub = _table(spec.message, seen) if spec.message is not None else None
+            table[number] = (spec.name, int(spec.kind), spec.repeated, sub)
+    return table
+
+
+_TABLES: dict[str, list[Any]] = {}
+_NESTED: dict[str, dict[str, MessageSchema]] = {}
+
+
+def decode(buf: bytes, schema: MessageSchema) -> Decoded:
+    """``dissectors.proto.wire.decode(buf, schema)``, the same ``Decoded``: a clean,
+    plain message (every field known, strings UTF-8, nothing packed; most commands and
+    metadata) decoded in C, anything else by the reader itself."""
+    name = schema.full_name
+    table = _TABLES.get(name)
+    if table is None:
+        table = _TABLES[name] = _table(schema, {})
+    values = _speedups.decode_clean(buf, table)
+    if values is None:
+        return wire_decode(buf, schema)
+    return _wrapped(values, schema)
+
+
+def _wrapped(values: dict[str, Any], schema: MessageSchema) -> Decoded:
+    """The C decode's nested dicts as the reader's nested ``Decoded``."""
+    nested = _NESTED.get(schema.full_name)
+    if nested is None:
+        nested = _NESTED[schema.full_name] = {
+            f.name: f.message for f in schema.fields.values()
+            if f.kind is Kind.MESSAGE and f.message is not None}
+    for field_name, sub in nested.items():
+        v = values.get(field_name)
+        if v is None:
+            continue
+        values[field_name] = ([_wrapped(x, sub) for x in v] if isinstance(v, list)
+                              else _wrapped(v, sub))
+    return Decoded(schema, values)
 
 
 class MessageRows:

@@ -23,6 +23,7 @@ import crc32c
 import numpy as np
 
 from dissectors.api import Verdict
+from dissectors.proto.wire import Decoded, MessageSchema
 from dissectors.pulsar import pb
 from dissectors.pulsar.codes import CommandType, PulsarAnomaly
 
@@ -249,13 +250,15 @@ class Frame:
     problems: list[tuple[str, str]] = field(default_factory=list)
 
 
-def parse_frame(data: bytes) -> Frame:
+def parse_frame(data: bytes, decode: Callable[[bytes, MessageSchema], Decoded] = pb.decode
+                ) -> Frame:
     """Take a whole frame apart (``data`` starts at ``totalSize``; framing already checked
-    the header)."""
+    the header).  ``decode``: the protobuf reader (the fast path's gives the same
+    ``Decoded``s, ``fastpath.decode``)."""
     total, cmd_size = _U32X2.unpack_from(data, 0)
     end = 4 + total
     cmd_end = HEADER_BYTES + cmd_size
-    command = pb.decode(data[HEADER_BYTES:cmd_end], _BASE)
+    command = decode(data[HEADER_BYTES:cmd_end], _BASE)
     t = command.values.get("type")
     fr = Frame(total, cmd_size, command, t)
     if cmd_end >= end:
@@ -282,7 +285,7 @@ def parse_frame(data: bytes) -> Frame:
                                 f"broker entry metadata of {size} bytes runs past the frame end "
                                 f"({end - pos - 6} bytes left)"))
             return fr
-        fr.broker_entry_metadata = pb.decode(data[pos + 6 : pos + 6 + size], _BEM)
+        fr.broker_entry_metadata = decode(data[pos + 6 : pos + 6 + size], _BEM)
         pos += 6 + size
         if t == CommandType.SEND:
             fr.problems.append((PulsarAnomaly.UNEXPECTED_BROKER_ENTRY_METADATA,
@@ -317,6 +320,6 @@ def parse_frame(data: bytes) -> Frame:
                             f"message metadata of {msize} bytes runs past the frame end "
                             f"({end - pos} bytes left)"))
         return fr
-    fr.metadata = pb.decode(data[pos : pos + msize], _METADATA)
+    fr.metadata = decode(data[pos : pos + msize], _METADATA)
     fr.payload = data[pos + msize : end]
     return fr

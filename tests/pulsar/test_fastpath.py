@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dissectors.api import ColumnBatch, Direction, Record
-from dissectors.pulsar import PULSAR_COMMANDS, PULSAR_MESSAGES, fastpath
+from dissectors.pulsar import PULSAR_COMMANDS, PULSAR_MESSAGES, fastpath, pb
 from dissectors.pulsar.session import PulsarSession
 from dissectors.schema import arrow_schema, rows_to_batch
 from dissectors.sdk.testing import Data, Gap, run_session
@@ -367,11 +367,11 @@ def test_refused_batches_stay_with_the_reference():
 
 def test_digests_without_libcrypto_come_from_hashlib():
     # the extension hashes with libcrypto's SHA256 when fastpath found it; without it
-    # (use_sha256(0)) Python's hashlib does: the rows are the same either way
+    # (use_sha256(0, 0, 0)) Python's hashlib does: the rows are the same either way
     assert fastpath.SHA256_IMPL != "none"
     script = _plain_frames(0)
     try:
-        fastpath._speedups.use_sha256(0)
+        fastpath._speedups.use_sha256(0, 0, 0)
         a, b = both_ways(script, 1)
         assert_same(a, b)
     finally:
@@ -410,3 +410,49 @@ def test_entry_strings_as_the_reference_reads_them(text):
     a, b = both_ways([Data(C2S, frames)], 0)
     assert_same(a, b)
     assert any(type(r) is ColumnBatch for r in b.records)
+
+
+# ------------------------------------------------------------------ protobuf decode
+
+_DECODE_CASES = [
+    (pb.schema("BaseCommand"), cmd("SEND", producer_id=1, sequence_id=2**64 - 1, num_messages=3,
+                                   is_chunk=True)),
+    (pb.schema("BaseCommand"), cmd("MESSAGE", consumer_id=2, redelivery_count=2**32 - 1,
+                                   message_id={"ledger_id": 9, "entry_id": 3, "partition": -1,
+                                               "ack_set": [1, -2],
+                                               "first_chunk_message_id": {"ledger_id": 1,
+                                                                          "entry_id": 2}})),
+    (pb.schema("BaseCommand"), cmd("PRODUCER", producer_id=1, request_id=1, topic="t\u00e9",
+                                   metadata=[{"key": "k", "value": "v"}])),
+    (pb.schema("BaseCommand"), cmd("CONNECT", client_version="c", auth_data=b"\x00\xff",
+                                   protocol_version=21, feature_flags={"supports_auth_refresh":
+                                                                       True})),
+    (pb.schema("MessageMetadata"), metadata(**MD, compression=3, uncompressed_size=10,
+                                            num_messages_in_batch=2, replicate_to=["a", "b"],
+                                            properties=[{"key": "k", "value": "v"}] * 2,
+                                            encryption_keys=[{"key": "k", "value": b"v"}],
+                                            partition_key="pk", event_time=5, marker_type=-3,
+                                            highest_sequence_id=2**64 - 1)),
+    # singular fields twice (the last wins, in the first one's place) and a repeated one
+    (pb.schema("MessageMetadata"), metadata(**MD, replicate_to=["a"])
+     + metadata(sequence_id=99, producer_name="q", replicate_to=["b"])),
+    (pb.schema("BaseCommand"), cmd("FLOW", consumer_id=2, message_permits=10)
+     + cmd("FLOW", partial=True, consumer_id=3)),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_DECODE_CASES), st.lists(st.tuples(st.integers(0, 400),
+                                                          st.integers(0, 255)), max_size=3),
+       st.integers(0, 400), st.binary(max_size=8))
+def test_the_compiled_decode_gives_the_readers_decoded(case, flips, cut, tail):
+    # the fast path's decode of commands and metadata must be the tolerant reader's, for
+    # clean messages (decoded in C) and damaged ones alike (left to the reader)
+    schema, data = case
+    assert fastpath._speedups.decode_clean(data, fastpath._table(schema, {})) is not None
+    mutated = bytearray(data)
+    for at, byte in flips:
+        if at < len(mutated):
+            mutated[at] = byte
+    for buf in (data, bytes(mutated), bytes(mutated[:cut]), data + tail):
+        assert fastpath.decode(buf, schema) == pb.decode(buf, schema)
