@@ -355,17 +355,20 @@ class NativeReassembler:
         """Each direction's overlap-check window ends with the bytes delivered: once per
         direction and sync (the reference slides it a segment at a time; the bytes kept
         are the same)."""
-        taken: dict[int, tuple[TcpHalfStream, list[bytes]]] = {}
+        # the runs' bytes per flow direction (by the flow's ``_Tcp`` and the direction:
+        # no lookup of the direction's state per run)
+        taken: dict[tuple[int, int], tuple[_Tcp, int, list[bytes]]] = {}
         for _info, conn, direction, _off, data, _segs in runs:
+            entry = taken.get((id(conn), direction))
+            if entry is None:
+                taken[(id(conn), direction)] = (conn, direction, [data])
+            else:
+                entry[2].append(data)
+        for conn, direction, parts in taken.values():
             half = _stream(conn, direction)
-            if half.keep:
-                entry = taken.get(id(half))
-                if entry is None:
-                    taken[id(half)] = (half, [data])
-                else:
-                    entry[1].append(data)
-        for half, parts in taken.values():
             keep, recent = half.keep, half.recent
+            if not keep:
+                continue
             if not isinstance(recent, _Window):  # the first bytes, or the first after a gap
                 recent = half.recent = _Window()
                 recent.half, recent.held = half, 0
