@@ -447,10 +447,10 @@ done:
  * strings valid UTF-8, no packed or map fields, nesting at most DECODE_DEPTH.  Anything
  * else returns None and the tolerant Python reader takes the message (errors, unknown
  * fields and escapes are its business).  ``table``: a list indexed by field number of
- * None or (name, kind, repeated, sub-table), kind as wire.Kind's numbers (lists, so a
- * message can contain itself: MessageIdData.first_chunk_message_id).  The result is
- * a dict in wire order (the last value of a scalar wins, as in the reader), a nested
- * message a dict of its own that frame.py wraps into ``Decoded``.
+ * None or (name, kind, repeated, sub-table, sub-schema), kind as wire.Kind's numbers
+ * (lists, so a message can contain itself: MessageIdData.first_chunk_message_id).  The
+ * result is ``make(schema, values)`` (``Decoded``), values a dict in wire order (the last
+ * value of a scalar wins, as in the reader), nested messages made the same way.
  */
 enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM, K_MESSAGE };
 #define DECODE_DEPTH 8
@@ -507,7 +507,7 @@ static int put(PyObject *out, PyObject *name, int repeated, PyObject *value)
 /* The clean decode of buf[pos:end] into a new dict; Py_None (new ref) when not clean,
  * NULL with an exception. */
 static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end,
-                                PyObject *table, int depth)
+                                PyObject *table, PyObject *schema, PyObject *make, int depth)
 {
     if (!PyList_Check(table) || depth > DECODE_DEPTH)
         return Py_NewRef(Py_None);
@@ -524,7 +524,7 @@ static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
         if (number == 0 || number >= (uint64_t)nfields)
             goto refuse;
         PyObject *spec = PyList_GET_ITEM(table, (Py_ssize_t)number);
-        if (spec == Py_None || !PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4)
+        if (spec == Py_None || !PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5)
             goto refuse;  /* unknown field (or a table this code does not know) */
         PyObject *name = PyTuple_GET_ITEM(spec, 0);
         long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
@@ -553,7 +553,8 @@ static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
             } else if (kind == K_BYTES) {
                 value = PyBytes_FromStringAndSize((const char *)buf + at, len);
             } else {
-                value = decode_message(buf, at, at + len, PyTuple_GET_ITEM(spec, 3), depth + 1);
+                value = decode_message(buf, at, at + len, PyTuple_GET_ITEM(spec, 3),
+                                       PyTuple_GET_ITEM(spec, 4), make, depth + 1);
                 if (value == Py_None) {
                     Py_DECREF(value);
                     goto refuse;
@@ -564,7 +565,9 @@ static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
         if (put(out, name, repeated, value) < 0)
             goto fail;
     }
-    return out;
+    PyObject *made = PyObject_CallFunctionObjArgs(make, schema, out, NULL);
+    Py_DECREF(out);
+    return made;
 refuse:
     Py_DECREF(out);
     return Py_NewRef(Py_None);
@@ -576,10 +579,10 @@ fail:
 static PyObject *decode_clean(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    PyObject *table;
-    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &table))
+    PyObject *table, *schema, *make;
+    if (!PyArg_ParseTuple(args, "y*O!OO", &view, &PyList_Type, &table, &schema, &make))
         return NULL;
-    PyObject *r = decode_message((const uint8_t *)view.buf, 0, view.len, table, 0);
+    PyObject *r = decode_message((const uint8_t *)view.buf, 0, view.len, table, schema, make, 0);
     PyBuffer_Release(&view);
     return r;
 }
@@ -596,8 +599,9 @@ static PyMethodDef methods[] = {
      "use_sha256(init, update, final): libcrypto's SHA256_Init/Update/Final (0s: digests\n"
      "left to hashlib)"},
     {"decode_clean", decode_clean, METH_VARARGS,
-     "decode_clean(data, table) -> dict of a clean, plain protobuf message (nested messages\n"
-     "as dicts), or None when dissectors.proto.wire must decode it"},
+     "decode_clean(data, table, schema, make) -> make(schema, values) of a clean, plain\n"
+     "protobuf message (nested ones made alike), or None when dissectors.proto.wire must\n"
+     "decode it"},
     {"sha256_hex", sha256_hex, METH_VARARGS, "sha256_hex(data) -> hex, with that function"},
     {NULL, NULL, 0, NULL},
 };

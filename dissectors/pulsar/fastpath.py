@@ -170,9 +170,10 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None) -> Chunk | None
 
 
 def _table(schema: MessageSchema, seen: dict[str, list[Any]]) -> list[Any]:
-    """``decode_clean``'s table of ``schema``: (name, kind, repeated, sub-table) by field
-    number (None: unknown; map fields get None too, so the reader takes them).  A list,
-    filled after it is registered in ``seen``: a message may contain itself."""
+    """``decode_clean``'s table of ``schema``: (name, kind, repeated, sub-table,
+    sub-schema) by field number (None: unknown; map fields get None too, so the reader
+    takes them).  A list, filled after it is registered in ``seen``: a message may
+    contain itself."""
     table = seen.get(schema.full_name)
     if table is not None:
         return table
@@ -180,42 +181,22 @@ def _table(schema: MessageSchema, seen: dict[str, list[Any]]) -> list[Any]:
     for number, spec in schema.fields.items():
         if spec.kind is not Kind.MAP:
             sub = _table(spec.message, seen) if spec.message is not None else None
-            table[number] = (spec.name, int(spec.kind), spec.repeated, sub)
+            table[number] = (spec.name, int(spec.kind), spec.repeated, sub, spec.message)
     return table
 
 
 _TABLES: dict[str, list[Any]] = {}
-_NESTED: dict[str, dict[str, MessageSchema]] = {}
 
 
 def decode(buf: bytes, schema: MessageSchema) -> Decoded:
     """``dissectors.proto.wire.decode(buf, schema)``, the same ``Decoded``: a clean,
     plain message (every field known, strings UTF-8, nothing packed; most commands and
     metadata) decoded in C, anything else by the reader itself."""
-    name = schema.full_name
-    table = _TABLES.get(name)
+    table = _TABLES.get(schema.full_name)
     if table is None:
-        table = _TABLES[name] = _table(schema, {})
-    values = _speedups.decode_clean(buf, table)
-    if values is None:
-        return wire_decode(buf, schema)
-    return _wrapped(values, schema)
-
-
-def _wrapped(values: dict[str, Any], schema: MessageSchema) -> Decoded:
-    """The C decode's nested dicts as the reader's nested ``Decoded``."""
-    nested = _NESTED.get(schema.full_name)
-    if nested is None:
-        nested = _NESTED[schema.full_name] = {
-            f.name: f.message for f in schema.fields.values()
-            if f.kind is Kind.MESSAGE and f.message is not None}
-    for field_name, sub in nested.items():
-        v = values.get(field_name)
-        if v is None:
-            continue
-        values[field_name] = ([_wrapped(x, sub) for x in v] if isinstance(v, list)
-                              else _wrapped(v, sub))
-    return Decoded(schema, values)
+        table = _TABLES[schema.full_name] = _table(schema, {})
+    got: Decoded | None = _speedups.decode_clean(buf, table, schema, Decoded)
+    return wire_decode(buf, schema) if got is None else got
 
 
 class MessageRows:

@@ -189,10 +189,16 @@ def _message_id(d: object) -> dict[str, int | None] | None:
     }
 
 
+_FIELDS_BY_NAME: dict[str, dict[str, FieldSpec]] = {}  # message full name → name → spec
+
+
 def _plain(d: Decoded) -> dict[str, Any]:
     """JSON-ready view: enum names, bytes as hex, auth data as {len, sha256}."""
     out: dict[str, Any] = {}
-    fields = {f.name: f for f in d.schema.fields.values()}
+    fields = _FIELDS_BY_NAME.get(d.schema.full_name)
+    if fields is None:
+        fields = _FIELDS_BY_NAME[d.schema.full_name] = {
+            f.name: f for f in d.schema.fields.values()}
     for k, v in d.values.items():
         spec = fields.get(k)
         out[k] = _plain_value(k, v, spec)

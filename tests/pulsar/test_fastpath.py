@@ -449,7 +449,8 @@ def test_the_compiled_decode_gives_the_readers_decoded(case, flips, cut, tail):
     # the fast path's decode of commands and metadata must be the tolerant reader's, for
     # clean messages (decoded in C) and damaged ones alike (left to the reader)
     schema, data = case
-    assert fastpath._speedups.decode_clean(data, fastpath._table(schema, {})) is not None
+    assert fastpath._speedups.decode_clean(data, fastpath._table(schema, {}), schema,
+                                           pb.Decoded) is not None
     mutated = bytearray(data)
     for at, byte in flips:
         if at < len(mutated):
