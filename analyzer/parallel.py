@@ -2,7 +2,7 @@
 --workers N`` with one capture); the output is the output of one process.
 
 Strategy: worker k of N writes the rows of the flows a plan gives it
-(``reassembly.flowplan``: the parent's one pass of the C record walk sums each flow's
+(``reassembly.flowplan``: worker 1's one pass of the C record walk sums each flow's
 bytes, and the flows are shared out biggest first to the worker with the fewest bytes;
 flows past the plan by ``flow_id % N``); rows without a flow (capture, link and IP
 anomalies) are worker 0's.  ``OwnedRowsWriter`` does that filtering in front of the
@@ -40,14 +40,17 @@ the whole capture as in one process.  Two ways to run:
 
 Each worker writes ``part-<k>.parquet`` in every partition directory
 (``OUT/<table>/capture=<id>/``) through a coordinated ``DatasetWriter``: it leaves its
-finished files under their hidden in-progress names.  The parent hashes the capture
-once (the capture id and the provenance metadata come from it), checks that the
-capture is not in OUT yet (unless ``overwrite``), starts the workers, and once all have
-ended renames their files, removes the parts an earlier run left (``overwrite``) and
-writes ONE manifest entry: row counts summed, the anomaly and protocol tallies read
-back from every part file, the input facts of worker 0 — the entry one process would
-write.  Worker k > 0 writes a file only for tables in which it owns rows; worker 0
-also writes the empty files of tables nobody wrote (as one process does).
+finished files under their hidden in-progress names.  Worker 0 is the parent process
+itself; workers 1..N-1 are child processes, started first: while the parent hashes the
+capture once (the capture id and the provenance metadata come from it), takes the
+capture's lock and checks that the capture is not in OUT yet (unless ``overwrite``),
+worker 1 sizes the flows for the plan (``_child``); then the children get the hash
+and the plan and all dissect.  Once all have ended the parent renames their files,
+removes the parts an earlier run left (``overwrite``) and writes ONE manifest entry:
+row counts summed, the anomaly and protocol tallies read back from every part file,
+the input facts of worker 0 — the entry one process would write.  Worker k > 0 writes
+a file only for tables in which it owns rows; worker 0 also writes the empty files of
+tables nobody wrote (as one process does).
 
 Speed: light — reading the file, IP decoding and the flow table are done by every
 worker (in C for the common path of a classic pcap), reassembly, parsing and writing
@@ -57,7 +60,9 @@ first touched late in the capture).  Shares are balanced by the flows' bytes (a
 capture of one big flow still has one worker doing most of it).
 Memory: light, each worker holds its own flows' streams and sessions (plus a small
 record per foreign flow); exact, each holds the whole dissection state (N times one
-run's).
+run's).  The Arrow batches a writer holds before a row group is written — most of a
+bulk run's memory besides the imports — are one process's amount divided among the
+workers (``run_worker``), so the run's writers together hold what one process's does.
 
 Failures:
 
@@ -74,17 +79,19 @@ Failures:
   would raise it: the other workers are stopped, every file of this run is deleted and
   the manifest is not touched.
 
-Processes are started with the ``spawn`` method: a worker is a fresh interpreter that
-receives only the capture path, options, registry, capture hash and its number.
-``fork`` would copy the parent as it is — locks held by its other threads (Arrow's
-thread pools after a dataset was read, a rich progress refresher, a Spark/py4j
-gateway when called from a driver) stay locked forever in the child, Python 3.12 warns
-about forking a threaded process and 3.14 no longer forks by default — and would
-inherit global state (registered tables, open writers) that a worker should not
-depend on.  The price is ~1 s of interpreter start and imports per worker (in
-parallel), arguments that must pickle (a ``Registry`` of importable classes; ``wrap``
-a module-level callable) and, for scripts calling this, the usual ``if __name__ ==
-"__main__":`` guard.
+Children are forked when the parent runs no other Python thread, else spawned
+(``_start_method``).  A forked child starts at once with the parent's imports (a
+spawned one pays an interpreter start and the imports, ~1 s, before its first packet)
+and inherits nothing a worker depends on beyond its task: it registers its tables and
+opens its own writer, and the parent forks before it takes the capture's lock or opens
+a file.  The threads a fork could leave holding a lock in the child are Python's (a
+rich progress refresher, a Parquet writer thread, a py4j gateway of a Spark driver):
+with one of them running, children are spawned, which needs a registry that pickles
+(importable dissector classes) and, for scripts calling this, the usual ``if __name__
+== "__main__":`` guard.  The native threads of a ``msgcap dissect`` process (jemalloc's
+background thread from the pyarrow import, OpenBLAS's from numpy, Arrow's CPU pool
+once a file was read) reset their state in the child through their own at-fork
+handlers; Python 3.12+ still warns about a fork beside native threads.
 """
 
 from __future__ import annotations
@@ -291,6 +298,7 @@ class WorkerResult:
     # light: the state shared across flows that this worker used (empty: none), which
     # makes its rows unproven (module docstring)
     cross_flow: list[str] = field(default_factory=list)
+    budget_peak: int = 0  # most bytes its memory budget held at once (``_over_budget``)
 
 
 class _Events:
@@ -358,6 +366,7 @@ def run_worker(task: _Task, abandon: Callable[[], bool] = _never) -> WorkerResul
     cross_flow: list[str] = []
 
     learned = job.writer.engine if isinstance(job.writer, DecodingWriter) else None
+    budget = job.limits.budget
 
     def touched() -> bool:
         """State shared across flows was used (named in ``cross_flow``): also a Pulsar
@@ -365,7 +374,8 @@ def run_worker(task: _Task, abandon: Callable[[], bool] = _never) -> WorkerResul
         if split is None:
             return False
         cross_flow[:] = split.cross_flow() + (["payload"] if job.payloads.decoded else []) + (
-            ["payload schema"] if learned is not None and learned.learned_from else [])
+            ["payload schema"] if learned is not None and learned.learned_from else []) + (
+            ["memory budget"] if budget is not None and budget.releases else [])
         return bool(cross_flow)
 
     wrap = (_Events(task.wrap, touched, abandon)
@@ -394,6 +404,7 @@ def run_worker(task: _Task, abandon: Callable[[], bool] = _never) -> WorkerResul
         error=error,
         pending=inner.pending_files(),
         cross_flow=cross_flow,
+        budget_peak=budget.peak if budget is not None else 0,
     )
 
 
@@ -693,7 +704,7 @@ def _dissect_locked(
             for outcome in outcomes.values():  # OUT is full or failing: so would a rerun be
                 if outcome[0] == "raised" and isinstance(outcome[1], OutputError):
                     raise outcome[1]
-            fallback = _unproven(outcomes)
+            fallback = _unproven(outcomes) or _over_budget(outcomes, options)
             if not fallback:
                 split = "light"
                 results = [o[1] for _, o in sorted(outcomes.items())]
@@ -770,6 +781,22 @@ def _unproven(outcomes: dict[int, tuple]) -> list[str]:
                 reasons.append(f"worker {k} failed: {result.error}")
             reasons += [f"worker {k}: {what}" for what in result.cross_flow]
     return reasons
+
+
+def _over_budget(outcomes: dict[int, tuple], options: Options) -> list[str]:
+    """The memory budget (``Limits.memory_limit_bytes``), state shared across flows: a
+    light worker holds only its own flows' buffers, so it may stay under the budget
+    where one process would have reached it and made holders give memory back (other
+    rows).  A worker that reached it is unproven (``cross_flow``); and unless the
+    workers' peaks together fit one run's budget, one process might have reached it
+    (it holds at most their sum at any point), so the run is unproven too.  Kept, a
+    light run so also held no more than one run's budget in all."""
+    limit = options.limits.memory_limit_bytes
+    peaks = sum(o[1].budget_peak for o in outcomes.values() if o[0] == "ok")
+    if limit <= 0 or peaks <= limit:
+        return []
+    return [f"memory budget: the workers held {peaks} bytes together, one run may hold "
+            f"{limit}"]
 
 
 def _run_exact(

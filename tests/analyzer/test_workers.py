@@ -14,6 +14,7 @@ import dataclasses
 import os
 import shutil
 import struct
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from dissectors.tables import get_table
 from reassembly import native
 from reassembly.capture import open_capture
 from reassembly.flowplan import balance, plan_flows
+from reassembly.limits import Limits
 from tests.analyzer.conftest import CAPTURE_ID, SHA, anomaly_row, flow_row
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -205,6 +207,39 @@ def test_exact_split_on_request(tmp_path) -> None:
     r = dissect_parallel(NATS_BASIC, tmp_path / "two", 2, _options(NATS_BASIC), light=False)
     _assert_same_output(one, (r, tmp_path / "two"))
     assert (r.split, r.fallback) == ("exact", [])
+
+
+def test_a_memory_budget_reached_falls_back_to_the_exact_split(tmp_path) -> None:
+    """The memory budget is shared across flows: one process reaches 64 KiB on nats-ws
+    (holders give memory back: ``limit.memory`` rows, other NATS rows) where a light
+    worker, holding only its own flows, would not.  Such a light run is not kept."""
+    kw = {"limits": Limits(memory_limit_bytes=65536)}
+    pcap = SAMPLES / "nats-ws.pcap"
+    one = _dissect(pcap, tmp_path / "one", 1, **kw), tmp_path / "one"
+    two = _dissect(pcap, tmp_path / "two", 2, **kw), tmp_path / "two"
+    _assert_same_output(one, two)
+    assert one[0].anomalies["limit.memory"] > 0
+    assert two[0].split == "exact" and any("memory budget" in f for f in two[0].fallback)
+
+
+def test_spawned_workers_write_the_rows_of_one(tmp_path, monkeypatch) -> None:
+    """With another Python thread running (a progress refresher, a Spark gateway) the
+    children are spawned, not forked: the same rows."""
+    from analyzer import parallel
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert parallel._start_method() == "spawn"
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.setattr(parallel, "_start_method", lambda: "spawn")
+    one = _dissect(NATS_BASIC, tmp_path / "one", 1), tmp_path / "one"
+    two = _dissect(NATS_BASIC, tmp_path / "two", 2), tmp_path / "two"
+    _assert_same_output(one, two)
+    assert (two[0].split, two[0].fallback) == ("light", [])
 
 
 def _damaged(tmp_path: Path) -> Path:
