@@ -28,8 +28,6 @@ import os
 import zlib
 from typing import TYPE_CHECKING, BinaryIO
 
-import zstandard
-
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
 
@@ -39,11 +37,11 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _DRAIN_CHUNK = 1 << 20
 
 # Errors a decompressor or the disk can raise while streaming; they become damage.
+# (zstandard.ZstdError joins them for a zstd capture: zstandard is imported only for one.)
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (
     OSError,  # includes gzip.BadGzipFile
     EOFError,
     zlib.error,
-    zstandard.ZstdError,
     ValueError,
 )
 
@@ -105,6 +103,8 @@ class ZstdStream:
     READ = 1 << 16  # compressed bytes per read from the source
 
     def __init__(self, src: HashingReader) -> None:
+        import zstandard  # ~10 ms to import: only for a zstd capture
+
         self._src = src
         self._dctx = zstandard.ZstdDecompressor()
         self._obj = self._dctx.decompressobj()
@@ -154,14 +154,18 @@ class ByteSource:
         self.hasher = HashingReader(raw, digest)
         self.error: str | None = None
         self._stream: object
+        self._errors = _STREAM_ERRORS
         if head[:2] == GZIP_MAGIC:
             self.compression = "gzip"
             gz = gzip.GzipFile(fileobj=self.hasher, mode="rb")
             self._stream = gz
             self._read = gz.read1
         elif head == ZSTD_MAGIC:
+            import zstandard  # only for a zstd capture
+
             self.compression = "zstd"
             zr = ZstdStream(self.hasher)
+            self._errors = (*_STREAM_ERRORS, zstandard.ZstdError)
             self._stream = zr
             self._read = zr.read1
         else:
@@ -179,7 +183,7 @@ class ByteSource:
             return b""
         try:
             return self._read(size)
-        except _STREAM_ERRORS as exc:
+        except self._errors as exc:
             self.error = f"{self.compression} stream error: {type(exc).__name__}: {exc}"
             return b""
 
@@ -207,7 +211,7 @@ class ByteSource:
         try:
             if stream is not self.hasher:
                 stream.close()  # type: ignore[attr-defined]
-        except _STREAM_ERRORS:
+        except self._errors:
             pass
         finally:
             self.hasher.close()

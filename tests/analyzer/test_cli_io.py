@@ -199,11 +199,12 @@ def test_help_imports_no_heavy_module():
 
 # what `msgcap dissect -q` of a NATS-only capture does not need: another protocol's frame
 # reader or session (Pulsar's loads its protobuf descriptors), the protobuf runtime (STAN's
-# and Liftbridge's schemas are read by dissectors.proto.wire), rich (nothing is drawn), the
-# worker machinery (one process), pyarrow.dataset (a partition is read file by file)
+# and Liftbridge's schemas are read by dissectors.proto.wire), zstandard (the capture is
+# not zstd), rich (nothing is drawn), the worker machinery (one process), pyarrow.dataset (a
+# partition is read file by file)
 NOT_FOR_NATS = ("pandas", "dissectors.pulsar.frame", "dissectors.pulsar.session",
-                "dissectors.felix.session", "google.protobuf", "rich", "analyzer.parallel",
-                "multiprocessing", "pyarrow.dataset")
+                "dissectors.felix.session", "google.protobuf", "zstandard", "rich",
+                "analyzer.parallel", "multiprocessing", "pyarrow.dataset")
 
 
 def test_dissect_imports_what_the_capture_needs(tmp_path):
