@@ -16,7 +16,9 @@ directions.  Payloads are half random hex, half repeated text, so they compress 
 2-3x and the dissector really decompresses.
 
 The capture is cached as DATA/pulsar-batch.pcap with DATA/pulsar-batch.truth.json (what
-the client sent and received, per codec) and reused while both exist.
+the client sent and received, per codec) and reused while both exist.  ``--properties``
+gives every message two properties and a partition key, as the sample captures' clients
+send them (``samples/pulsar-client.pcap``), cached as DATA/pulsar-batch-props.pcap.
 
 Measured (median of ``--runs``, fast path on and off alternated unless ``--fast on|off``,
 same process-tree sampler as bench_dissect.py): wall s, CPU s,
@@ -83,7 +85,7 @@ def _payload(rng: random.Random, i: int, size: int) -> bytes:
 
 
 def run_workload(url: str, target_bytes: int, pcap: Path, max_seconds: float,
-                 payload_size: int, batch: int) -> dict[str, Any]:
+                 payload_size: int, batch: int, properties: bool = False) -> dict[str, Any]:
     """Produce in rounds (every codec, batching on) until the capture is big enough;
     consumers (listeners, acknowledging each message) receive everything."""
     import pulsar
@@ -136,7 +138,10 @@ def run_workload(url: str, target_bytes: int, pcap: Path, max_seconds: float,
     while True:
         for codec, prod in producers.items():
             for _ in range(batch):
-                prod.send_async(_payload(rng, sent[codec], payload_size), done)
+                i = sent[codec]
+                extra = {"properties": {"seq": str(i), "codec": codec},
+                         "partition_key": f"key-{i % 16}"} if properties else {}
+                prod.send_async(_payload(rng, i, payload_size), done, **extra)
                 sent[codec] += 1
             prod.flush()
         rounds += 1
@@ -170,7 +175,7 @@ def run_workload(url: str, target_bytes: int, pcap: Path, max_seconds: float,
 
 
 def record(pcap: Path, target_mb: float, max_seconds: float, mtu: int | None,
-           payload_size: int, batch: int) -> dict[str, Any]:
+           payload_size: int, batch: int, properties: bool = False) -> dict[str, Any]:
     """Emulator + tcpdump + the workload, as samples/record_pulsar.py does it."""
     if os.geteuid() != 0:
         sys.exit(f"error: {pcap} is missing and recording it needs root (tcpdump).\n"
@@ -217,7 +222,7 @@ def record(pcap: Path, target_mb: float, max_seconds: float, mtu: int | None,
         time.sleep(0.2)
         with loopback_mtu(mtu):
             result = run_workload(f"pulsar://{HOST}:{port}", int(target_mb * 1e6), pcap,
-                                  max_seconds, payload_size, batch)
+                                  max_seconds, payload_size, batch, properties)
         time.sleep(2.0)  # the capture tail (FIN/ACK) before stopping tcpdump
         rc = stop(dump, signal.SIGINT)
         text = dump_err.read_text(errors="replace")
@@ -291,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", choices=("both", "on", "off"), default="both",
                     help="the Pulsar columnar fast path (MSGCAP_PULSAR_FAST): both = "
                          "alternate on/off runs and report each (default)")
+    ap.add_argument("--properties", action="store_true",
+                    help="messages carry properties and a partition key, as the sample "
+                         "captures' do (cached as DATA/pulsar-batch-props.pcap)")
     ap.add_argument("--rerecord", action="store_true", help="record even if cached")
     ap.add_argument("--json", type=Path, metavar="PATH",
                     help="raw measurements (default DATA/pulsar-results.json)")
@@ -303,13 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.capture:
         pcap = args.capture.resolve()
     else:
-        pcap, truth_path = data / f"{NAME}.pcap", data / f"{NAME}.truth.json"
+        name = f"{NAME}-props" if args.properties else NAME
+        pcap, truth_path = data / f"{name}.pcap", data / f"{name}.truth.json"
         if args.rerecord or not (pcap.is_file() and truth_path.is_file()):
             print(f"recording {pcap} (target {args.target_mb:g} MB, at most "
                   f"{args.max_seconds:g} s of producing)", flush=True)
             t0 = time.monotonic()
             truth = record(pcap, args.target_mb, args.max_seconds, args.mtu or None,
-                           args.payload_size, args.batch)
+                           args.payload_size, args.batch, args.properties)
             truth["record_seconds"] = round(time.monotonic() - t0, 1)
             truth_path.write_text(json.dumps(truth, indent=1) + "\n")
             print(f"recorded {truth['pcap']['bytes']:,} bytes, {truth['pcap']['packets']:,} "
