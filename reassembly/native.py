@@ -53,6 +53,8 @@ TCP = 6
 # ``MSGCAP_NATIVE_ENGINE=0``: capture_events runs the reference alone (``enabled``).
 ENV_SWITCH = "MSGCAP_NATIVE_ENGINE"
 _DIRECTIONS = (Direction.C2S, Direction.S2C)
+_ONE_SEGMENT = SEGMENT.size
+_unpack_segment = SEGMENT.unpack
 
 
 class DecodedRow(NamedTuple):
@@ -448,10 +450,11 @@ class NativeReassembler:
     # -- driving ------------------------------------------------------------------------
 
     def _emit(self, runs: list[_engine.Run]) -> Iterator[Event | CoalescedData]:
+        """The events of a stretch's runs (``process`` has this loop written out)."""
         split = self.coalesce == "none"
         for info, _conn, direction, offset, data, segs in runs:
-            if len(segs) == SEGMENT.size:
-                _, ts, frame = SEGMENT.unpack(segs)
+            if len(segs) == _ONE_SEGMENT:
+                _, ts, frame = _unpack_segment(segs)
                 yield StreamData(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
                 continue
             chunk = CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
@@ -473,14 +476,23 @@ class NativeReassembler:
         """The events of the batches' records, then the end-of-capture flush."""
         core, out = self.core, self.ref.pending
         per_flow = self.coalesce == "flow"
+        split = self.coalesce == "none"
         for batch in batches:
             n = len(batch)
             i = 0
             while i < n:
                 i, runs = core.run(batch, i, per_flow)
                 self._sync(runs)
-                if runs:
+                if split:
                     yield from self._emit(runs)
+                else:  # (``_emit`` written out: no generator per stretch)
+                    for info, _conn, direction, offset, data, segs in runs:
+                        if len(segs) == _ONE_SEGMENT:
+                            _, ts, frame = _unpack_segment(segs)
+                            yield StreamData(info, _DIRECTIONS[direction], offset, data, ts,
+                                             ts, frame, frame)
+                        else:
+                            yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
                 if i < n:
                     self._reference_frame(Frame(*batch.frame(i)))
                     i += 1
