@@ -94,6 +94,9 @@ _COMPRESSION = pb.enum_names("CompressionType")
 _SERVER_ERROR = pb.enum_names("ServerError")
 _AUTH_FIELDS = frozenset({"auth_data", "original_auth_data"})
 _FEATURES = [f.name for f in pb.schema("FeatureFlags").fields.values()]
+# json.dumps(..., separators=(",", ":"), ensure_ascii=False) without making an encoder
+# per frame (dumps does, for any non-default argument)
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 # commands that only ever go one way (a first one the other way is reported)
 _C = CommandType
@@ -380,8 +383,7 @@ class PulsarSession(FramedSession, ColumnarSession):
         values["unknown_fields"] = unknown
         if isinstance(sub, Decoded) and t is not None:  # (a sub-command implies a type)
             self._columns(direction, t, sub, values)
-            values["command_json"] = json.dumps(_plain(sub), separators=(",", ":"),
-                                                ensure_ascii=False)
+            values["command_json"] = _COMPACT_JSON(_plain(sub))
         elif isinstance(sub, bytes):
             values["command_json"] = json.dumps({"raw": sub.hex()})
         if cmd.bad_utf8:
