@@ -416,12 +416,16 @@ def _child(conn: Connection, task: _Task) -> None:
     sizes the flows overlaps the parent's hashing.  The pipe closed instead of a go:
     the run was refused (the capture is in OUT or being written), nothing is written.
 
+    A worker whose parent is gone (killed: nobody will take its files) stops reading
+    at its next look (``_Events``); the next run of the capture removes its files.
+
     A spawned worker is a fresh interpreter: like ``msgcap dissect`` in one process, it
     keeps pyarrow from importing pandas (``skip_pandas_probe``, ~0.4 s of CPU a worker),
     as the dissection hands pyarrow no pandas objects."""
     from analyzer.cliutil import skip_pandas_probe
 
     skip_pandas_probe()
+    parent = os.getppid()
     try:
         if task.sha256 is None:
             if task.plan is None and task.worker == 1:
@@ -431,7 +435,7 @@ def _child(conn: Connection, task: _Task) -> None:
             except EOFError:  # refused before it began
                 raise SystemExit(0) from None
             task = replace(task, capture_id=sha[:16], sha256=sha, plan=plan)
-        result = run_worker(task)
+        result = run_worker(task, lambda: os.getppid() != parent)
     except BaseException as exc:  # noqa: BLE001 - everything goes to the parent
         if isinstance(exc, SystemExit) and exc.code == 0:
             raise
