@@ -441,7 +441,7 @@ _DECODE_CASES = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.sampled_from(_DECODE_CASES), st.lists(st.tuples(st.integers(0, 400),
                                                           st.integers(0, 255)), max_size=3),
        st.integers(0, 400), st.binary(max_size=8))
