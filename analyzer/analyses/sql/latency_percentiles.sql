@@ -23,13 +23,14 @@ WITH lat AS (
   LEFT JOIN nats_clients c ON c.capture_id = a.capture_id AND c.flow_id = a.flow_id
   WHERE a.latency_ns IS NOT NULL
 ),
+-- each latency once per grouping: one pass over `lat` (a UNION of three SELECTs from it
+-- made Spark plan and run `lat`, with its joins, three times)
 keyed AS (
-  SELECT capture_id, kind, protocol, 'subject' AS per, coalesce(subject, '') AS name,
-         latency_ns FROM lat
-  UNION ALL
-  SELECT capture_id, kind, protocol, 'client', client, latency_ns FROM lat
-  UNION ALL
-  SELECT capture_id, kind, protocol, 'all', '*', latency_ns FROM lat
+  SELECT capture_id, kind, protocol, g.per,
+         CASE g.per WHEN 'subject' THEN coalesce(subject, '')
+                    WHEN 'client' THEN client ELSE '*' END AS name,
+         latency_ns
+  FROM lat CROSS JOIN (VALUES ('subject'), ('client'), ('all')) AS g(per)
 )
 SELECT capture_id, kind, protocol, per, name, count(*) AS count,
        min(latency_ns) AS min_ns,
