@@ -143,56 +143,8 @@ static void keep(const uint8_t *p, size_t n, const uint8_t d[32]) {
     kept_bytes += n;
 }
 
-/* Small payloads (a fan-out of short messages: bulk traffic) are kept the same way in a
- * direct-mapped table: SMALL_SLOTS slots of at most SMALL_MAX bytes (2 MiB in all,
- * allocated on first use), the slot chosen by the length and a few of the payload's
- * words.  A collision only replaces the slot; equality is still checked byte by byte. */
-#define SMALL_MAX 1024
-#define SMALL_SLOTS 2048
-typedef struct { uint32_t n; uint8_t d[32]; uint8_t p[SMALL_MAX]; } Small;
-static Small *small;
-static int small_failed;
-static uint64_t small_hits, small_misses;
-
-static inline uint64_t word_at(const uint8_t *p) {
-    uint64_t w;
-    memcpy(&w, p, 8);
-    return w;
-}
-
-static int sha256_small(const uint8_t *p, size_t n, uint8_t out[32]) {
-    uint64_t key = n * 0x9E3779B97F4A7C15ull;
-    Small *s;
-    if (small == NULL) {
-        if (small_failed) return 0;
-        small = PyMem_RawCalloc(SMALL_SLOTS, sizeof(Small));
-        if (small == NULL) { small_failed = 1; return 0; }
-    }
-    if (n >= 8) {
-        key ^= word_at(p) + 0x632BE59BD9B4E019ull * word_at(p + n - 8);
-        key ^= word_at(p + (n - 8) / 2) * 0xC2B2AE3D27D4EB4Full;
-    } else {
-        size_t i;
-        for (i = 0; i < n; i++) key = (key ^ p[i]) * 0x100000001B3ull;
-    }
-    key ^= key >> 29;
-    s = &small[(key * 0xBF58476D1CE4E5B9ull >> 32) & (SMALL_SLOTS - 1)];
-    if (s->n == n + 1 && memcmp(s->p, p, n) == 0) { /* n + 1: 0 marks an empty slot */
-        memcpy(out, s->d, 32);
-        small_hits++;
-        return 1;
-    }
-    small_misses++;
-    sha256(p, n, out);
-    memcpy(s->p, p, n);
-    memcpy(s->d, out, 32);
-    s->n = (uint32_t)n + 1;
-    return 1;
-}
-
 static void sha256_payload(const uint8_t *p, size_t n, uint8_t out[32]) {
     int i;
-    if (n <= SMALL_MAX && sha256_small(p, n, out)) return;
     if (n < REUSE_MIN) { sha256(p, n, out); return; }
     for (i = 0; i < REUSE_SLOTS; i++) {
         Kept *k = &kept[i];
@@ -211,10 +163,8 @@ static void sha256_payload(const uint8_t *p, size_t n, uint8_t out[32]) {
 }
 
 static PyObject *py_reuse_stats(PyObject *self, PyObject *unused) {
-    return Py_BuildValue("KKKKKK", (unsigned long long)kept_hits,
-                         (unsigned long long)kept_misses, (unsigned long long)kept_hit_bytes,
-                         (unsigned long long)kept_miss_bytes, (unsigned long long)small_hits,
-                         (unsigned long long)small_misses);
+    return Py_BuildValue("KKKK", (unsigned long long)kept_hits, (unsigned long long)kept_misses,
+                         (unsigned long long)kept_hit_bytes, (unsigned long long)kept_miss_bytes);
 }
 
 static PyObject *py_use_openssl(PyObject *self, PyObject *args) {
@@ -1153,8 +1103,7 @@ static PyMethodDef module_methods[] = {
     {"sha256_hex", py_sha256_hex, METH_VARARGS, "sha256_hex(data, portable=False) -> hex"},
     {"reuse_stats", py_reuse_stats, METH_NOARGS,
      "reuse_stats() -> (hits, misses, hit bytes, missed bytes) of the digests of payloads "
-     ">= REUSE_MIN bytes, then (hits, misses) of those <= SMALL_MAX: taken from an equal "
-     "kept payload, or hashed"},
+     ">= REUSE_MIN bytes: taken from an equal kept payload, or hashed"},
     {"protobuf_ok", py_protobuf_ok, METH_VARARGS,
      "protobuf_ok(data) -> dissectors.proto.wire.scan(data) is not None"},
     {NULL}};

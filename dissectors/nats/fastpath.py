@@ -23,10 +23,9 @@ streams) both ways and compares the tables.
 
 Large payloads (issue 22's offload capture: tens of kB per packet, payloads up to 1 MiB)
 cost their SHA-256 and little else, so the scanner hashes a payload only once while an
-equal one is kept (a fan-out's PUB and its MSGs, a JetStream message and its fetch; short
-payloads too; see ``sha256_payload`` in ``_speedups.c``), and a session whose scanner
-waits for a payload's bytes does not scan again until they are all in
-(``NatsSession.drain_fed``).  An
+equal one is kept (a fan-out's PUB and its MSGs, a JetStream message and its fetch; see
+``sha256_payload`` in ``_speedups.c``), and a session whose scanner waits for a payload's
+bytes does not scan again until they are all in (``NatsSession.drain_fed``).  An
 operation over ``MAX_FAST_TOTAL`` (1 MiB, nats-server's default ``max_payload``) goes to
 the reference, which streams it through hashlib: per byte that is as fast (both are
 bound by the hash; measured 0.8-1.1 GB/s of CPU either way, 64 kB segments), and one
