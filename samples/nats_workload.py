@@ -587,14 +587,20 @@ class Workload:
         if r % 25 == 24:
             await self.sync_all()
 
-    async def bulk_setup(self) -> None:
+    async def connect_fan_out(self, prefix: str, wildcards: dict[str, str]) -> None:
+        """Every client connected; ``fan-all`` on ``PREFIX.>``, each of ``wildcards``
+        (client -> subject) on its subject, ``queue-1``/``queue-2`` a queue group on
+        ``PREFIX.q`` (the subscribers the bulk and mixed workloads share)."""
         for cl in self.clients.values():
             await cl.connect(self.url)
-        await self.c("fan-all").subscribe("bulk.>")
-        await self.c("fan-a").subscribe("bulk.a.*")
-        await self.c("fan-b").subscribe("bulk.b.*")
-        await self.c("queue-1").subscribe("bulk.q", queue="grp")
-        await self.c("queue-2").subscribe("bulk.q", queue="grp")
+        await self.c("fan-all").subscribe(f"{prefix}.>")
+        for client, subject in wildcards.items():
+            await self.c(client).subscribe(subject)
+        await self.c("queue-1").subscribe(f"{prefix}.q", queue="grp")
+        await self.c("queue-2").subscribe(f"{prefix}.q", queue="grp")
+
+    async def bulk_setup(self) -> None:
+        await self.connect_fan_out("bulk", {"fan-a": "bulk.a.*", "fan-b": "bulk.b.*"})
         resp = self.c("responder")
 
         async def echo(msg):
@@ -631,12 +637,7 @@ class Workload:
         return min(high, int(low * (high / low) ** self.rng.random()))
 
     async def mixed_setup(self) -> None:
-        for cl in self.clients.values():
-            await cl.connect(self.url)
-        await self.c("fan-all").subscribe("mix.>")
-        await self.c("fan-big").subscribe("mix.big.*")
-        await self.c("queue-1").subscribe("mix.q", queue="grp")
-        await self.c("queue-2").subscribe("mix.q", queue="grp")
+        await self.connect_fan_out("mix", {"fan-big": "mix.big.*"})
         resp = self.c("responder")
 
         async def answer(msg):
