@@ -430,6 +430,7 @@ class Workload:
             raise ValueError(f"unknown workload {kind!r}")
         self.url = url
         self.kind = kind
+        self._js_backlog = 0  # JetStream messages published and not yet fetched
         self.scale = scale
         self.idle_seconds = idle_seconds
         self.rng = random.Random(20240601)
@@ -494,19 +495,23 @@ class Workload:
                 "orders.new", f'{{"order":{r},"line":{i}}}'.encode(), headers=headers
             )
             js.rec.app["js_publish"] += 1
+        self._js_backlog += n_pub
         if fetch:
-            remaining = self._js_backlog = getattr(self, "_js_backlog", 0) + n_pub
-            while remaining > 0:
-                batch = min(remaining, 50)
-                msgs = await self.psub.fetch(batch, timeout=5)
-                js.rec.app["js_fetch"] += 1
-                for m in msgs:
-                    await m.ack()
-                    js.rec.app["js_ack"] += 1
-                remaining -= len(msgs)
-            self._js_backlog = 0
-        else:
-            self._js_backlog = getattr(self, "_js_backlog", 0) + n_pub
+            await self.fetch_backlog(timeout=5)
+
+    async def fetch_backlog(self, timeout: float) -> None:
+        """Fetch (batches of at most 50) and ack every JetStream message published
+        since the last fetch."""
+        js = self.c("jetstream")
+        remaining = self._js_backlog
+        while remaining > 0:
+            msgs = await self.psub.fetch(min(remaining, 50), timeout=timeout)
+            js.rec.app["js_fetch"] += 1
+            for m in msgs:
+                await m.ack()
+                js.rec.app["js_ack"] += 1
+            remaining -= len(msgs)
+        self._js_backlog = 0
 
     async def auto_unsub_case(self, r: int, limit: int, sent: int) -> None:
         pub, sub = self.c("publisher"), self.c("subscriber")
@@ -701,21 +706,9 @@ class Workload:
             await self.js.publish(f"jsmix.{r % 3}", self.rng.randbytes(self.sized(200, 128 << 10)),
                                   headers=headers)
             js.rec.app["js_publish"] += 1
-        self._js_backlog = getattr(self, "_js_backlog", 0) + 2
+        self._js_backlog += 2
         if r % 5 == 4:
-            await self.js_mixed_fetch()
-
-    async def js_mixed_fetch(self) -> None:
-        js = self.c("jetstream")
-        remaining = self._js_backlog
-        while remaining > 0:
-            msgs = await self.psub.fetch(min(remaining, 50), timeout=10)
-            js.rec.app["js_fetch"] += 1
-            for m in msgs:
-                await m.ack()
-                js.rec.app["js_ack"] += 1
-            remaining -= len(msgs)
-        self._js_backlog = 0
+            await self.fetch_backlog(timeout=10)
 
     async def run(self) -> None:
         if self.kind in ("bulk", "mixed"):
@@ -725,8 +718,8 @@ class Workload:
                 await round_fn(r)
                 if self.progress and r and r % 1000 == 0:
                     self.progress(r, self.scale)
-            if getattr(self, "_js_backlog", 0):
-                await self.js_mixed_fetch()
+            if self._js_backlog:
+                await self.fetch_backlog(timeout=10)
             await self._finish()
             return
         await self.setup()
@@ -735,8 +728,8 @@ class Workload:
             await round_fn(r)
             if self.progress and r and r % 1000 == 0:
                 self.progress(r, self.scale)
-        if getattr(self, "_js_backlog", 0):
-            await self.js_round(0, fetch=True, r=self.scale)
+        if self._js_backlog:
+            await self.fetch_backlog(timeout=5)
         await self._finish()
 
     async def _finish(self) -> None:
