@@ -323,11 +323,8 @@ class CaptureDissection:
         acc = self._accs.get(table)
         if acc is None:
             acc = self._accs[table] = fmt.accumulator()
-        if d:  # (``FlowInfo.endpoint`` written out)
-            src, dst = flow.server, flow.client
-        else:
-            src, dst = flow.client, flow.server
-        acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, 1 if d else 0, fd.stream_id,
+        src, dst = flow.endpoint(d)
+        acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
                  src.ip, src.port, dst.ip, dst.port)
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
             self._flush_columns(table)
@@ -472,12 +469,15 @@ class CaptureDissection:
     def _guarded(
         self,
         fd: FlowDispatch,
-        call: Callable[[], list[Record]],
+        call: Callable[..., list[Record]],
         ts_ns: int | None,
         frame: int | None,
+        *args: Any,
     ) -> None:
+        """``call(*args)``: its records as rows; an exception it raises becomes the
+        flow's dissector error (``_dissector_error``)."""
         try:
-            records = call()
+            records = call(*args)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit of a plugin too
@@ -628,21 +628,11 @@ class CaptureDissection:
                 data = ev.data
                 budget = self.limits.budget
                 if framed and (budget is None or budget.limit_bytes - budget.used >= len(data)):
-                    # (``_guarded`` written out, the span taken from the chunk records:
-                    # this runs once per run of segments)
-                    chunks = ev.chunks()
+                    chunks = ev.chunks()  # (the span from its records: no second unpack)
                     first, last = chunks[0], chunks[-1]
-                    try:
-                        records = session.feed_chunks(  # type: ignore[attr-defined]
-                            ev.direction, data,
-                            Span(ev.offset, first[1], last[2], first[3], last[4]), chunks)
-                    except KeyboardInterrupt:
-                        raise
-                    except BaseException as exc:  # noqa: BLE001 - as in ``_guarded``
-                        self._dissector_error(fd, exc, first[1], first[3])
-                        return
-                    if records:
-                        self._emit_records(fd, records)
+                    self._guarded(fd, session.feed_chunks,  # type: ignore[attr-defined]
+                                  first[1], first[3], ev.direction, data,
+                                  Span(ev.offset, first[1], last[2], first[3], last[4]), chunks)
                     return
         # a part is turned once an earlier one showed the roles swapped, unless the run
         # came already turned (``RoleSwaps.events``: it was emitted before a swap)
