@@ -719,10 +719,14 @@ class TcpHalfTracker:
         if data:
             if self.base is None:
                 self.base = seq
-            self.started = True
-            # the conflicting-ISN choice of ``TcpHalfStream._rebase_to_conflicting_isn``
             rel = (seq - self.base) % _MOD
             off = rel - _MOD if rel > _HALF else rel
+            if not self.started and len(data) == 1 and off == -1:
+                # ``TcpHalfStream.on_segment``'s keepalive (one byte ending where the
+                # bytes sent end: at offset 0 while nothing was placed) places nothing
+                return
+            self.started = True
+            # the conflicting-ISN choice of ``TcpHalfStream._rebase_to_conflicting_isn``
             if self.alt_base is not None:
                 alt, self.alt_base = self.alt_base, None
                 alt_off = (seq - alt) % _MOD
