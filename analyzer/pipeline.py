@@ -280,7 +280,7 @@ class CaptureDissection:
 
     def _emit_records(self, fd: FlowDispatch, records: list) -> None:
         """Rows of one event's records, handed to the sink one list per table."""
-        if len(records) == 1 and type(records[0]) is ColumnBatch:
+        if len(records) == 1 and type(records[0]) is ColumnBatch and not records[0].children:
             self._column_rows(fd, records[0], None)  # the usual bulk case, kept short
             return
         pending: dict[str, list[dict]] = {}
@@ -310,10 +310,12 @@ class CaptureDissection:
         in the order the ``ColumnBatch`` stands among the session's records."""
         flow = fd.flow
         fid = flow.flow_id
-        table, d, n, rows, fmt = batch
+        table, d, n, rows, fmt, kids = batch
         flow_rows = self._flow_rows
         n0 = flow_rows.get(fid, 0)
         flow_rows[fid] = n0 + n
+        if kids and pending is not None:  # from the last row's payload (_emit_records)
+            self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
         if rows is None:  # parsed and counted only: another worker writes this flow
             return
         if pending:

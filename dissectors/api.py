@@ -487,13 +487,16 @@ class ColumnBatch(NamedTuple):
     in the session's column buffer ``rows`` (laid out as ``fmt`` says): the pipeline
     gives them their envelope and record ids where this record stands among the
     session's records, and hands them to the sink as Arrow batches.  ``rows`` is None
-    when the session was asked to count rows only (another process writes this flow)."""
+    when the session was asked to count rows only (another process writes this flow).
+    ``children``: records decoded from the *last* row's payload (``Record.children`` of
+    a row that went to the columns: a carried message), given ids after it."""
 
     table: str
     direction: Direction
     n: int
     rows: Any
     fmt: ColumnFormat
+    children: list[Record] | tuple[()] = ()
 
 
 class ColumnarSession(ABC):

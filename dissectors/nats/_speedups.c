@@ -481,10 +481,16 @@ static Py_ssize_t chunk_at(const Chunk *ch, Py_ssize_t nch, Py_ssize_t from, int
     return from;
 }
 
-enum Status { NEED_MORE = 0, REFUSE = 1, NEED_VERDICT = 2, NEED_PROBE = 3 };
+enum Status { NEED_MORE = 0, REFUSE = 1, NEED_VERDICT = 2, NEED_PROBE = 3, CARRIED = 4 };
 
 static inline int tok_put(Col *col, const Tok *t) {
     return t ? put_var(col, t->p, t->n) : put_null(col, VAR);
+}
+
+/* a token as the reference's str (tokens are ASCII: tok_is_ok), None for no token */
+static PyObject *tok_str(const Tok *t) {
+    if (t == NULL) Py_RETURN_NONE;
+    return PyUnicode_DecodeASCII((const char *)t->p, t->n, NULL);
 }
 
 static PyTypeObject ColumnsType;
@@ -583,7 +589,7 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
 
 /*
  * scan(out, buf, pos, base, chunks, c2s, max_line, max_payload, payload_cap, header_cap,
- *      first_bytes, verdicts, cleared) -> (status, new_pos, rows, subject_or_payload)
+ *      first_bytes, verdicts, cleared, carry) -> (status, new_pos, rows, subject_or_payload)
  *
  * buf: the framer's bytearray; pos: read position in it; base: stream offset of buf[0];
  * chunks: sequence of the framer's chunk tuples; max_payload/payload_cap/header_cap: -1
@@ -597,6 +603,13 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
  * worker writes).  On NEED_MORE for an operation whose line is in but not all of its
  * payload, the last item is the stream offset the buffered bytes must reach before a
  * scan can answer anything else for it (the caller need not scan before).
+ *
+ * carry: 0, a PUB/MSG bound to a payload dissector is refused (the reference offers it);
+ * 1, it is taken like any other operation (its row written) and the scan stops after
+ * it with CARRIED, the last item then (payload, op, subject, reply, sid, offset_start,
+ * offset_end, ts_first, ts_last, frame_first, frame_last) for the caller to offer;
+ * 2, as 1, and the first operation is one a probe claimed (after NEED_PROBE): carried.
+ * HPUB/HMSG are refused as with 0 (the offer needs their parsed headers).
  */
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *outobj, *bufobj, *chunks, *first_obj, *verdicts, *seq = NULL, *subject = NULL;
@@ -605,14 +618,14 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos, nch = 0, ci = 0, rows = 0, max_line, end, p;
     long long base, max_payload, payload_cap, header_cap;
-    int c2s, status = NEED_MORE, have_view = 0, cleared = 0;
+    int c2s, status = NEED_MORE, have_view = 0, cleared = 0, carry = 0, carried = 0;
     const uint8_t *buf, *first = NULL;
     Chunk stackch[64], *ch = stackch;
     Headers hdrs;
 
-    if (!PyArg_ParseTuple(args, "OOnLOpnLLLOO|p", &outobj, &bufobj, &pos, &base, &chunks,
+    if (!PyArg_ParseTuple(args, "OOnLOpnLLLOO|pi", &outobj, &bufobj, &pos, &base, &chunks,
                           &c2s, &max_line, &max_payload, &payload_cap, &header_cap,
-                          &first_obj, &verdicts, &cleared))
+                          &first_obj, &verdicts, &cleared, &carry))
         return NULL;
     if (outobj != Py_None) {
         if (!PyObject_TypeCheck(outobj, &ColumnsType)) {
@@ -758,13 +771,21 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                     break;
                 }
                 Py_DECREF(key);
-                if (v != Py_False) { status = REFUSE; break; }
-                if (plen > 0 && first != NULL && first[pl[0]] && !(cleared && rows == 0) &&
-                    (first[pl[0]] == 1 || protobuf_ok(pl, plen))) {
-                    subject = PyBytes_FromStringAndSize((const char *)pl, plen);
-                    if (subject == NULL) goto done;
-                    status = NEED_PROBE;
-                    break;
+                if (v != Py_False) {
+                    if (!carry || has_hdr) { status = REFUSE; break; }
+                    carried = 1;
+                } else if (plen > 0 && first != NULL && first[pl[0]] &&
+                           !(cleared && rows == 0) &&
+                           (first[pl[0]] == 1 || protobuf_ok(pl, plen))) {
+                    if (carry == 2 && rows == 0) {
+                        if (has_hdr) { status = REFUSE; break; }
+                        carried = 1;  /* the caller's probe claimed it */
+                    } else {
+                        subject = PyBytes_FromStringAndSize((const char *)pl, plen);
+                        if (subject == NULL) goto done;
+                        status = NEED_PROBE;
+                        break;
+                    }
                 }
             }
             consumed = li + 1 + total + 2;
@@ -836,6 +857,17 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         }
         rows++;
         p += consumed;
+        if (carried) {
+            subject = Py_BuildValue(
+                "(y#sNNNLLLLLL)", (const char *)(s + li + 1), (Py_ssize_t)total, OP_NAMES[op],
+                tok_str(subj), tok_str(reply), tok_str(sid), (long long)off0,
+                (long long)(off0 + consumed), (long long)ch[c1].ts_first,
+                (long long)ch[c2].ts_last, (long long)ch[c1].frame_first,
+                (long long)ch[c2].frame_last);
+            if (subject == NULL) goto done;
+            status = CARRIED;
+            break;
+        }
     }
     result = Py_BuildValue("innO", status, p, rows, subject ? subject : Py_None);
 done:
@@ -1128,6 +1160,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     PyModule_AddIntConstant(m, "REFUSE", REFUSE);
     PyModule_AddIntConstant(m, "NEED_VERDICT", NEED_VERDICT);
     PyModule_AddIntConstant(m, "NEED_PROBE", NEED_PROBE);
+    PyModule_AddIntConstant(m, "CARRIED", CARRIED);
     PyModule_AddIntConstant(m, "MAX_FAST_TOTAL", MAX_FAST_TOTAL);
     return m;
 }

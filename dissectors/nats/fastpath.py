@@ -71,6 +71,7 @@ if AVAILABLE:
     REFUSE: int = _speedups.REFUSE
     NEED_VERDICT: int = _speedups.NEED_VERDICT
     NEED_PROBE: int = _speedups.NEED_PROBE
+    CARRIED: int = _speedups.CARRIED
 
 
 def _hook_openssl() -> str:
@@ -97,6 +98,12 @@ SHA256_IMPL = _hook_openssl()
 def enabled(requested: bool = True) -> bool:
     """Whether sessions should use the fast path (built, asked for, not disabled)."""
     return requested and AVAILABLE and os.environ.get("MSGCAP_NATS_FAST", "1") != "0"
+
+
+def carry_enabled() -> bool:
+    """Whether the scanner takes PUB/MSG bound to a payload dissector (``CARRIED``)
+    instead of leaving them to the reference; ``MSGCAP_NATS_CARRY=0`` turns it off."""
+    return os.environ.get("MSGCAP_NATS_CARRY", "1") != "0"
 
 
 def new_columns() -> object:

@@ -172,6 +172,9 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self._fast_verdicts: dict[str, bool] | None = None
         self._fast_verdict: Callable[[str], bool] | None = None
         self._fast_probe: Callable[[bytes], bool] | None = None
+        # carry()'s hook, and whether the scanner takes the PUB/MSG it offers (CARRIED)
+        self._carry_hook: MessageHook | None = None
+        self._fast_carry = False
 
     def carry(self, scope: CarrierScope) -> None:
         """``CarrierSession``: offer each whole PUB/HPUB/MSG/HMSG payload to ``scope`` as a
@@ -189,7 +192,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                 row.frame_last,
             ))
 
-        self.on_message = on_message
+        self.on_message = self._carry_hook = on_message
 
     def columnar(self, keep_rows: bool) -> None:
         """``ColumnarSession``: the compiled fast path, when it is built and not turned
@@ -218,6 +221,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self._fast_verdicts = verdicts
         self._fast_verdict = verdict
         self._fast_probe = probe
+        self._fast_carry = fastpath.carry_enabled()
 
     # ---- driver hooks --------------------------------------------------------------
 
@@ -294,8 +298,11 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         mp = self.max_payload
         cap = self.payload_cap
         hcap = self.header_cap
-        verdicts = self._fast_verdicts if self.on_message is not None else None
+        hook = self.on_message
+        verdicts = self._fast_verdicts if hook is not None else None
         first = self._fast_first if verdicts is not None else None
+        # carried PUB/MSG stay on the fast path only behind carry()'s own hook
+        carry = 1 if self._fast_carry and hook is not None and hook is self._carry_hook else 0
         cleared = False
         st.wait_for = 0
         # the ColumnarSession contract: ``out`` (typed by FramedSession) takes ColumnBatch
@@ -308,32 +315,54 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             status, new_pos, n, subject = fastpath.scan(
                 self.fast_rows, buf, pos, base, chunks, c2s, fr.max_line_bytes,
                 -1 if mp is None else mp, -1 if cap is None else cap,
-                -1 if hcap is None else hcap, first, verdicts, cleared,
+                -1 if hcap is None else hcap, first, verdicts, cleared, carry,
             )
             cleared = False
             if n:
                 fr.consumed(new_pos - pos)
                 self.ops[direction] += n
                 last = batches[-1] if batches else None
-                if type(last) is ColumnBatch and last.direction == direction:
+                if type(last) is ColumnBatch and last.direction == direction \
+                        and not last.children:
                     batches[-1] = last._replace(n=last.n + n)  # no row between
                 else:
                     batches.append(ColumnBatch(_TABLE, direction, n, self.fast_rows,
-                                           fastpath.FORMAT))
-            if status == fastpath.NEED_VERDICT:
+                                               fastpath.FORMAT))
+            if status == fastpath.CARRIED:
+                carry = 1
+                kids = self._offer_carried(direction, subject)
+                if kids:  # the row just written is the batch's last: its children
+                    batches[-1] = batches[-1]._replace(children=kids)  # type: ignore[union-attr]
+            elif status == fastpath.NEED_VERDICT:
                 if len(verdicts) >= _MAX_VERDICTS:  # type: ignore[arg-type]
                     verdicts.clear()  # type: ignore[union-attr]  # (see _MAX_VERDICTS)
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
             elif status == fastpath.NEED_PROBE:
                 if self._fast_probe(subject):  # type: ignore[misc]
-                    return fastpath.REFUSE  # a payload dissector's: the reference offers it
-                cleared = True
+                    if not carry:
+                        return fastpath.REFUSE  # a payload dissector's: the reference offers it
+                    carry = 2  # scan it as carried
+                else:
+                    cleared = True
             else:
                 # NEED_MORE for a payload: where the bytes must reach (None: its line is
                 # not all in); REFUSE: None
                 st.wait_at = base + new_pos
                 st.wait_for = subject or 0
                 return status
+
+    def _offer_carried(self, direction: Direction, carried: tuple[Any, ...]) -> list[Record]:
+        """The records the carrier scope decodes from a PUB/MSG the scanner took (its
+        ``CARRIED`` tuple), as ``on_message`` gives the reference's row: the same
+        ``CarriedMessage`` (no headers: HPUB/HMSG go to the reference)."""
+        payload, op, subject, reply, sid, o1, o2, t1, t2, f1, f2 = carried
+        cmax = self.carry_max
+        if cmax is not None and len(payload) > cmax:
+            return []  # the reference does not keep it whole, hence does not offer it
+        sc = self._carrier
+        return sc.offer(CarriedMessage(  # type: ignore[union-attr]  # set with _carry_hook
+            _TABLE, op, subject, reply, sid, None, payload, direction, sc.flow_id,  # type: ignore[union-attr]
+            o1, o2, t1, t2, f1, f2))
 
     def _on_line(self, direction: Direction, st: _Direction, ev: Line, out: list[Record]) -> None:
         line = ev.data
