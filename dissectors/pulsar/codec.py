@@ -15,6 +15,7 @@ Nothing raises: problems come back as ``(kind, detail)``.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from enum import IntEnum
 from typing import NamedTuple
@@ -126,10 +127,18 @@ def _zlib(data: bytes, limit: int) -> bytes:
     return out
 
 
-def _zstd(data: bytes, limit: int) -> bytes:
-    import zstandard
+_LOCAL = threading.local()  # per thread: a decompression context is not thread-safe
 
-    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+
+def _zstd(data: bytes, limit: int) -> bytes:
+    # one decompressor per thread, reused: making one per payload allocates a context
+    # each time (its readers start from a clean state either way)
+    dctx = getattr(_LOCAL, "zstd", None)
+    if dctx is None:
+        import zstandard
+
+        dctx = _LOCAL.zstd = zstandard.ZstdDecompressor()
+    reader = dctx.stream_reader(data, read_across_frames=True)
     parts: list[bytes] = []
     got = 0
     while got <= limit:
@@ -153,4 +162,4 @@ def _snappy(data: bytes, n: int) -> bytes:
 
     out = bytearray(n)
     written = cramjam.snappy.decompress_raw_into(data, out)
-    return bytes(out[:written])
+    return bytes(memoryview(out)[:written])  # (one copy: a bytearray slice would be two)

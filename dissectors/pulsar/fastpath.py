@@ -112,17 +112,18 @@ def enabled(requested: bool = True) -> bool:
 class Chunk(NamedTuple):
     """The message rows of one frame's batch: ``shared`` values (the reference's
     ``base`` plus what every entry gets alike), the frame's provenance, and the
-    per-entry columns."""
+    per-entry columns as the extension wrote them (native-endian bytes: made into arrays
+    once per Arrow batch, ``MessageAccumulator.to_batch``, not once per frame)."""
 
     shared: dict[str, Any]
     provenance: tuple[int, int, int, int, int, int]  # offsets, ts (ns), frames
     n: int
-    sequence_id: npt.NDArray[np.int64]
-    payload_len: npt.NDArray[np.int64]
+    sequence_id: bytes  # int64 per entry
+    payload_len: bytes  # int64 per entry
     payload_sha256: bytes  # 64 hex characters per entry
     payload: bytes  # the kept payloads back to back ...
-    payload_offsets: npt.NDArray[np.int32]  # ... and where each starts (n + 1, from 0)
-    payload_truncated: npt.NDArray[np.bool_]
+    payload_offsets: bytes  # ... and where each starts (int32, n + 1, from 0)
+    payload_truncated: bytes  # one bool byte per entry
     # each entry's properties: map offsets (n + 1, from 0) into the key and value strings
     # (data, offsets), or None when no entry has one
     properties: tuple[npt.NDArray[np.int32], bytes, npt.NDArray[np.int32], bytes,
@@ -132,10 +133,11 @@ class Chunk(NamedTuple):
     nbytes: int
 
 
-def split(data: bytes, n: int, seq: int | None, cap: int | None) -> Chunk | None:
-    """The per-entry columns of a plain batch of ``n`` entries (``shared`` and
-    ``provenance`` left for the caller to fill), or None when the reference must split
-    it.  ``seq``: the metadata's sequence_id; ``cap``: payload bytes kept per row."""
+def split(data: bytes, n: int, seq: int | None, cap: int | None, shared: dict[str, Any],
+          provenance: tuple[int, int, int, int, int, int]) -> Chunk | None:
+    """The rows of a plain batch of ``n`` entries, or None when the reference must split
+    it.  ``seq``: the metadata's sequence_id; ``cap``: payload bytes kept per row;
+    ``shared`` and ``provenance``: the frame's, as ``Chunk`` keeps them."""
     if len(data) > _MAX_BATCH_BYTES:
         return None
     keep_all = cap is None or cap >= len(data)  # (any cap above the data keeps it all)
@@ -143,13 +145,10 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None) -> Chunk | None
                                 -1 if keep_all else cap)
     if got is None:
         return None
-    starts = np.frombuffer(got[0], dtype=np.int64)
-    sizes = np.frombuffer(got[1], dtype=np.int64)
-    seqs = np.frombuffer(got[2], dtype=np.int64)
-    offsets = np.frombuffer(got[4], dtype=np.int32)
-    truncated = np.frombuffer(got[5], dtype=np.bool_)
     digests: bytes | None = got[6]
     if digests is None:  # no libcrypto handed over: hashlib, one call per entry
+        starts = np.frombuffer(got[0], dtype=np.int64)
+        sizes = np.frombuffer(got[1], dtype=np.int64)
         mv = memoryview(data)
         sha = hashlib.sha256
         digests = "".join([
@@ -169,7 +168,7 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None) -> Chunk | None
         keys = (np.frombuffer(keys[0], dtype=np.bool_), keys[1],
                 np.frombuffer(keys[2], dtype=np.int32))
         nbytes += len(keys[1]) + 4 * n
-    return Chunk({}, (0, 0, 0, 0, 0, 0), n, seqs, sizes, digests, kept, offsets, truncated,
+    return Chunk(shared, provenance, n, got[2], got[1], digests, kept, got[4], got[5],
                  props, keys, nbytes)
 
 
@@ -264,18 +263,21 @@ class MessageAccumulator:
         index = pa.array(which)
         first = np.fromiter((r for _, _, r in chunks), dtype=np.int64, count=len(chunks))
         offsets = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
+        cs = [c for c, _, _ in chunks]
         per_entry: dict[str, Any] = {
             "record_id": np.repeat(first, counts) + offsets,
             "batch_index": offsets.astype(np.int32),
-            "sequence_id": np.concatenate([c.sequence_id for c, _, _ in chunks]),
-            "payload_len": np.concatenate([c.payload_len for c, _, _ in chunks]),
-            "payload_truncated": np.concatenate([c.payload_truncated for c, _, _ in chunks]),
+            "sequence_id": np.frombuffer(b"".join([c.sequence_id for c in cs]), np.int64),
+            "payload_len": np.frombuffer(b"".join([c.payload_len for c in cs]), np.int64),
+            "payload_truncated": np.frombuffer(b"".join([c.payload_truncated for c in cs]),
+                                               np.bool_),
         }
         total = len(which)
-        cs = [c for c, _, _ in chunks]
         # the variable-width columns straight from the chunks' Arrow-layout buffers
+        payload_offsets = np.frombuffer(b"".join([c.payload_offsets for c in cs]), np.int32)
         built = {
-            "payload": _variable(pa.binary(), [(c.payload, c.payload_offsets) for c in cs]),
+            "payload": _variable(pa.binary(), b"".join([c.payload for c in cs]),
+                                 _joined(payload_offsets, counts + 1)),
             "payload_sha256": pa.Array.from_buffers(pa.string(), total, [
                 None, pa.py_buffer(np.arange(0, 64 * (total + 1), 64, dtype=np.int32)),
                 pa.py_buffer(b"".join([c.payload_sha256 for c in cs]))]),
@@ -288,22 +290,31 @@ class MessageAccumulator:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _joined(pieces: list[npt.NDArray[np.int32]]) -> npt.NDArray[np.int32]:
-    """Arrow offsets of pieces laid end to end (each piece's offsets start at 0)."""
-    ends = np.cumsum([int(o[-1]) for o in pieces])
-    return np.concatenate([np.zeros(1, np.int32), *[
-        o[1:] + (e - int(o[-1])) for o, e in zip(pieces, ends, strict=True)
-    ]]).astype(np.int32)
+def _joined(flat: npt.NDArray[np.int32], sizes: npt.NDArray[np.int64]
+            ) -> npt.NDArray[np.int32]:
+    """Arrow offsets of pieces laid end to end: ``flat`` holds each piece's offsets (each
+    from 0), ``sizes`` how many each has (its values + 1)."""
+    lengths = np.delete(np.diff(flat.astype(np.int64)), np.cumsum(sizes)[:-1] - 1)
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out.astype(np.int32)
 
 
-def _variable(typ: pa.DataType, pieces: list[tuple[bytes, npt.NDArray[np.int32]]],
+def _pieces(pieces: list[tuple[bytes, npt.NDArray[np.int32]]]
+            ) -> tuple[bytes, npt.NDArray[np.int32]]:
+    """Arrow-layout pieces (data, offsets from 0) laid end to end."""
+    return b"".join([d for d, _ in pieces]), _joined(
+        np.concatenate([o for _, o in pieces]),
+        np.fromiter((len(o) for _, o in pieces), np.int64, len(pieces)))
+
+
+def _variable(typ: pa.DataType, data: bytes, offsets: npt.NDArray[np.int32],
               valid: npt.NDArray[np.bool_] | None = None) -> pa.Array:
-    """One binary or string column from Arrow-layout pieces (data, offsets from 0);
-    ``valid``: which values are set (None: all)."""
-    offsets = _joined([o for _, o in pieces])
+    """One binary or string column from its data and offsets; ``valid``: which values
+    are set (None: all)."""
     bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(typ, len(offsets) - 1, [
-        bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join([d for d, _ in pieces]))])
+        bitmap, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 _NO_STRINGS = (b"", np.zeros(1, np.int32))
@@ -326,8 +337,10 @@ def _properties(chunks: list[Chunk], total: int) -> pa.Array:
             lists.append(p[0])
             keys.append((p[1], p[2]))
             values.append((p[3], p[4]))
-    return pa.MapArray.from_arrays(_joined(lists), _variable(pa.string(), keys),
-                                   _variable(pa.string(), values))
+    maps = _joined(np.concatenate(lists), np.fromiter((c.n + 1 for c in chunks), np.int64,
+                                                      len(chunks)))
+    return pa.MapArray.from_arrays(maps, _variable(pa.string(), *_pieces(keys)),
+                                   _variable(pa.string(), *_pieces(values)))
 
 
 def _partition_keys(chunks: list[Chunk], total: int) -> pa.Array:
@@ -343,7 +356,7 @@ def _partition_keys(chunks: list[Chunk], total: int) -> pa.Array:
         else:
             valid.append(k[0])
             pieces.append((k[1], k[2]))
-    return _variable(pa.string(), pieces, np.concatenate(valid))
+    return _variable(pa.string(), *_pieces(pieces), np.concatenate(valid))
 
 
 def _repeated(column: pa.Array, index: pa.Array, n: int) -> pa.Array:

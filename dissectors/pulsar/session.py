@@ -193,18 +193,34 @@ def _message_id(d: object) -> dict[str, int | None] | None:
 
 
 _FIELDS_BY_NAME: dict[str, dict[str, FieldSpec]] = {}  # message full name → name → spec
+# message full name → the names whose scalars ``_plain_value`` changes (enums, auth data)
+_SPECIAL: dict[str, frozenset[str]] = {}
+_AS_IS = (int, str, bool, float)  # scalar types kept as they are outside _SPECIAL
+
+
+def _fields(d: Decoded) -> dict[str, FieldSpec]:
+    """The name → spec map of ``d``'s message (made once per message type, not per frame)."""
+    fields = _FIELDS_BY_NAME.get(d.schema.full_name)
+    if fields is None:
+        fields = _FIELDS_BY_NAME[d.schema.full_name] = {
+            f.name: f for f in d.schema.fields.values()}
+        _SPECIAL[d.schema.full_name] = frozenset(
+            [f.name for f in fields.values() if f.kind is Kind.ENUM and f.enum is not None]
+        ) | _AUTH_FIELDS
+    return fields
 
 
 def _plain(d: Decoded) -> dict[str, Any]:
     """JSON-ready view: enum names, bytes as hex, auth data as {len, sha256}."""
     out: dict[str, Any] = {}
-    fields = _FIELDS_BY_NAME.get(d.schema.full_name)
-    if fields is None:
-        fields = _FIELDS_BY_NAME[d.schema.full_name] = {
-            f.name: f for f in d.schema.fields.values()}
+    fields = _fields(d)
+    special = _SPECIAL[d.schema.full_name]
     for k, v in d.values.items():
-        spec = fields.get(k)
-        out[k] = _plain_value(k, v, spec)
+        # most values are plain ints and strings: as they are, without the calls
+        if type(v) in _AS_IS and k not in special:
+            out[k] = v
+        else:
+            out[k] = _plain_value(k, v, fields.get(k))
     return out
 
 
@@ -408,7 +424,7 @@ class PulsarSession(FramedSession, ColumnarSession):
     def _columns(self, direction: Direction, t: int, sub: Decoded, values: dict[str, Any]
                  ) -> None:
         v = sub.values
-        specs = {f.name: f for f in sub.schema.fields.values()}
+        specs = _fields(sub)
         for name, raw in v.items():
             m = _SIMPLE.get(name)
             if m is None:
@@ -632,18 +648,19 @@ class PulsarSession(FramedSession, ColumnarSession):
         ``ColumnBatch`` right after the frame's row (where its child records would be
         numbered); False when ``fastpath.split`` leaves the batch to ``_split_batch``."""
         n = md["num_messages_in_batch"]
-        seq = md.get("sequence_id")
-        chunk = fastpath.split(data, n, seq, self.payload_cap)
+        # (properties and partition_key are the entries'; a refused batch's rows are
+        # made from ``base`` itself, so this copy is the chunk's alone)
+        shared = dict(base)
+        shared["incomplete"] = False
+        chunk = fastpath.split(data, n, md.get("sequence_id"), self.payload_cap, shared, (
+            row.offset_start, row.offset_end, row.ts_first_ns, row.ts_last_ns,
+            row.frame_first, row.frame_last))
         if chunk is None:
             return False
         direction = row.direction
         rows = self.fast_rows
         if rows is not None:
-            shared = dict(base)  # (properties and partition_key are the entries')
-            shared["incomplete"] = False
-            rows.chunks.append(chunk._replace(shared=shared, provenance=(
-                row.offset_start, row.offset_end, row.ts_first_ns, row.ts_last_ns,
-                row.frame_first, row.frame_last)))
+            rows.chunks.append(chunk)
         # the ColumnarSession contract: ``out`` (typed by FramedSession) takes ColumnBatch
         batches: list[Record | ColumnBatch] = out  # type: ignore[assignment]
         batches.append(ColumnBatch(MSG, direction, n, rows, fastpath.FORMAT))
