@@ -48,9 +48,11 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from typing import Any, NamedTuple
 
+import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -59,6 +61,7 @@ from dissectors import libcrypto
 from dissectors.api import Direction
 from dissectors.proto.wire import Decoded, Kind, MessageSchema
 from dissectors.proto.wire import decode as wire_decode
+from dissectors.pulsar import codec
 from dissectors.pulsar.table import PULSAR_MESSAGES
 from dissectors.schema import rows_to_batch
 
@@ -69,7 +72,7 @@ except ImportError:  # not built (no C compiler at install time): reference only
     _speedups = None
 
 __all__ = ["AVAILABLE", "FORMAT", "Chunk", "MessageAccumulator", "MessageRows", "decode",
-           "enabled", "split"]
+           "decompress", "enabled", "split"]
 
 AVAILABLE = _speedups is not None
 
@@ -137,7 +140,30 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None, shared: dict[st
           provenance: tuple[int, int, int, int, int, int]) -> Chunk | None:
     """The rows of a plain batch of ``n`` entries, or None when the reference must split
     it.  ``seq``: the metadata's sequence_id; ``cap``: payload bytes kept per row;
-    ``shared`` and ``provenance``: the frame's, as ``Chunk`` keeps them."""
+    ``shared`` and ``provenance``: the frame's, as ``Chunk`` keeps them.  A batch
+    ``decompress`` gave out again (a MESSAGE of a batch that was SENT) reuses its first
+    split: the same inputs, the same columns."""
+    recent = _recent()
+    entry = recent.by_data.get(id(data))
+    if entry is not None and entry.data is data:
+        key = (n, seq, cap)
+        got = entry.splits.get(key)
+        if got is None:
+            got = entry.splits[key] = _split(data, n, seq, cap)
+            recent.grew(entry, 0 if got is None else got.nbytes)
+        else:
+            recent.reused += 1
+        return None if got is None else got._replace(shared=shared, provenance=provenance)
+    return _split(data, n, seq, cap, shared, provenance)
+
+
+_NO_SHARED: dict[str, Any] = {}
+_NO_PROVENANCE = (0, 0, 0, 0, 0, 0)
+
+
+def _split(data: bytes, n: int, seq: int | None, cap: int | None,
+           shared: dict[str, Any] = _NO_SHARED,
+           provenance: tuple[int, int, int, int, int, int] = _NO_PROVENANCE) -> Chunk | None:
     if len(data) > _MAX_BATCH_BYTES:
         return None
     keep_all = cap is None or cap >= len(data)  # (any cap above the data keeps it all)
@@ -170,6 +196,104 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None, shared: dict[st
         nbytes += len(keys[1]) + 4 * n
     return Chunk(shared, provenance, n, got[2], got[1], digests, kept, got[4], got[5],
                  props, keys, nbytes)
+
+
+# Recent payloads kept for ``decompress`` and ``split``: a broker delivers the batch a
+# producer sent with the same bytes (metadata and payload), so a capture that sees both
+# sides (at the broker) holds each batch once per SEND and once per subscription.  A few
+# recent ones are enough (in bench_pulsar.py's capture each MESSAGE follows its SEND
+# within two payload frames); bounded in entries and bytes, outside the run's memory
+# budget like the NATS scan's kept digests (a cache loses nothing when it forgets, and
+# holding it there would change which holder the budget asks first).
+_RECENT_ENTRIES = 32
+_RECENT_BYTES = 8 << 20
+_RECENT_MAX_PAYLOAD = 1 << 20  # larger payloads are not kept
+
+
+class _Entry:
+    __slots__ = ("key", "raw", "result", "data", "splits", "nbytes")
+
+    def __init__(self, key: tuple[int, int | None, int, int, int], raw: bytes,
+                 result: codec.Result) -> None:
+        self.key = key
+        self.raw = raw
+        self.result = result
+        self.data = result.data
+        self.splits: dict[tuple[int, int | None, int | None], Chunk | None] = {}
+        self.nbytes = len(raw) + (len(result.data) if result.data is not None
+                                  and result.data is not raw else 0)
+
+
+class _Recent:
+    """One thread's recently decompressed payloads and their splits, least recent first."""
+
+    __slots__ = ("entries", "by_data", "nbytes", "reused", "inflated")
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple[int, int | None, int, int, int], _Entry] = \
+            OrderedDict()
+        self.by_data: dict[int, _Entry] = {}  # id of an entry's data (it holds the data)
+        self.nbytes = 0
+        self.reused = 0  # splits and decompressions not done again
+        self.inflated = 0
+
+    def add(self, entry: _Entry) -> None:
+        self.entries[entry.key] = entry
+        if entry.data is not None:
+            self.by_data[id(entry.data)] = entry
+        self.grew(entry, entry.nbytes)
+
+    def grew(self, entry: _Entry, nbytes: int) -> None:
+        if self.entries.get(entry.key) is entry:
+            self.nbytes += nbytes
+        while self.entries and (len(self.entries) > _RECENT_ENTRIES
+                                or self.nbytes > _RECENT_BYTES):
+            self.drop(next(iter(self.entries.values())))
+
+    def drop(self, entry: _Entry) -> None:
+        del self.entries[entry.key]
+        if self.by_data.get(id(entry.data)) is entry:
+            del self.by_data[id(entry.data)]
+        self.nbytes -= entry.nbytes + sum(c.nbytes for c in entry.splits.values()
+                                          if c is not None)
+
+
+_LOCAL = threading.local()
+
+
+def _recent() -> _Recent:
+    recent: _Recent | None = getattr(_LOCAL, "recent", None)
+    if recent is None:
+        recent = _LOCAL.recent = _Recent()
+    return recent
+
+
+def reuse_stats() -> tuple[int, int]:
+    """(decompressions and splits reused, payloads decompressed) in this thread."""
+    recent = _recent()
+    return recent.reused, recent.inflated
+
+
+def decompress(compression: int, raw: bytes, declared: int | None, cap: int) -> codec.Result:
+    """``codec.decompress``, the same ``Result``; a payload equal to a recent one (same
+    codec, declared size, cap and bytes) gets that one's result (the same objects, so
+    ``split`` finds its columns too)."""
+    if len(raw) > _RECENT_MAX_PAYLOAD:
+        return codec.decompress(compression, raw, declared, cap)
+    recent = _recent()
+    key = (compression, declared, cap, len(raw), crc32c.crc32c(raw))
+    entry = recent.entries.get(key)
+    if entry is not None and entry.raw == raw:
+        recent.entries.move_to_end(key)
+        recent.reused += 1
+        return entry.result
+    recent.inflated += 1
+    result = codec.decompress(compression, raw, declared, cap)
+    if result.data is not None and len(result.data) <= _RECENT_MAX_PAYLOAD:
+        if entry is not None:  # (another payload with the same checksum: the newer wins)
+            recent.drop(entry)
+        recent.add(_Entry(key, raw, result))
+    return result
 
 
 def _table(schema: MessageSchema, seen: dict[str, list[Any]]) -> list[Any]:

@@ -675,8 +675,10 @@ class PulsarSession(FramedSession, ColumnarSession):
         compression = md.get("compression", 0)
         declared = md.get("uncompressed_size")
         budget = self.budget
+        # (the fast path's reuses a recent equal payload's result, and so its split)
+        inflate = fastpath.decompress if self.fast_on else codec.decompress
         if budget is None or compression == codec.Codec.NONE:
-            return codec.decompress(compression, raw, declared, self.max_uncompressed)
+            return inflate(compression, raw, declared, self.max_uncompressed)
         need = min(declared, self.max_uncompressed) if declared else self.max_uncompressed
         budget.hold(self, need)
         try:
@@ -686,7 +688,7 @@ class PulsarSession(FramedSession, ColumnarSession):
                     f"memory budget of {budget.limit_bytes} bytes reached: a payload of "
                     f"{len(raw)} compressed bytes ({need} bytes to decompress) was not "
                     "decompressed"))
-            return codec.decompress(compression, raw, declared, self.max_uncompressed)
+            return inflate(compression, raw, declared, self.max_uncompressed)
         finally:
             budget.hold(self, 0)
 

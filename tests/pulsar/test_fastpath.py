@@ -335,12 +335,28 @@ def _plain_frames(codec: int) -> list:
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
 def test_plain_batches_go_to_the_columns(codec):
     script = _plain_frames(codec)
+    reused = fastpath.reuse_stats()[0]
     for split in range(10):
         a, b = both_ways(script, split)
         assert_same(a, b)
     batches = [r for r in b.records if type(r) is ColumnBatch]
     assert [r.n for r in batches] == [4, 4, 4, 4]
     assert not any(r.children for r in b.records if type(r) is Record)
+    # the same batch four times (SEND, MESSAGE twice, SEND): decompressed and split once
+    assert fastpath.reuse_stats()[0] - reused >= 10 * 3 * 2
+
+
+def test_recent_payloads_stay_bounded():
+    recent = fastpath._recent()
+    for i in range(300):
+        raw = batch([(bytes([i % 256]) * 40_000 + str(i).encode(), {})])
+        got = fastpath.decompress(0, raw, len(raw), 1 << 26)
+        assert fastpath.split(got.data, 1, i, None, {}, (0,) * 6) is not None
+        assert len(recent.entries) <= fastpath._RECENT_ENTRIES
+        assert recent.nbytes <= fastpath._RECENT_BYTES
+    assert recent.nbytes == sum(e.nbytes + sum(c.nbytes for c in e.splits.values() if c)
+                                for e in recent.entries.values())
+    assert set(recent.by_data) == {id(e.data) for e in recent.entries.values()}
 
 
 def test_counting_only_gives_batches_without_rows():
