@@ -27,6 +27,7 @@ import base64
 import hashlib
 import json
 from collections import OrderedDict
+from functools import cache
 from typing import Any, ClassVar
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
@@ -240,7 +241,6 @@ class LiftbridgeDissector(PayloadDissector):
         full = _SCHEMAS[code]
         assert full is not None
         d = decode(body, schema(full), base=at)
-        mname = d.schema.name
         clean_end = d.error is None
         if not clean_end:
             values["malformed"] = True
@@ -260,19 +260,20 @@ class LiftbridgeDissector(PayloadDissector):
         elif code == 9:
             cls._propagated_response(values, d, clean_end, anomalies)
         else:
-            for spec in d.schema.fields.values():
-                name = spec.name
-                if name in d.values:
-                    v = d.values[name]
-                elif clean_end and name not in _TS_FIELDS and spec.kind is not Kind.MESSAGE:
-                    v = {} if spec.kind is Kind.MAP else _default(spec.kind)
+            got = d.values
+            for name, col, default, spec, how in _plan(full):
+                if name in got:
+                    v = got[name]
+                elif clean_end and default is not _ABSENT:
+                    v = default
                 else:
                     continue
-                col = _RENAME.get((mname, name), name)
-                if name == "value":
+                if how == _COPY:
+                    values[col] = v
+                elif how == _VALUE:
                     _value_columns(values, v, state.payload_cap)
-                    continue
-                _set(values, col, v, spec, anomalies, MSG_TYPES[code])
+                else:
+                    _set(values, col, v, spec, anomalies, MSG_TYPES[code])
         if code == 0:
             cls._internal_value(msg, values, d)
         cls._learn_streams(state, bindings, code, values, d)
@@ -459,6 +460,31 @@ class LiftbridgeDissector(PayloadDissector):
             bindings.bind_subject(
                 msg.reply_to, NAME, _hint(_HINT_REPLY, values["stream"], values.get("partition"))
             )
+
+
+_ABSENT = object()  # a field left null when absent (no invented default)
+_COPY, _VALUE, _SET = 0, 1, 2  # straight to its column / the value columns / ``_set``
+
+
+@cache
+def _plan(full: str) -> tuple[tuple[str, str, object, FieldSpec, int], ...]:
+    """``(field, column, value when absent, spec, how)`` of each field of ``full``, in
+    schema order: what ``_protobuf`` does per field, worked out once per message type
+    (as ``dissectors.stan.decode._plan``)."""
+    sch = schema(full)
+    out = []
+    for spec in sch.fields.values():
+        name = spec.name
+        col = _RENAME.get((sch.name, name), name)
+        default: object = _ABSENT
+        if name not in _TS_FIELDS and spec.kind is not Kind.MESSAGE:
+            # (a map's default is never changed: ``_set`` lists its items)
+            default = {} if spec.kind is Kind.MAP else _default(spec.kind)
+        how = (_VALUE if name == "value" else
+               _SET if spec.kind in (Kind.ENUM, Kind.UINT64, Kind.MAP) or col in _U64_FIELDS
+               else _COPY)
+        out.append((name, col, default, spec, how))
+    return tuple(out)
 
 
 def _default(kind: Kind) -> str | bytes | bool | int:
