@@ -321,18 +321,20 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             if n:
                 fr.consumed(new_pos - pos)
                 self.ops[direction] += n
+                # a carried message's records: children of the row just written, the
+                # batch's last (and the batch is closed: the next rows come after them)
+                kids = self._offer_carried(direction, subject) \
+                    if status == fastpath.CARRIED else ()
                 last = batches[-1] if batches else None
                 if type(last) is ColumnBatch and last.direction == direction \
-                        and not last.children:
-                    batches[-1] = last._replace(n=last.n + n)  # no row between
+                        and not last.children:  # no row between: one batch
+                    batches[-1] = ColumnBatch(_TABLE, direction, last.n + n, self.fast_rows,
+                                              fastpath.FORMAT, kids)
                 else:
                     batches.append(ColumnBatch(_TABLE, direction, n, self.fast_rows,
-                                               fastpath.FORMAT))
+                                               fastpath.FORMAT, kids))
             if status == fastpath.CARRIED:
                 carry = 1
-                kids = self._offer_carried(direction, subject)
-                if kids:  # the row just written is the batch's last: its children
-                    batches[-1] = batches[-1]._replace(children=kids)  # type: ignore[union-attr]
             elif status == fastpath.NEED_VERDICT:
                 if len(verdicts) >= _MAX_VERDICTS:  # type: ignore[arg-type]
                     verdicts.clear()  # type: ignore[union-attr]  # (see _MAX_VERDICTS)
