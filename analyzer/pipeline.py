@@ -90,6 +90,15 @@ FLOWLESS_BASE = 1 << 62
 _FRAME_ROWS_KEPT = 65536  # frames remembered for numbering flowless rows
 _FAST_BATCH_ROWS = 16384  # fast-path rows held before they become one Arrow batch
 _FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offsets)
+# ``MSGCAP_FLOW_COALESCE=0``: ``dissect_capture`` takes the engine's runs in the
+# reference's event order only (``CaptureDissection.may_reorder`` is never asked)
+FLOW_COALESCE_SWITCH = "MSGCAP_FLOW_COALESCE"
+
+
+class FlowOrderUnproven(Exception):
+    """A run that took stretches of runs joined per flow (``may_reorder``) used state
+    shared across flows: its rows are not proven to be the reference order's, so
+    ``dissect_capture`` throws them away and dissects the capture again without."""
 
 
 @dataclass
@@ -174,6 +183,13 @@ class CaptureDissection:
                                     keep_secrets=options.keep_secrets)
         self.writer: Sink = writer
         self.options = options
+        # the payload schemas a DecodingWriter learned (state shared across flows)
+        self._learned = getattr(writer, "engine", None) if options.payload_schemas is not None \
+            else None
+        # a stretch of runs was taken joined per flow (``may_reorder``), and the sessions
+        # its runs went to
+        self.reordered = False
+        self._moved: list[Any] = []
         decode_as = {port: registry.get(name) for port, name in options.decode_as.items()}
         # one memory budget for the run: reassembly (``capture_events(job.limits)``) and
         # the sessions' buffers and decompressors (``options["memory_budget"]``) draw from it
@@ -606,6 +622,77 @@ class CaptureDissection:
                 _anomaly_source(ev.kind),
             )
 
+    def cross_flow(self) -> list[str]:
+        """The state shared across flows this run has used so far: a payload dissector's
+        decode that is not flow-local, and the scopes' other lasting changes (a probe that
+        raised, exact bindings dropped), a payload schema learned, the memory budget
+        asking a holder to give memory back (which holder depends on the order of all
+        flows' holds)."""
+        reasons = []
+        payloads = self.payloads
+        if payloads.decoded or any(sd.probe_failed or sd.dropped_bindings
+                                   for sd in payloads.scopes.values()):
+            reasons.append("payload")
+        if self._learned is not None and self._learned.learned_from:
+            reasons.append("payload schema")
+        budget = self.limits.budget
+        if budget is not None and budget.releases:
+            reasons.append("memory budget")
+        return reasons
+
+    def may_reorder(self, flows: list[tuple[FlowInfo, int]]) -> bool | None:
+        """``capture_events``' ``reorder``: whether a stretch of runs joined per flow
+        (each flow's events in its order, flows interleaved otherwise; the engine checked
+        that the stretch's bytes fit in the budget's room, so no order of them makes the
+        budget reclaim) may be fed so.  Only while no state shared across flows was used
+        (``cross_flow``): then the order of flows is invisible in every row and record id
+        (``_record_id`` numbers per flow); and only when every run goes to a flow whose
+        session is decided and draws from the budget no more than the bytes it is fed (a
+        ``FramedSession`` whose framers hold what they buffer: no layer in front of them,
+        the session itself no memory holder), or to a flow nobody decodes.  None once
+        shared state was used: a run that took such a stretch before is not proven
+        (``FlowOrderUnproven``), one that took none goes on in the reference's order.
+        Same when a session the last such stretch fed put a layer in front of its framer
+        (a decompressor may hold more than the bytes fed)."""
+        if self._unproven():
+            if self.reordered:
+                raise FlowOrderUnproven(", ".join(self.cross_flow()) or "a layer")
+            return None
+        moved = []
+        flows_fd = self._flows
+        for info, _direction in flows:
+            fd = flows_fd.get((info.flow_id, None))
+            if fd is None:
+                return False
+            session = fd.session
+            if session is None:
+                if not fd.unclaimed:
+                    return False
+                continue
+            if type(session) is _Abandoned:
+                continue
+            framed = self._framed.get(type(session))
+            if framed is None:
+                framed = self._framed[type(session)] = isinstance(session, FramedSession)
+            if (not framed or hasattr(session, "release_memory")
+                    or session.layers[0] is not None or session.layers[1] is not None):
+                return False
+            moved.append(session)
+        self.reordered = True
+        self._moved = moved
+        return True
+
+    def _unproven(self) -> bool:
+        """Whether a stretch joined per flow could now differ from the reference order."""
+        return bool(self.cross_flow()) or any(
+            layer is not None for session in self._moved for layer in session.layers)
+
+    def check_order(self) -> None:
+        """At the end of a run: raise ``FlowOrderUnproven`` if it took a stretch joined
+        per flow and state shared across flows was used since (``may_reorder``)."""
+        if self.reordered and self._unproven():
+            raise FlowOrderUnproven(", ".join(self.cross_flow()) or "a layer")
+
     def _coalesced(self, ev: CoalescedData) -> None:
         """A run of in-order segments of one TCP direction (``CoalescedData``): one
         ``FramedSession.feed_chunks`` call when the flow has such a session and the run's
@@ -735,31 +822,41 @@ def dissect_capture(
     capture_id = sha[:16]
     lock = CaptureLock(out_dir, capture_id, path).acquire()  # CaptureBusyError: refused
     settled = True  # False while this run has files or an outcome not yet recorded
+    # runs joined per flow (``CaptureDissection.may_reorder``) unless switched off; a
+    # run whose rows that leaves unproven is thrown away and made again without
+    reorder = os.environ.get(FLOW_COALESCE_SWITCH, "1") != "0"
     try:
-        writer = DatasetWriter(
-            out_dir,
-            capture_id,
-            sha,
-            TOOL_VERSION,
-            options.as_json(),
-            validate=options.validate,
-            overwrite=options.overwrite,
-        )
-        settled = False
-        try:
-            job = CaptureDissection(capture_id, writer, registry, options)
-            info, error = run_dissection(job, path, writer, wrap)
-            writer.close(ensure_tables=list(job.tables.values()))
-            run = CaptureRun.from_writer(writer, input_info(path, sha, info), error)
-            manifest = write_manifest(out_dir, run)
-        except OutputError as exc:
-            settled = record_output_fault(out_dir, writer, bare_input_info(path, sha), exc)
-            raise
-        except BaseException:  # not a capture, a bug, strict, Ctrl-C: nothing is kept
-            writer.abort()
+        while True:
+            writer = DatasetWriter(
+                out_dir,
+                capture_id,
+                sha,
+                TOOL_VERSION,
+                options.as_json(),
+                validate=options.validate,
+                overwrite=options.overwrite,
+            )
+            settled = False
+            try:
+                job = CaptureDissection(capture_id, writer, registry, options)
+                try:
+                    info, error = run_dissection(job, path, writer, wrap, reorder=reorder)
+                except FlowOrderUnproven:
+                    writer.abort()
+                    settled, reorder = True, False
+                    continue
+                writer.close(ensure_tables=list(job.tables.values()))
+                run = CaptureRun.from_writer(writer, input_info(path, sha, info), error)
+                manifest = write_manifest(out_dir, run)
+            except OutputError as exc:
+                settled = record_output_fault(out_dir, writer, bare_input_info(path, sha), exc)
+                raise
+            except BaseException:  # not a capture, a bug, strict, Ctrl-C: nothing is kept
+                writer.abort()
+                settled = True
+                raise
             settled = True
-            raise
-        settled = True
+            break
     finally:
         lock.release(finished=settled)
     return CaptureResult(
@@ -780,24 +877,33 @@ def run_dissection(
     writer: Any,
     wrap: Callable[[CaptureReader, Iterable], Iterable] | None = None,
     split: Any = None,
+    *,
+    reorder: bool = False,
 ) -> tuple[CaptureInfo, str | None]:
     """The read loop of one capture (also each worker's, ``analyzer.parallel``): every
     event through ``job``, then what the fast path still holds.  Returns the reader's
     facts and the error that ended the run early, if any (strict: raised, output
     aborted).  The caller hashed the file (the capture id names the partition).
-    ``split`` (``reassembly.engine.FlowSplit``): reassemble only the flows it owns."""
+    ``split`` (``reassembly.engine.FlowSplit``): reassemble only the flows it owns.
+    ``reorder``: the engine may join runs per flow (``CaptureDissection.may_reorder``);
+    raises ``FlowOrderUnproven`` when that run's rows are not proven (output left to the
+    caller), also for a run that ended in an error after such a stretch."""
     options = job.options
     error: str | None = None
     with open_capture(path, digest=False) as reader:
         try:
             keylog = KeyLog.from_file(options.keylog) if options.keylog else None
             events = capture_events(reader, job.limits, keylog, split, job.server_ports,
-                                    job.roles, chunks=True)
+                                    job.roles, chunks=True,
+                                    reorder=job.may_reorder if reorder else None)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
-        except OutputError:  # OUT cannot take more (disk full): the caller ends the run
+            job.check_order()
+        except (OutputError, FlowOrderUnproven):  # the caller ends or repeats the run
             raise
         except Exception as exc:
+            if job.reordered:  # (where it stopped may depend on the order of flows)
+                raise FlowOrderUnproven(f"{type(exc).__name__}: {exc}") from exc
             if options.strict:
                 writer.abort()
                 raise

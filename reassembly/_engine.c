@@ -480,6 +480,7 @@ typedef struct {
     int64_t last_ord; /* ordinal of its last taken packet since the sync, -1: none */
     int32_t cur_run;  /* build_runs, per flow: its latest run and that run's direction */
     int cur_dir;
+    int8_t mov[2];    /* build_runs, per direction: movable (1), fixed (0), not asked (-1) */
     int light;        /* another process reassembles it: bookkeeping only (register_light) */
     Half h[2];
 } Flow;
@@ -512,6 +513,13 @@ typedef struct {
     Py_ssize_t nholds, holdcap;
     int32_t *dirty;
     int32_t ndirty;
+    /* the last run(): its batch (the segments point into its buffer, so regroup() can
+     * build them again), the budget's room left after its payloads and window charges
+     * (coalesce="flow": below 0, the stretch is grouped as the reference's order), and
+     * whether its runs are in another order than the reference's events (mixed) */
+    PyObject *batch;
+    int64_t room;
+    int mixed;
 } Engine;
 
 static uint32_t key_hash(const uint8_t *k) {
@@ -621,6 +629,7 @@ static void engine_dealloc(Engine *e) {
     PyMem_Free(e->segs);
     PyMem_Free(e->dirty);
     PyMem_Free(e->holds);
+    Py_XDECREF(e->batch);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -977,12 +986,14 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         mine->next_off = off + dlen;
         mine->d_bytes += dlen;
         mine->rlen = newlen;
+        e->room -= dlen;
         if (grown) {
             struct Hold *h = &e->holds[e->nholds++];
             h->flow = idx;
             h->dir = dir;
             h->held = grown;
             e->headroom -= grown - mine->rheld;
+            e->room -= grown - mine->rheld;
             mine->rheld = grown;
         }
     }
@@ -1001,34 +1012,67 @@ static inline int tick_special(Engine *e, int64_t ts) {
 }
 
 /* Runs of taken payloads as (info, conn, direction, offset, data, segments) with
- * segments the packed int64 (end offset, ts_ns, frame) of each; the segments are
- * emptied.  A run joins payloads of one flow direction that are adjacent in the
- * reference's event order, or (per_flow) adjacent in their own flow's event order (a
- * run then ends where the flow's other direction sends; runs of different flows may
- * be in another order than their segments were), placed where its first one was. */
-static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow) {
+ * segments the packed int64 (end offset, ts_ns, frame) of each.  A run joins payloads
+ * of one flow direction that are adjacent in the reference's event order, or
+ * (per_flow) adjacent in their own flow's event order (a run then ends where the
+ * flow's other direction sends), and is placed where its *last* segment was: each
+ * flow's events keep their order, and the flows whose last segments come later in the
+ * stretch are fed later, as in the reference (so the memory budget's holders, each
+ * told its size at the end of every feed, end the stretch in the reference's order).
+ * Sets e->mixed when the runs are not the reference's events in its order (some run
+ * joined payloads with another flow's in between).  The segments are kept until the
+ * next run() (regroup() builds them again). */
+static int movable(Flow *f, int dir, PyObject *keys) {
+    PyObject *key;
+    int got;
+    if (keys == NULL) return 1;
+    if (f->mov[dir] >= 0) return f->mov[dir];
+    key = PyLong_FromLongLong((long long)(f->flow_id << 1 | dir));
+    if (key == NULL) return -1;
+    got = PySet_Contains(keys, key);
+    Py_DECREF(key);
+    if (got < 0) return -1;
+    f->mov[dir] = (int8_t)got;
+    return got;
+}
+
+static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow, PyObject *keys) {
     PyObject *out = PyList_New(0);
     Py_ssize_t i, nruns = 0, n = e->nsegs;
-    int32_t *run_of = NULL, *first = NULL, *count = NULL, *order = NULL;
+    int32_t last_fixed = -1; /* per_flow: the run of the latest fixed segment */
+    int32_t *run_of = NULL, *first = NULL, *count = NULL, *order = NULL, *last = NULL;
     Py_ssize_t *fill = NULL;
+    e->mixed = 0;
     if (out == NULL) return NULL;
     if (n == 0) return out;
     run_of = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
     first = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
     count = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
     order = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+    last = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
     fill = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
-    if (!run_of || !first || !count || !order || !fill) {
+    if (!run_of || !first || !count || !order || !last || !fill) {
         PyErr_NoMemory();
         goto fail;
     }
-    for (i = 0; i < n; i++) e->flows[e->segs[i].flow].cur_run = -1;
+    for (i = 0; i < n; i++) {
+        Flow *f = &e->flows[e->segs[i].flow];
+        f->cur_run = -1;
+        f->mov[0] = f->mov[1] = -1;
+    }
     for (i = 0; i < n; i++) { /* which run each segment joins */
         Seg *s = &e->segs[i];
         Flow *f = &e->flows[s->flow];
         int32_t r;
         if (per_flow) {
+            int mov = movable(f, s->dir, keys);
+            if (mov < 0) goto fail;
             r = (f->cur_run >= 0 && f->cur_dir == s->dir) ? f->cur_run : -1;
+            if (!mov) {
+                if (r != last_fixed) r = -1; /* a fixed run ends at another fixed one */
+                last_fixed = r >= 0 ? r : (int32_t)nruns;
+            }
+            if (r >= 0 && run_of[i - 1] != r) e->mixed = 1;
         } else {
             r = (nruns > 0 && e->segs[first[nruns - 1]].flow == s->flow &&
                  e->segs[first[nruns - 1]].dir == s->dir) ? (int32_t)(nruns - 1) : -1;
@@ -1041,6 +1085,7 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow) {
             f->cur_dir = s->dir;
         }
         run_of[i] = r;
+        last[r] = (int32_t)i;
         count[r]++;
     }
     { /* the segments grouped by run, each run's in their order */
@@ -1050,71 +1095,86 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow) {
             at += count[i];
         }
         for (i = 0; i < n; i++) order[fill[run_of[i]]++] = (int32_t)i;
+        for (i = 0; i < nruns; i++) fill[i] -= count[i]; /* back to each run's start */
     }
-    {
-        Py_ssize_t at = 0, r;
-        for (r = 0; r < nruns; r++) {
-            Seg *s0 = &e->segs[first[r]];
-            Py_ssize_t total = 0, j, k = count[r];
-            PyObject *data, *segs, *t;
-            char *p;
-            int64_t *q;
-            for (j = at; j < at + k; j++) total += e->segs[order[j]].len;
-            data = PyBytes_FromStringAndSize(NULL, total);
-            segs = PyBytes_FromStringAndSize(NULL, k * 3 * (Py_ssize_t)sizeof(int64_t));
-            if (data == NULL || segs == NULL) {
-                Py_XDECREF(data);
-                Py_XDECREF(segs);
-                goto fail;
-            }
-            p = PyBytes_AS_STRING(data);
-            q = (int64_t *)PyBytes_AS_STRING(segs);
-            for (j = at; j < at + k; j++) {
-                Seg *g = &e->segs[order[j]];
-                memcpy(p, d + g->body, g->len);
-                p += g->len;
-                *q++ = g->off + g->len;
-                *q++ = g->ts;
-                *q++ = g->frame;
-            }
-            t = Py_BuildValue("(OOiLNN)", e->flows[s0->flow].info, e->flows[s0->flow].conn,
-                              (int)s0->dir, (long long)s0->off, data, segs);
-            if (t == NULL || PyList_Append(out, t) < 0) {
-                Py_XDECREF(t);
-                goto fail;
-            }
-            Py_DECREF(t);
-            at += k;
+    for (i = 0; i < n; i++) { /* runs in the order of their last segments */
+        Py_ssize_t r = run_of[i], j, k = count[r], total = 0;
+        Seg *s0;
+        PyObject *data, *segs, *t;
+        char *p;
+        int64_t *q;
+        if (last[r] != i) continue;
+        s0 = &e->segs[first[r]];
+        for (j = fill[r]; j < fill[r] + k; j++) total += e->segs[order[j]].len;
+        data = PyBytes_FromStringAndSize(NULL, total);
+        segs = PyBytes_FromStringAndSize(NULL, k * 3 * (Py_ssize_t)sizeof(int64_t));
+        if (data == NULL || segs == NULL) {
+            Py_XDECREF(data);
+            Py_XDECREF(segs);
+            goto fail;
         }
+        p = PyBytes_AS_STRING(data);
+        q = (int64_t *)PyBytes_AS_STRING(segs);
+        for (j = fill[r]; j < fill[r] + k; j++) {
+            Seg *g = &e->segs[order[j]];
+            memcpy(p, d + g->body, g->len);
+            p += g->len;
+            *q++ = g->off + g->len;
+            *q++ = g->ts;
+            *q++ = g->frame;
+        }
+        t = Py_BuildValue("(OOiLNN)", e->flows[s0->flow].info, e->flows[s0->flow].conn,
+                          (int)s0->dir, (long long)s0->off, data, segs);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            goto fail;
+        }
+        Py_DECREF(t);
     }
     PyMem_Free(run_of);
     PyMem_Free(first);
     PyMem_Free(count);
     PyMem_Free(order);
+    PyMem_Free(last);
     PyMem_Free(fill);
-    e->nsegs = 0;
     return out;
 fail:
     PyMem_Free(run_of);
     PyMem_Free(first);
     PyMem_Free(count);
     PyMem_Free(order);
+    PyMem_Free(last);
     PyMem_Free(fill);
-    e->nsegs = 0;
     Py_DECREF(out);
     return NULL;
 }
 
-/* run(batch, start, per_flow=False) -> (index, runs): take records from start until
- * one the reference must handle (index: that record, or len(batch)); runs: see
- * build_runs. */
+/* run(batch, start, per_flow=False, movable=None) -> (index, runs): take records from
+ * start until one the reference must handle (index: that record, or len(batch));
+ * runs: see build_runs.  per_flow joins a flow direction's payloads across other
+ * flows' only while the stretch's payloads and window charges fit in the budget's room
+ * (headroom, as the caller last set it): then neither that order nor the reference's
+ * can make the budget reclaim anything within the stretch; past it the stretch's runs
+ * are those of the reference's order.  movable (a set of flow_id << 1 | direction, or
+ * None: every one): the flow directions whose runs may move among other flows'; the
+ * others' runs keep the reference's order among themselves (a fixed run ends where
+ * another fixed flow direction's payload comes). */
 static PyObject *engine_run(Engine *e, PyObject *args) {
     Batch *b;
     Py_ssize_t i;
     const uint8_t *d;
     int per_flow = 0;
-    if (!PyArg_ParseTuple(args, "O!n|p", &BatchType, &b, &i, &per_flow)) return NULL;
+    PyObject *keys = Py_None;
+    if (!PyArg_ParseTuple(args, "O!n|pO", &BatchType, &b, &i, &per_flow, &keys)) return NULL;
+    if (keys != Py_None && !PyAnySet_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "movable must be a set or None");
+        return NULL;
+    }
     d = (const uint8_t *)b->buf.buf;
+    e->nsegs = 0;
+    e->room = e->headroom;
+    Py_INCREF(b);
+    Py_XSETREF(e->batch, (PyObject *)b);
     {
         for (; i < b->n; i++) {
             const Rec *r = &b->recs[i];
@@ -1126,11 +1186,30 @@ static PyObject *engine_run(Engine *e, PyObject *args) {
         }
     }
     {
-        PyObject *runs = build_runs(e, d, per_flow);
+        PyObject *runs = build_runs(e, d, per_flow && e->room >= 0,
+                                    keys == Py_None ? NULL : keys);
         if (runs == NULL) return NULL;
         return Py_BuildValue("(nN)", i, runs);
     }
 }
+
+/* regroup() -> runs: the last run()'s payloads as the reference's events in its order
+ * (what run() gives without per_flow), for a caller that may not take another order. */
+static PyObject *engine_regroup(Engine *e, PyObject *unused) {
+    if (e->batch == NULL) return PyList_New(0);
+    return build_runs(e, (const uint8_t *)((Batch *)e->batch)->buf.buf, 0, NULL);
+}
+
+/* headroom(n): what the run's memory budget can still grant before it reclaims (the
+ * caller's fresh figure; clock() sets it too). */
+static PyObject *engine_headroom(Engine *e, PyObject *arg) {
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    e->headroom = v;
+    Py_RETURN_NONE;
+}
+
+static PyObject *engine_get_mixed(Engine *e, void *c) { return PyBool_FromLong(e->mixed); }
 
 /* sync() -> (frames, ipv4, ipv6, now_ns, [(conn, info, ts_last, frame_last, ordinal,
  * half_c2s, half_s2c)] in the order of their last taken packet, [(conn, direction,
@@ -1222,13 +1301,22 @@ static PyMethodDef engine_methods[] = {
     {"clock", (PyCFunction)engine_clock, METH_VARARGS,
      "clock(now_ns, last_sweep_ns, sweep_ns, linktype, headroom): the reference's clock"},
     {"run", (PyCFunction)engine_run, METH_VARARGS,
-     "run(batch, start, per_flow=False) -> (index, runs)"},
+     "run(batch, start, per_flow=False, movable=None) -> (index, runs)"},
+    {"regroup", (PyCFunction)engine_regroup, METH_NOARGS,
+     "regroup() -> runs: the last run's payloads in the reference's order"},
+    {"headroom", (PyCFunction)engine_headroom, METH_O,
+     "headroom(n): the memory budget's room, as the caller sees it now"},
     {"sync", (PyCFunction)engine_sync, METH_NOARGS,
      "sync() -> (frames, ipv4, ipv6, now_ns, flows, holds): what was taken since the "
      "last sync"},
     {NULL}};
 
 static PySequenceMethods engine_seq = {.sq_length = (lenfunc)engine_len};
+
+static PyGetSetDef engine_getset[] = {
+    {"mixed", (getter)engine_get_mixed, NULL,
+     "whether the last run()'s runs are in another order than the reference's events", NULL},
+    {NULL}};
 
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "reassembly._engine.Engine",
@@ -1237,6 +1325,7 @@ static PyTypeObject EngineType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Registered TCP flows and the packets taken for them (module docstring).",
     .tp_methods = engine_methods,
+    .tp_getset = engine_getset,
     .tp_as_sequence = &engine_seq,
     .tp_new = engine_new,
 };

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 from reassembly.capture import CaptureReader, Frame, open_capture
-from reassembly.events import Anomaly, CaptureEvent, Event, QuicEvent
+from reassembly.events import Anomaly, CaptureEvent, Event, FlowInfo, QuicEvent
 from reassembly.flows import DEFAULT_SERVER_PORTS, FlowTable, RoleSwaps
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.network import FirstReports, L4Packet, NetworkDecoder
@@ -30,6 +30,7 @@ from reassembly.quic.layer import QuicLayer, add_capture_secrets
 from reassembly.tls import TlsLayer
 
 if TYPE_CHECKING:
+    from reassembly._engine import Run
     from reassembly.provenance import CoalescedData
     from reassembly.websocket import WebSocketJoin
 
@@ -229,11 +230,32 @@ class FlowSplit:
         return reasons
 
 
+Reorder = Callable[[list[tuple[FlowInfo, int]]], "bool | None"]
+"""``capture_events``' ``reorder``: the consumer's word on a stretch of runs joined per
+flow, asked with each run's flow and direction."""
+
+
+def _reorder(passing: Passing, reorder: Reorder, runs: list[Run]) -> bool | None:
+    """Whether the engine yields a stretch's runs joined per flow.  Only the runs of
+    flow directions every layer passes as they are (``Passing.keys``, the engine's
+    ``movable``) moved among other flows' (the layers see the others in the
+    reference's order); a veto on one of them keeps the reference's order.  Then as the
+    consumer says."""
+    keys = passing.keys
+    flows = []
+    for info, _conn, direction, *_ in runs:
+        if info.flow_id << 1 | direction in keys and not passing.skips_flow(info, direction):
+            return False
+        flows.append((info, direction))
+    return reorder(flows)
+
+
 @overload
 def capture_events(
     reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None,
     split: FlowSplit | None = None, server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
     roles: RoleSwaps | None = None, *, chunks: Literal[False] = False,
+    reorder: Reorder | None = None,
 ) -> Iterator[CaptureEvent | WebSocketJoin]: ...
 
 
@@ -241,7 +263,7 @@ def capture_events(
 def capture_events(
     reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None,
     split: FlowSplit | None = None, server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
-    roles: RoleSwaps | None = None, *, chunks: bool,
+    roles: RoleSwaps | None = None, *, chunks: bool, reorder: Reorder | None = None,
 ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]: ...
 
 
@@ -254,6 +276,7 @@ def capture_events(
     roles: RoleSwaps | None = None,
     *,
     chunks: bool = False,
+    reorder: Reorder | None = None,
 ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
     """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
@@ -267,7 +290,12 @@ def capture_events(
     ``chunks``: a consumer that takes ``CoalescedData`` (the conveyor) gets the engine's
     runs of consecutive segments of one flow direction as one event each wherever no
     layer owns the flow (``CoalescedData.split`` gives the events it stands for, in
-    place); without it every stream event is a ``StreamData``."""
+    place); without it every stream event is a ``StreamData``.  ``reorder`` (with
+    ``chunks``): a consumer that may take a stretch of the engine's runs joined per flow
+    (``NativeReassembler`` ``coalesce="flow"``: each flow's events in its order, flows
+    interleaved otherwise) says so per stretch, asked with the ``(flow, direction)`` of
+    its runs once every layer passes all of them: True takes that stretch so, False
+    takes it in the reference's order, None every later one too."""
     # one memory budget shared by every layer of this run (``Limits.with_budget``)
     limits = (limits or Limits()).with_budget()
     if keylog is not None:
@@ -311,6 +339,10 @@ def capture_events(
         events = reassembler.process(frames())
     if engine is not None and chunks:  # runs no layer takes go past the layers
         passing = Passing()
+        if reorder is not None:
+            engine.coalesce = "flow"
+            engine.movable = passing.keys
+            engine.reorder = lambda runs: _reorder(passing, reorder, runs)
         layered = passing.around(events, lambda evs: stream_layers(
             quic.process(evs, out), limits, quic.keylog, reassembler.flows, passing))
     else:

@@ -217,9 +217,17 @@ class NativeReassembler:
     direction that follow each other there; ``"none"`` yields those ``StreamData`` one
     by one; ``"flow"`` also joins the taken payloads of a flow direction that follow
     each other in *their flow's* events, among packets taken in one stretch (no frame
-    of the reference in between): each flow's events are the reference's, in its order,
-    but two flows' events may interleave otherwise (what a consumer with no state
-    shared across flows cannot tell apart; round-robin bulk traffic coalesces only so)."""
+    of the reference in between), while the stretch's payloads fit in the memory
+    budget's room: each flow's events are the reference's, in its order, each run placed
+    where its last segment was, but two flows' events may interleave otherwise (what a
+    consumer with no state shared across flows cannot tell apart; round-robin bulk
+    traffic coalesces only so).  ``movable`` (``flow_id << 1 | direction`` keys, a set
+    the caller keeps up to date; None: all): only those flow directions' runs move among
+    other flows', the others' keep the reference's order among themselves.  ``reorder``:
+    asked before a stretch's runs in another order than the reference's are yielded
+    (``Engine.mixed``), with those runs: True takes them, False yields the stretch in
+    the reference's order (``Engine.regroup``), None also for every later stretch
+    (``coalesce`` becomes ``"adjacent"``)."""
 
     def __init__(self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None,
                  coalesce: str = "adjacent", **options: object) -> None:
@@ -232,6 +240,8 @@ class NativeReassembler:
         self._capture_clock = type(self.ref.clock) is CaptureClock
         self.core = _engine.Engine()
         self.coalesce = coalesce
+        self.movable: set[int] | None = None
+        self.reorder: Callable[[list[_engine.Run]], bool | None] | None = None
         self.counters = {"taken": 0, "reference": 0}
         self._ticks_base = 0
 
@@ -475,19 +485,30 @@ class NativeReassembler:
     def process(self, batches: Iterable[_engine.Batch]) -> Iterator[Event | CoalescedData]:
         """The events of the batches' records, then the end-of-capture flush."""
         core, out = self.core, self.ref.pending
-        per_flow = self.coalesce == "flow"
         split = self.coalesce == "none"
         for batch in batches:
             n = len(batch)
             i = 0
             while i < n:
-                i, runs = core.run(batch, i, per_flow)
+                per_flow = self.coalesce == "flow"
+                if per_flow:  # the room the stretch's payloads must fit in, as of now
+                    core.headroom(self._headroom())
+                i, runs = core.run(batch, i, per_flow, self.movable)
                 self._sync(runs)
+                if per_flow and core.mixed and self.reorder is not None:
+                    verdict = self.reorder(runs)
+                    if not verdict:
+                        runs = core.regroup()
+                        if verdict is None:
+                            self.coalesce = "adjacent"
                 if split:
                     yield from self._emit(runs)
                 else:  # (``_emit`` written out: no generator per stretch)
                     for info, _conn, direction, offset, data, segs in runs:
-                        if len(segs) == _ONE_SEGMENT:
+                        # (a run of one segment too where the movable flow directions
+                        # are those the layers pass: a layer says it passes one when a
+                        # run of it comes, ``reassembly.passing``)
+                        if len(segs) == _ONE_SEGMENT and (not per_flow or self.movable is None):
                             _, ts, frame = _unpack_segment(segs)
                             yield StreamData(info, _DIRECTIONS[direction], offset, data, ts,
                                              ts, frame, frame)

@@ -99,10 +99,19 @@ class Passing:
                 self._marks[key] = marks
             self._keys.discard(key)
 
+    @property
+    def keys(self) -> set[int]:
+        """The flow directions (``flow_id << 1 | direction``) every member passes, vetoes
+        aside: the live set, not a copy (read it, do not change it)."""
+        return self._keys
+
     def skips(self, ev: CoalescedData | StreamData) -> bool:
         """Whether the run (or the one segment) ``ev`` goes past the layers."""
-        flow = ev.flow
-        if flow.flow_id << 1 | ev.direction not in self._keys:
+        return self.skips_flow(ev.flow, ev.direction)
+
+    def skips_flow(self, flow: FlowInfo, direction: int) -> bool:
+        """Whether a run of this flow direction would go past the layers now."""
+        if flow.flow_id << 1 | direction not in self._keys:
             return False
         for holds in self._vetoes:  # noqa: SIM110 - (no generator made per event)
             if holds(flow):
