@@ -185,3 +185,59 @@ def test_the_samples_reorder_nothing(tmp_path, monkeypatch) -> None:
     for pcap in ("nats-basic.pcap", "pulsar-client.pcap"):
         _, counts = _dissect(monkeypatch, SAMPLES / pcap, tmp_path / pcap, "flow")
         assert counts.joined == 0 and counts.runs == 1
+
+
+def _events(path: Path, movable: set[int] | None, verdict: bool | None) -> tuple[list, int]:
+    """The engine's events over ``path`` joined per flow, the runs split back into the
+    reference's events, and how many stretches were asked about."""
+    from reassembly.provenance import CoalescedData
+
+    engine = native.NativeReassembler(coalesce="flow")
+    engine.movable = movable
+    asked = []
+
+    def reorder(runs: list) -> bool | None:
+        asked.append(len(runs))
+        return verdict
+
+    engine.reorder = reorder
+    out: list = []
+    for ev in engine.process(native.pcap_batches(path)):
+        out.extend(ev.split() if type(ev) is CoalescedData else [ev])
+    return out, len(asked)
+
+
+def _order(events: list, keep) -> list:  # noqa: ANN001
+    return [(type(e).__name__, e.flow.flow_id if getattr(e, "flow", None) else None,
+             getattr(e, "direction", None), getattr(e, "offset", None),
+             getattr(e, "frame_first", None)) for e in events if keep(e)]
+
+
+def test_engine_moves_only_the_movable_directions(tmp_path) -> None:
+    """``movable``: the runs of the other flow directions keep the reference's order
+    among themselves, every flow its own order; a stretch refused (``reorder`` False)
+    comes in the reference's order exactly (``Engine.regroup``)."""
+    from reassembly.capture import open_capture
+    from reassembly.engine import Reassembler
+
+    path = tmp_path / "rr.pcap"
+    _write(path, 200_000, 5, burst=1, publishers=3, subscribers=2, step_us=300)
+    with open_capture(path) as reader:
+        want = list(Reassembler().process(reader))
+    every = _order(want, lambda e: True)
+    flows = {e.flow.flow_id for e in want if getattr(e, "flow", None) is not None}
+    movable = {f << 1 | d for f in sorted(flows)[:2] for d in (0, 1)}
+
+    def fixed(e) -> bool:  # noqa: ANN001
+        flow, direction = getattr(e, "flow", None), getattr(e, "direction", None)
+        return flow is None or direction is None or flow.flow_id << 1 | direction not in movable
+
+    got, asked = _events(path, movable, True)
+    assert asked > 0 and _order(got, lambda e: True) != every  # something moved
+    assert _order(got, fixed) == _order(want, fixed)
+    for f in flows:
+        def mine(e, f=f) -> bool:  # noqa: ANN001
+            return getattr(e, "flow", None) is not None and e.flow.flow_id == f
+        assert _order(got, mine) == _order(want, mine)
+    refused, asked = _events(path, movable, False)
+    assert asked > 0 and _order(refused, lambda e: True) == every
