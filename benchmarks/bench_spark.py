@@ -11,6 +11,8 @@ Usage:
     python benchmarks/bench_spark.py --only a --a-mb 150 --clients 64
     python benchmarks/bench_spark.py --a-capture big.pcap --b-captures c1 c2 c3 c4
     python benchmarks/bench_spark.py --profile-split --a-mb 30   # where pass 3 spends time
+    MSGCAP_NATIVE_ENGINE=0 python benchmarks/bench_spark.py --only a --no-local \
+        --a-capture big.pcap     # the split ingest alone, tasks on the reference engine
 
 Captures are written by ``tests/spark/synth.py`` (one NATS server 10.1.0.1:4222, client
 hosts 10.0.x.y, pub/sub fan-out and request/reply) unless given.  Local runs are
@@ -18,7 +20,10 @@ hosts 10.0.x.y, pub/sub fan-out and request/reply) unless given.  Local runs are
 process is the Spark driver, and its peak RSS (``ru_maxrss``) is printed after each
 scenario (the JVM is a separate process and not counted).  Rows per table are compared
 between the local and the Spark dataset.  Spark's session start is timed apart.  Nothing
-is asserted: the numbers are for docs/spark.md.
+is asserted: the numbers are for docs/spark.md.  ``--no-local`` skips the local runs (and
+the ratio); ``MSGCAP_NATIVE_ENGINE=0`` (inherited by the executors and the local runs)
+puts every reassembly on the reference alone, for an A/B of the native engine
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _profile_split(path: Path, work: Path) -> dict:
+def _profile_split(path: Path, work: Path, local: bool = True) -> dict:
     """The split path's per-task work over the whole capture in this one process, without
     Spark (no JVM, no shuffle, no Arrow transfer to and from Python workers), step by step,
     next to the local path's dissection of the same file: CPU seconds of this process
@@ -99,7 +104,7 @@ def _profile_split(path: Path, work: Path) -> dict:
         out[name] = round(time.process_time() - t, 2)
         return got
 
-    def local() -> None:
+    def dissect_local() -> None:
         from analyzer.pipeline import file_sha256
         from analyzer.sink import DatasetWriter
 
@@ -109,7 +114,8 @@ def _profile_split(path: Path, work: Path) -> dict:
         run_dissection(job, str(path), w)
         w.close(ensure_tables=list(job.tables.values()))
 
-    timed("local dissect (whole path, for reference)", local)
+    if local:
+        timed("local dissect (whole path, for reference)", dissect_local)
     layout = probe_layout(str(path), path.stat().st_size)
     ranges = plan_ranges(layout, path.stat().st_size + 1)  # one range: the whole file
     scans = timed("pass 1: scan", lambda: [scan_range(layout, 0, *ranges[0])])
@@ -156,6 +162,8 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--split-bytes", type=int, default=32 << 20)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--no-local", action="store_true",
+                    help="skip the local runs (the split path alone)")
     ap.add_argument("--profile-split", action="store_true",
                     help="time the split path's steps in one process, without Spark")
     args = ap.parse_args()
@@ -164,7 +172,7 @@ def main() -> int:
     if args.profile_split:
         cap = Path(args.a_capture) if args.a_capture else _generate(
             work / "p.pcap", args.a_mb, args.clients, 7)
-        res = _profile_split(cap, work)
+        res = _profile_split(cap, work, not args.no_local)
         for k, v in res.items():
             print(f"{v:8.2f} s CPU  {k}")
         if not args.keep:
@@ -192,25 +200,30 @@ def main() -> int:
     for name in todo:
         paths = caps[name]
         mb = sum(p.stat().st_size for p in paths) / 1e6
-        local_s = _local(paths, work / f"{name}-local")
+        local_s = None if args.no_local else _local(paths, work / f"{name}-local")
         split = args.split_bytes if name == "a" else 1 << 40
         t = time.perf_counter()
         report = ingest(spark, paths, work / f"{name}-spark", options=Options(),
                         split_bytes=split)
         spark_s = time.perf_counter() - t
         target = 1.5 if name == "a" else 0.8
+        ratio = None if local_s is None else round(spark_s / local_s, 2)
         r = {
-            "captures": len(paths), "mb": round(mb, 1), "local_s": round(local_s, 1),
-            "spark_s": round(spark_s, 1), "ratio": round(spark_s / local_s, 2),
-            "target_ratio": target, "met": spark_s / local_s <= target,
+            "captures": len(paths), "mb": round(mb, 1),
+            "local_s": None if local_s is None else round(local_s, 1),
+            "spark_s": round(spark_s, 1), "ratio": ratio,
+            "target_ratio": target,
+            "met": None if local_s is None else spark_s / local_s <= target,
             "driver_peak_rss_mb": round(_peak_rss_mb(), 1),
             "how": sorted(set(report.how.values())),
-            "same_rows": _rows(work / f"{name}-local") == _rows(work / f"{name}-spark"),
+            "same_rows": None if local_s is None else
+            _rows(work / f"{name}-local") == _rows(work / f"{name}-spark"),
             "phases": {Path(k).name: v for k, v in report.timings.items()},
         }
         results[name] = r
-        print(f"({name}) {len(paths)} capture(s), {mb:.0f} MB: local {local_s:.1f} s, spark "
-              f"{spark_s:.1f} s, ratio {r['ratio']} (target <= {target}), driver peak RSS "
+        local = "-" if local_s is None else f"{local_s:.1f} s"
+        print(f"({name}) {len(paths)} capture(s), {mb:.0f} MB: local {local}, "
+              f"spark {spark_s:.1f} s, ratio {ratio} (target <= {target}), driver peak RSS "
               f"{r['driver_peak_rss_mb']} MB, same rows {r['same_rows']}", flush=True)
     print(json.dumps(results, indent=1, default=str))
     spark.stop()
