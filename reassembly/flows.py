@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import socket
 import struct
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -114,6 +115,12 @@ ROLES_SWAPPED = "flow.roles_swapped"
 
 
 def _ip_text(raw: bytes) -> str:
+    """An address's text as ``ipaddress`` writes it.  IPv4 by ``inet_ntop``: the same
+    dotted quad at a seventh of the cost, which a SYN flood (a new address per flow, the
+    endpoint cache no help) pays per flow; IPv6 by ``ipaddress``, as ``inet_ntop`` writes
+    some of those differently (an IPv4-mapped address's dotted tail)."""
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw)
     return str(ipaddress.ip_address(raw))
 
 
