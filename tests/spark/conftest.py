@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.analyzer.conftest import spark  # noqa: F401  (the shared session fixture)
+from tests.analyzer.conftest import (
+    JVM_OPTIONS,
+    spark,  # noqa: F401  (the shared session fixture)
+)
 
 
 def free_port() -> int:
@@ -56,7 +59,8 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
     home = Path(pyspark.__file__).parent
     logs = tmp_path_factory.mktemp("cluster")
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_WORKER_DIR": str(logs / "work")}
+           "SPARK_WORKER_DIR": str(logs / "work"),
+           "SPARK_DAEMON_JAVA_OPTS": JVM_OPTIONS}  # the master's and workers' JVMs
     env.pop("PYTHONPATH", None)  # executors see msgcap only through their own Python
     port = free_port()
     url = f"spark://127.0.0.1:{port}"

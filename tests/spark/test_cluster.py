@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.pipeline import Options, dissect_capture
+from tests.analyzer.conftest import JVM_OPTIONS
 from tests.spark.conftest import S3, Cluster
 from tests.spark.helpers import assert_same_dataset
 
@@ -34,9 +35,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"  # a Python without msgcap (nor pyarrow)
 
 
-# every application of these tests: no web UI (nobody looks; it costs each driver a server)
+# every application of these tests: no web UI (nobody looks; it costs each driver a server);
+# its driver's and executors' JVMs as the shared session's (``JVM_OPTIONS``: why)
 APP_CONF = ("spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
-            "spark.executor.memory=512m", "spark.ui.enabled=false")
+            "spark.executor.memory=512m", "spark.ui.enabled=false",
+            f"spark.driver.extraJavaOptions={JVM_OPTIONS}",
+            f"spark.executor.extraJavaOptions={JVM_OPTIONS}")
 
 
 def _ingest(cluster: Cluster, cwd: Path, *args: str, python: str | None = None,
