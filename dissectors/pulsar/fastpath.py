@@ -25,10 +25,12 @@ which gives the tolerant reader's own ``Decoded`` for a clean, plain message and
 anything else to the reader.  What is left per frame in Python: the command row's
 columns and ``command_json``, the metadata columns, the ``Chunk``, decompression and
 CRC-32C (in C libraries), and outside this package the layers, the framer, the
-conveyor's per-row work for command rows, Parquet (its own thread) and a pandas import
-pyarrow makes on the first ``pa.array`` (bench_pulsar.py, 150 MB, 512,000 messages,
-load ~13: 5.9 CPU s against 21.1 for the reference; main thread ~5 s, of which the
-Pulsar frames ~2.4 s: decompression 0.5, batch split 0.45).
+conveyor's per-row work for command rows and Parquet (its own thread).  A payload equal
+to a recent one (``decompress``: a broker delivers the batch a producer sent with the
+same bytes, so a capture at the broker holds it once per SEND and once per subscription)
+reuses that one's decompression and split (bench_pulsar.py, 150 MB, 512,000 messages,
+load ~14: 4.7 CPU s against 18.1 for the reference; 2,631 of its 5,262 payload frames
+repeat an earlier one; docs/performance.md "Pulsar columns" has the profile).
 
 What stays the definition of the output: the reference (``session.py``).  A batch goes
 to the columns only when the reference would give plain rows for it: not chunked, not
