@@ -346,6 +346,24 @@ def test_plain_batches_go_to_the_columns(codec):
     assert fastpath.reuse_stats()[0] - reused >= 10 * 3 * 2
 
 
+def test_a_batch_seen_again_gets_its_own_rows():
+    # the same payload bytes again (reused: fastpath.decompress) under another sequence
+    # id, another declared size (a mismatch anomaly) and, from one run to the next in
+    # this thread, other payload caps
+    raw = batch(PLAIN)
+
+    def send(seq: int, declared: int = len(raw)) -> bytes:
+        md = metadata(**dict(MD, sequence_id=seq), compression=2, uncompressed_size=declared,
+                      num_messages_in_batch=len(PLAIN))
+        return frame(cmd("SEND", producer_id=1, sequence_id=seq, num_messages=4), md,
+                     _compress(2, raw))
+
+    script = [Data(C2S, send(11) + send(50) + send(11) + send(11, len(raw) + 1))]
+    for cap in (None, 3, 0, 4096):
+        a, b = both_ways(script, 0, {"payload_cap": cap})
+        assert_same(a, b)
+
+
 def test_recent_payloads_stay_bounded():
     recent = fastpath._recent()
     for i in range(300):
