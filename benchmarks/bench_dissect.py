@@ -8,6 +8,7 @@ One command (defaults: record or reuse two real NATS captures in /tmp/msgcap-ben
     python benchmarks/bench_dissect.py --data /work/bench --runs 1 --cprofile 25
     python benchmarks/bench_dissect.py --capture 100m.pcap --capture 1g.pcap \
         --offload /tmp/off/nats-mixed-1g.pcap --runs 1
+    python benchmarks/bench_dissect.py --capture 100m.pcap --pcapng --runs 3 --no-stages
 
 Why these rows (each one a child process, interleaved run by run so that background
 load drifts over all of them alike; the file is read once before timing, so every row
@@ -1063,6 +1064,16 @@ def ensure_captures(data: Path) -> list[Path]:
     return paths
 
 
+def pcapng_copy(path: Path, data: Path) -> Path:
+    """``path`` converted to pcapng (dumpcap's and tshark's format: one SHB, one IDB,
+    an EPB per record) in ``data``, by ``editcap``; reused while newer than ``path``."""
+    out = data / (path.stem + ".pcapng")
+    if not out.is_file() or out.stat().st_mtime < path.stat().st_mtime:
+        print(f"editcap -F pcapng {path} {out}")
+        subprocess.run(["editcap", "-F", "pcapng", str(path), str(out)], check=True)
+    return out
+
+
 def _workers(text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
@@ -1088,6 +1099,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also benchmark this capture as issue 22's offload capture "
                     "(recorded on loopback with segmentation offload on, e.g. "
                     "record_nats.py --workload mixed without --mtu); repeatable")
+    ap.add_argument("--pcapng", action="store_true",
+                    help="also benchmark a pcapng copy of every classic pcap capture "
+                    "(editcap -F pcapng into --data, made when absent or older)")
     ap.add_argument("--runs", type=int, default=3, help="runs per row; medians (default 3)")
     ap.add_argument("--workers", type=_workers, default=[1, 2], metavar="LIST",
                     help="msgcap dissect worker counts, comma separated (default 1,2)")
@@ -1117,6 +1131,8 @@ def main(argv: list[str] | None = None) -> int:
     captures = ([p.resolve() for p in args.capture] if args.capture or offload
                 else ensure_captures(args.data))
     captures += sorted(offload - set(captures))
+    if args.pcapng:
+        captures += [pcapng_copy(p, args.data) for p in captures if p.suffix != ".pcapng"]
     for p in captures:
         if not p.is_file():
             sys.exit(f"error: {p} is not a file")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import TYPE_CHECKING, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, overload
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.events import Anomaly, CaptureEvent, Event, FlowInfo, QuicEvent
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from reassembly.websocket import WebSocketJoin
 
 TCP, UDP = 6, 17
+_Item = TypeVar("_Item")  # a frame, or a batch of them (``capture_events``)
 
 
 class Clock(Protocol):
@@ -282,7 +283,7 @@ def capture_events(
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
     Secrets Blocks as they appear), and the capture's damage at the end.  TCP/UDP
     reassembly runs on the native engine (``reassembly.native.engine_for``: a whole
-    classic pcap file, unless ``MSGCAP_NATIVE_ENGINE=0``) with the same events.  ``split``:
+    pcap or pcapng file, unless ``MSGCAP_NATIVE_ENGINE=0``) with the same events.  ``split``:
     only the events of the flows it owns and those tied to no flow (``FlowSplit``).
     ``server_ports``: as for ``Reassembler``.  ``roles``: connected to this run's flow
     table, for a consumer that learns a flow's roles (``RoleSwaps``).
@@ -319,9 +320,11 @@ def capture_events(
         split.quic, split.flows = quic, reassembler.flows
     info = reader.info
 
-    def frames() -> Iterator[Frame]:
+    def with_secrets(items: Iterable[_Item]) -> Iterator[_Item]:
+        # each frame (or the engine's batch of frames) after the keys of the pcapng
+        # Decryption Secrets Blocks read before it reached the QUIC layer
         seen = add_capture_secrets(quic, info.secrets, 0)
-        for frame in reader:
+        for item in items:
             if len(info.secrets) != seen:
                 log = quic.keylog
                 before = (log.bad_lines, log.dropped)
@@ -329,14 +332,14 @@ def capture_events(
                 if (split is not None and (log.bad_lines, log.dropped) != before
                         and reassembler.flows.counters["udp_flows"]):
                     split.late_keylog_anomalies += 1
-            yield frame
+            yield item
 
     events: Iterable[Event | CoalescedData]
-    if engine is not None:  # a pcap file: no Decryption Secrets Blocks
-        batches = native.reader_batches(reader)
+    if engine is not None:
+        batches = with_secrets(native.reader_batches(reader))
         events = engine.process(batches) if chunks else engine.events(batches)
     else:
-        events = reassembler.process(frames())
+        events = reassembler.process(with_secrets(reader))
     if engine is not None and chunks:  # runs no layer takes go past the layers
         passing = Passing()
         if reorder is not None:

@@ -13,8 +13,8 @@ order come out as one ``CoalescedData`` whose ``split()`` gives the reference's
 ``StreamData`` events.
 
 Wired into ``reassembly.engine.capture_events`` (``engine_for``) for whole classic pcap
-files, on unless ``MSGCAP_NATIVE_ENGINE=0``: the C walk reads the reader's own buffer
-and stream (``reader_batches``), so the digest and damage stay the reader's.  The C
+and pcapng files, on unless ``MSGCAP_NATIVE_ENGINE=0``: the C walk reads the reader's
+own buffer and stream (``reader_batches``), so the digest and damage stay the reader's.  The C
 core still reads and writes the reference's flow state (``FlowTable``/``_Tcp``/
 ``TcpHalfStream`` attributes); the differential test compares every one of them.
 """
@@ -25,7 +25,8 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import NamedTuple
+from itertools import groupby
+from typing import NamedTuple, TypeGuard, cast
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.engine import CaptureClock, Reassembler
@@ -33,6 +34,7 @@ from reassembly.events import Direction, Event, FlowInfo, StreamData, Transport
 from reassembly.flows import UNKNOWN_WSCALE, _Tcp
 from reassembly.limits import SECOND_NS, TIER_WINDOWS, Limits
 from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
+from reassembly.pcapng import Interface, PcapngReader
 from reassembly.provenance import SEGMENT, CoalescedData
 from reassembly.tcp import TcpHalfStream, TcpHalfTracker, _Window
 
@@ -87,19 +89,22 @@ def decode(linktype: int, data: bytes) -> DecodedRow | None:
 
 def reader_batches(reader: CaptureReader, max_records: int = BATCH_RECORDS
                    ) -> Iterator[_engine.Batch]:
-    """The records of a classic pcap file (gzip/zstd too) open as ``reader`` (by
-    ``open_capture``, not iterated yet) as C batches, in order.
+    """The records of a classic pcap or pcapng file (gzip/zstd too) open as ``reader``
+    (by ``open_capture``, not iterated yet) as C batches, in order.
 
-    The C walk parses the reader's own buffer, grown from the reader's own byte stream
-    (``CaptureReader.read_more``), so the file digest is the reader's; where the walk
-    stops (a record the reader would report as damage, or the end), the rest goes back
-    to the reader (``CaptureReader.resume``), which reports the damage and finishes the
-    digest; any frame it still yields comes in batches too.  Raises ValueError for a
-    reader that is not of a whole classic pcap file (pcapng, a range of a file, a cut
-    file header: ``supports``)."""
+    Classic pcap: the C walk parses the reader's own buffer, grown from the reader's own
+    byte stream (``CaptureReader.read_more``), so the file digest is the reader's; where
+    the walk stops (a record the reader would report as damage, or the end), the rest
+    goes back to the reader (``CaptureReader.resume``), which reports the damage and
+    finishes the digest; any frame it still yields comes in batches too.  pcapng:
+    ``_pcapng_batches``.  Raises ValueError for a reader that is not of a whole file
+    (a range of a file, a cut pcap file header: ``_whole_pcap``, ``_whole_pcapng``)."""
+    if _whole_pcapng(reader):
+        yield from _pcapng_batches(reader, max_records)
+        return
     header = _whole_pcap(reader)
     if header is None:
-        raise ValueError(f"{reader.info.path}: not a whole classic pcap file")
+        raise ValueError(f"{reader.info.path}: not a whole classic pcap or pcapng file")
     big, rec_len = header.endian == ">", header.rec_len
     swap, mult, limit, linktype = header.swap, header.mult, header.limit, header.linktype
     buf, _ = reader.unread()
@@ -138,12 +143,47 @@ def _whole_pcap(reader: CaptureReader) -> PcapHeader | None:
     return header
 
 
+def _whole_pcapng(reader: CaptureReader) -> TypeGuard[PcapngReader]:
+    """Whether ``reader`` reads a whole pcapng file and is not iterated yet, and the
+    built engine has the pcapng walk (a module built before it had not)."""
+    return (isinstance(reader, PcapngReader) and reader.unread()[1] == 0
+            and not reader.info.packets and hasattr(_engine, "walk_pcapng"))
+
+
+def _pcapng_batches(reader: PcapngReader, max_records: int) -> Iterator[_engine.Batch]:
+    """The frames of a whole pcapng file as C batches: the runs of packet blocks the
+    C walk takes as they are, the frames the reader reads itself (blocks the walk left:
+    reassembly/_pcapng_walk.c) gathered as ``frame_batches`` does.  A batch never holds
+    frames from both sides of a Decryption Secrets Block: the reader marks one before
+    taking it in (``PcapngReader.walked``), so the frames before it reach the layers
+    before its keys do (``reassembly.engine.capture_events`` hands the keys over as it
+    asks for each batch)."""
+    walk_pcapng = _engine.walk_pcapng
+
+    def walk(buf: bytes, pos: int, stop: int, big: bool, interfaces: list[Interface],
+             number: int, last_ts: int) -> tuple[_engine.Batch, int]:
+        return walk_pcapng(buf, pos, stop, big, interfaces, number, last_ts, max_records)
+
+    for frames, items in groupby(reader.walked(walk), _is_frame):
+        if frames:
+            yield from frame_batches(cast(Iterator[Frame], items), max_records)
+        else:  # runs, and the marks (None) that end a group of frames
+            yield from (cast(_engine.Batch, run) for run in items if run is not None)
+
+
+def _is_frame(item: object) -> bool:
+    return item.__class__ is Frame
+
+
 def pcap_batches(path: str | os.PathLike[str], max_records: int = BATCH_RECORDS
                  ) -> Iterator[_engine.Batch]:
     """The records of a classic pcap file (gzip/zstd too) as C batches, in order
     (``reader_batches`` over ``open_capture(path, digest=False)``).  Raises ValueError
-    for a capture that is not classic pcap."""
+    for a capture that is not classic pcap (``reader_batches`` takes pcapng too; the
+    callers of this one, ``reassembly.flowplan``, plan classic pcap only)."""
     with open_capture(path, digest=False) as reader:
+        if reader.info.format != "pcap":
+            raise ValueError(f"{reader.info.path}: not a classic pcap file")
         yield from reader_batches(reader, max_records)
 
 
@@ -535,11 +575,10 @@ def engine_for(reader: CaptureReader, limits: Limits | None,
                coalesce: str = "none") -> NativeReassembler | None:
     """The engine for the capture ``reader`` is open on (not iterated yet), with the
     reference ``Reassembler``'s options; None when the reference must run alone: the
-    engine is off (``enabled``), or the capture is not a whole classic pcap file (pcapng
-    frames would reach the engine batches ahead of the QUIC layer's reading of the
-    Decryption Secrets Blocks among them).  ``coalesce``: as for ``NativeReassembler``
-    (``"none"`` for a consumer of ``StreamData`` only)."""
-    if not enabled() or _whole_pcap(reader) is None:
+    engine is off (``enabled``), or the capture is not a whole classic pcap or pcapng
+    file (a range of one, a cut pcap file header).  ``coalesce``: as for
+    ``NativeReassembler`` (``"none"`` for a consumer of ``StreamData`` only)."""
+    if not enabled() or (_whole_pcap(reader) is None and not _whole_pcapng(reader)):
         return None
     return NativeReassembler(limits, owns, coalesce=coalesce, server_ports=server_ports)
 

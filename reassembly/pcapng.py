@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol, cast
 
 from .capture import MAX_RECORD, ByteStream, CaptureInfo, CaptureReader, Frame
 
@@ -153,6 +154,28 @@ def read_interface(buf: bytes, pos: int, end: int, s: _Structs, gidx: int
     return (linktype, mul, div, off, gidx, snaplen), rname
 
 
+class WalkedRun(Protocol):
+    """What a bulk walk (``reassembly._engine.walk_pcapng``'s batch) says of the run of
+    packet blocks it took: how many frames, the last one's number and where it
+    stopped in the buffer."""
+
+    @property
+    def end(self) -> int: ...
+
+    @property
+    def number(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
+# ``walk(buf, pos, stop, big_endian, interfaces, number, last_ts) -> (run, last_ts)``:
+# the packet blocks from ``buf[pos:]`` (starting before ``stop``) the reader would yield
+# as frames with no damage entry, numbered from ``number + 1``, up to the first it
+# would not (``PcapngReader.walked``).
+Walk = Callable[[bytes, int, int, bool, list[Interface], int, int], tuple[WalkedRun, int]]
+_WALKED = frozenset({BT_EPB, BT_SPB, BT_PB})
+
+
 @dataclass
 class SectionState:
     """What reading needs to know of the blocks before a block boundary: whether a
@@ -220,6 +243,22 @@ class PcapngReader(CaptureReader):
             info.byte_order = "unknown"
 
     def _frames(self) -> Iterator[Frame]:
+        return cast(Iterator[Frame], self._read(None))  # no walk: frames only
+
+    def walked(self, walk: Walk) -> Iterator[Frame | WalkedRun | None]:
+        """The capture read as iterating the reader reads it (not started yet; it is
+        done after), but with the runs of packet blocks ``walk`` takes (a C walk) as
+        one item each instead of their frames; ``None`` comes before a Decryption
+        Secrets Block is taken into ``info.secrets`` (the frames before it must reach
+        the layers first).  Every other block, and every block the walk leaves (one it
+        would not yield as a frame, or that crosses the buffer's end), is the reader's
+        own reading: sections, interfaces, damage, the digest are as without it."""
+        if self._iter is not None:
+            raise RuntimeError("the reader is being iterated already")
+        self._iter = iter(())
+        return self._read(walk)
+
+    def _read(self, walk: Walk | None) -> Iterator[Frame | WalkedRun | None]:
         info = self.info
         link_types = info.link_types
         resolutions = info.interface_ts_resolutions
@@ -258,6 +297,15 @@ class PcapngReader(CaptureReader):
                 continue
 
             btype, blen = hdr(buf, pos)
+
+            if walk is not None and btype in _WALKED:
+                run, ts = walk(buf, pos, stop, s is _BE, ifs, number, last_ts)
+                if len(run):
+                    last_ts = ts
+                    number = info.packets = run.number
+                    pos = run.end
+                    yield run
+                    continue
 
             # ---- fast path: complete, valid EPB on a known interface --------------------
             if btype == 6:
@@ -416,6 +464,8 @@ class PcapngReader(CaptureReader):
                         fatal=False,
                     )
                 else:
+                    if walk is not None:
+                        yield None  # the frames before the keys go first
                     info.secrets.append((stype, buf[pos + 16 : pos + 16 + slen]))
             elif btype not in _SKIPPED:
                 info.unknown_blocks += 1
