@@ -56,6 +56,7 @@ TCP = 6
 ENV_SWITCH = "MSGCAP_NATIVE_ENGINE"
 _DIRECTIONS = (Direction.C2S, Direction.S2C)
 _ONE_SEGMENT = SEGMENT.size
+_NEVER = (1 << 63) - 1  # the sweep interval of a clock that never ticks (``_tell_clock``)
 _unpack_segment = SEGMENT.unpack
 
 
@@ -270,15 +271,25 @@ class NativeReassembler:
     (``coalesce`` becomes ``"adjacent"``)."""
 
     def __init__(self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None,
-                 coalesce: str = "adjacent", **options: object) -> None:
-        """``options``: the reference ``Reassembler``'s keyword options."""
+                 coalesce: str = "adjacent", *, reference: Reassembler | None = None,
+                 **options: object) -> None:
+        """``options``: the reference ``Reassembler``'s keyword options; ``reference``:
+        a reference made already (a Spark task's, ``analyzer.spark.task``) instead."""
         if coalesce not in COALESCE_MODES:
             raise ValueError(f"coalesce must be one of {COALESCE_MODES}, not {coalesce!r}")
-        self.ref = Reassembler(limits, owns, **options)  # type: ignore[arg-type]
-        # the C core keeps the capture clock's rule (``CaptureClock``); under any other
-        # clock it takes nothing (``_tell_clock``)
+        self.ref = reference if reference is not None else Reassembler(
+            limits, owns, **options)  # type: ignore[arg-type]
+        # the C core keeps the capture clock's rule (``CaptureClock``), or takes frames
+        # whatever their time under a clock whose tick does nothing (``ticks = False``;
+        # its sweeps come between frames, the caller handing those frames back:
+        # ``hand_back``); under any other clock it takes nothing (``_tell_clock``)
         self._capture_clock = type(self.ref.clock) is CaptureClock
+        self._tickless = getattr(self.ref.clock, "ticks", True) is False
         self.core = _engine.Engine()
+        # a flow whose roles swap (a layer above learned them) leaves the C core: its key
+        # changes
+        self.ref.flows.on_roles_swapped = lambda info, key: self.core.unregister(
+            *key, info.flow_id)
         self.coalesce = coalesce
         self.movable: set[int] | None = None
         self.reorder: Callable[[list[_engine.Run]], bool | None] | None = None
@@ -360,7 +371,8 @@ class NativeReassembler:
         counters["ipv4"] += v4
         counters["ipv6"] += v6
         counters["l4_packets"] += frames
-        ref.clock.now_ns = now_ns  # type: ignore[attr-defined]  # a CaptureClock
+        if self._capture_clock:
+            ref.clock.now_ns = now_ns  # type: ignore[attr-defined]
         table = ref.flows
         base = table._ticks
         table._ticks = base + frames
@@ -456,7 +468,7 @@ class NativeReassembler:
             sport, dport = struct.unpack_from("!HH", pkt.payload)
             touched = (pkt.src, sport, pkt.dst, dport)
         self.counters["reference"] += 1
-        if not self._capture_clock or before[0] != clock.last_sweep_ns or (  # type: ignore[attr-defined]
+        if not (self._capture_clock or self._tickless) or before[0] != clock.last_sweep_ns or (  # type: ignore[attr-defined]
                 clock.now_ns and not before[1]):  # type: ignore[attr-defined]
             self._review_all()  # a sweep or a restamp may change any flow
         else:
@@ -478,8 +490,17 @@ class NativeReassembler:
         if self._capture_clock:
             self.core.clock(clock.now_ns, clock.last_sweep_ns, SECOND_NS, lt_cur,  # type: ignore[attr-defined]
                             self._headroom())
+        elif self._tickless:  # no frame's tick is special: 1 ns, no sweep until 2**63 - 1
+            self.core.clock(1, 0, _NEVER, lt_cur, self._headroom())
         else:
-            self.core.clock(0, None, SECOND_NS, None, 0)  # takes nothing
+            self.hand_back()
+
+    def hand_back(self) -> None:
+        """The C core takes nothing until the reference handled a frame (whose
+        ``_tell_clock`` lets it take again): for a caller that knows the first frame of
+        the next batch must go to the reference (a Spark task's schedule).  ``process``
+        asks for a batch once the previous one is all taken or handled."""
+        self.core.clock(0, None, SECOND_NS, None, 0)
 
     def _headroom(self) -> int:
         """What the run's memory budget can still grant before it reclaims anything."""

@@ -82,6 +82,7 @@ from analyzer.spark.task import (
     RunSink,
     TaskReassembler,
     conn_key,
+    native_events,
     range_stats,
     sweep_schedule,
 )
@@ -652,20 +653,30 @@ def _frames_of(batches) -> Iterator[Frame]:
 def task_events(reasm: TaskReassembler, frames, options: Options,
                 roles: RoleSwaps | None = None) -> Iterator:
     """The layers of ``reassembly.engine.capture_events`` over a task's frames: TCP/UDP
-    reassembly, then QUIC, TLS and WebSocket (keys from ``options.keylog``; captures with
-    Decryption Secrets Blocks are not split, so no key comes from the capture itself).
+    reassembly (on the native engine unless ``MSGCAP_NATIVE_ENGINE=0``: ``native_events``,
+    its runs of segments as ``CoalescedData``), then QUIC, TLS and WebSocket
+    (keys from ``options.keylog``; captures with Decryption Secrets Blocks are not split,
+    so no key comes from the capture itself).
     The roles are swapped as there: by a QUIC Initial, by WebSocket masking (the layers
     get the task's flow table) and, through ``roles`` (the dissection's ``RoleSwaps``),
     by the ops of a NATS flow joined late."""
+    from reassembly import native
     from reassembly.engine import stream_layers
+    from reassembly.passing import Passing
     from reassembly.quic.keylog import KeyLog
     from reassembly.quic.layer import QuicLayer
 
     keylog = KeyLog.from_file(options.keylog) if getattr(options, "keylog", None) else None
     out: list = []
     quic = QuicLayer(options.limits, out.append, keylog, reasm.flows.swap_roles)
-    layered = stream_layers(quic.process(reasm.process(frames), out), options.limits,
-                            quic.keylog, reasm.flows)
+    if native.enabled():  # as in capture_events: runs no layer takes go past the layers
+        passing = Passing()
+        layered = passing.around(native_events(reasm, frames, chunks=True), lambda evs: (
+            stream_layers(quic.process(evs, out), options.limits, quic.keylog, reasm.flows,
+                          passing)))
+    else:
+        layered = stream_layers(quic.process(reasm.process(frames), out), options.limits,
+                                quic.keylog, reasm.flows)
     if roles is None:
         return layered
     return roles.connect(reasm.flows, layered)

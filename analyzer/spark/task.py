@@ -10,7 +10,9 @@
   IP pairs share a transport endpoint (payload-dispatch scopes, see ``ingest``).
 * ``TaskReassembler``: the very same ``Reassembler`` with its clock replaced by the
   capture's global sweep schedule and those global firsts, so a task that sees only
-  some flows expires and reports them exactly as the whole-capture run does.
+  some flows expires and reports them exactly as the whole-capture run does;
+  ``native_events`` runs it under the native engine (``reassembly.native``), whose C
+  core takes the common path between the frames that the schedule's sweeps come before.
 * ``RunSink``: stands in for ``DatasetWriter`` under ``CaptureDissection``: rows become
   Arrow batches per table (``rows_to_batch``, validated like the local sink) and are
   written as sorted runs (Parquet, declared schema, ns timestamps) into a staging
@@ -22,9 +24,10 @@ from __future__ import annotations
 import os
 import struct
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from itertools import groupby
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,13 +37,18 @@ from dissectors.core_tables import FLOWS
 from dissectors.liftbridge.envelope import MAGIC as LIFTBRIDGE_MAGIC
 from dissectors.schema import arrow_schema, rows_to_batch, validate_batch
 from dissectors.tables import TableSpec
+from reassembly import native
 from reassembly.capture import Frame
 from reassembly.engine import Reassembler
 from reassembly.events import Event
 from reassembly.flows import DEFAULT_SERVER_PORTS
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.link import L3_IP, L3_IPV4, L3_IPV6, decode_link
-from reassembly.network import FirstReports, NetworkDecoder
+from reassembly.network import FirstReports, L4Packet, NetworkDecoder
+from reassembly.provenance import CoalescedData
+
+if TYPE_CHECKING:
+    from reassembly._engine import Batch
 
 NO_KEY = b""  # frames with no IP pair (non-IP, broken): their rows are per frame anyway
 _TCP, _UDP = 6, 17
@@ -286,21 +294,51 @@ class GlobalFirsts(FirstReports):
 
 class ScheduleClock:
     """A ``reassembly.engine.Clock`` that ignores the task's own frame times: the
-    capture's global schedule (``sweep_schedule``) is replayed by ``TaskReassembler``
-    between frames instead."""
+    capture's global schedule (``sweep_schedule``) is applied between frames instead
+    (``apply_until``, called by ``TaskReassembler.step``).
+
+    ``ticks = False`` and the ``now_ns``/``last_sweep_ns`` it keeps (the global clock as
+    of the events applied, moved as ``CaptureClock`` moves its own) are what the native
+    engine needs to take frames under it (``reassembly.native``): no frame's time
+    triggers anything, and a change of either says any flow may have changed."""
+
+    ticks = False
+
+    def __init__(self, schedule: Sequence[tuple[int, int, int]]) -> None:
+        self.events = list(schedule)
+        self.applied = 0  # events of ``schedule`` applied so far
+        self.now_ns = 0
+        self.last_sweep_ns: int | None = None
 
     def tick(self, reassembler: Reassembler, ts_ns: int) -> None:
         return None
+
+    def apply_until(self, reassembler: Reassembler, frame_no: float) -> None:
+        """Apply the events that came after frames before ``frame_no``."""
+        events, i = self.events, self.applied
+        while i < len(events) and events[i][0] < frame_no:
+            _after, kind, ts = events[i]
+            if kind == 0:
+                reassembler.flows.restamp_untimed(ts)
+                self.now_ns = ts
+            else:
+                reassembler.sweep(ts)
+                self.last_sweep_ns = ts
+            i += 1
+        self.applied = i
 
 
 class TaskReassembler(Reassembler):
     """``Reassembler`` driven by the capture's global clock (see ``sweep_schedule``).
 
-    Frames must come in frame-number order.  Before each frame, the clock events that
-    the whole-capture run met after earlier frames are applied; the task's own frame
-    times move no clock (``ScheduleClock``).  Before the end-of-capture flush, fragment
-    sets are expired at the time of the capture's last fragment (another pair's
-    fragments expire them lazily in the whole-capture run)."""
+    Frames must come in frame-number order.  Before each frame (``step``), the clock
+    events that the whole-capture run met after earlier frames are applied; the task's
+    own frame times move no clock (``ScheduleClock``).  Before the end-of-capture flush
+    (``finish``), the rest are, and fragment sets are expired at the time of the
+    capture's last fragment (another pair's fragments expire them lazily in the
+    whole-capture run).  ``native_events`` runs it under the native engine."""
+
+    clock: ScheduleClock
 
     def __init__(
         self,
@@ -312,36 +350,61 @@ class TaskReassembler(Reassembler):
         frag_max: int | None = None,
         server_ports: Collection[int] = DEFAULT_SERVER_PORTS,  # as for ``Reassembler``
     ) -> None:
-        super().__init__(limits, clock=ScheduleClock(),
+        super().__init__(limits, clock=ScheduleClock(schedule),
                          firsts=GlobalFirsts(snaplen_first, unknown_first or {}),
                          server_ports=server_ports)
-        self.events = list(schedule)
-        self.applied = 0  # events of ``schedule`` applied so far
         self.frag_max = frag_max
 
     def apply_until(self, frame_no: float) -> None:
         """Apply the schedule's events that came after frames before ``frame_no``."""
-        events, i = self.events, self.applied
-        while i < len(events) and events[i][0] < frame_no:
-            _after, kind, ts = events[i]
-            if kind == 0:
-                self.flows.restamp_untimed(ts)
-            else:
-                self.sweep(ts)
-            i += 1
-        self.applied = i
+        self.clock.apply_until(self, frame_no)
 
-    def clocked(self, frames: Iterable[Frame]) -> Iterator[Frame]:
-        """``frames`` with the schedule applied before each, and the rest at the end."""
-        for frame in frames:
-            self.apply_until(frame.number)
-            yield frame
-        self.apply_until(float("inf"))
+    def step(self, frame: Frame) -> L4Packet | None:
+        self.clock.apply_until(self, frame.number)
+        return super().step(frame)
+
+    def finish(self) -> Iterator[Event]:
+        self.clock.apply_until(self, float("inf"))
         if self.frag_max is not None:
             self.network.flush(self.frag_max)
+        return super().finish()
 
-    def process(self, frames: Iterable[Frame]) -> Iterator[Event]:
-        return super().process(self.clocked(frames))
+    def batches(self, frames: Iterable[Frame], hand_back: Callable[[], None],
+                max_records: int = native.BATCH_RECORDS) -> Iterator[Batch]:
+        """``frames`` as C batches for a ``NativeReassembler`` over this reassembler: a
+        frame before which the schedule has events starts a batch, and ``hand_back()``
+        (``NativeReassembler.hand_back``) runs when that batch is asked for, so the
+        reference handles the frame (``step`` applies the events first) and re-reads
+        every flow before the C core takes anything after it."""
+        events, start = self.clock.events, self.clock.applied
+        due = start
+
+        def events_before(frame: Frame) -> int:
+            nonlocal due
+            while due < len(events) and events[due][0] < frame.number:
+                due += 1
+            return due
+
+        for before, stretch in groupby(frames, events_before):
+            batches = native.frame_batches(stretch, max_records)
+            if before > start:  # (every stretch but maybe the first)
+                first = next(batches)
+                hand_back()
+                yield first
+            yield from batches
+
+
+def native_events(reasm: TaskReassembler, frames: Iterable[Frame], chunks: bool = False
+                  ) -> Iterator[Event | CoalescedData]:
+    """``reasm.process(frames)`` on the native engine (``reassembly.native``), with the
+    same events: its C core takes the common path between the frames the schedule's
+    events come before (``TaskReassembler.batches``).  ``chunks``: the engine's runs of
+    segments as ``CoalescedData``, as ``reassembly.engine.capture_events`` gives them to
+    a consumer that takes them (``coalesce="adjacent"``); else one ``StreamData`` each."""
+    engine = native.NativeReassembler(reference=reasm,
+                                      coalesce="adjacent" if chunks else "none")
+    batches = reasm.batches(frames, engine.hand_back)
+    return engine.process(batches) if chunks else engine.events(batches)
 
 
 def _sort_key(spec: TableSpec) -> str:
