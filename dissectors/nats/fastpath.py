@@ -31,11 +31,20 @@ the reference, which streams it through hashlib: per byte that is as fast (both 
 bound by the hash; measured 0.8-1.1 GB/s of CPU either way, 64 kB segments), and one
 row's overhead is nothing next to hashing a megabyte.
 
-Payload dissectors (STAN, Liftbridge, plugins): an operation goes to the reference —
-which offers it to them — when its payload's first byte is one a probe may claim
-(``PayloadDissector.probe_first_bytes``; a prober that declares none gets every
-payload) or when a binding covers its subject.  Subject verdicts are cached per
-server scope and dropped whenever a binding changes (``ScopeDispatcher.verdicts``).
+Payload dissectors (STAN, Liftbridge, plugins): an operation is offered to them when
+its payload's first byte is one a probe may claim (``PayloadDissector.probe_first_bytes``;
+a prober that declares none gets every payload) and a probe claims it, or when a
+binding covers its subject.  Subject verdicts are cached per server scope and dropped
+whenever a binding changes (``ScopeDispatcher.verdicts``).  A PUB/MSG so offered stays
+on the fast path (``CARRIED``, issue 22): its row goes to the columns like any other,
+the scan stops right after it, and the session offers the ``CarriedMessage`` the
+reference would build to the carrier scope; the records returned are the
+``ColumnBatch``'s ``children`` (the conveyor ids them after the batch's last row, that
+message's row, as it ids a reference row's children).  Stopping after each one keeps
+the order of decodes, hence of bindings, the reference's.  HPUB/HMSG (the offer
+carries their parsed headers) and every operation the scanner refuses anyway go to the
+reference, which offers them itself; so does everything when the hook is not the one
+``carry`` set.  ``MSGCAP_NATS_CARRY=0`` sends every offered operation to the reference.
 
 Set ``MSGCAP_NATS_FAST=0`` (or ``Options(fast=False)``) to run the reference alone.
 The session switches the fast path on in ``NatsSession.columnar`` (the
