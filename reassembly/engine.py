@@ -312,9 +312,6 @@ def capture_events(
                                "adjacent" if chunks else "none")
     reassembler = engine.ref if engine is not None else Reassembler(
         limits, owns, server_ports=server_ports)
-    if engine is not None:  # a flow whose roles swap leaves the C core (its key changes)
-        reassembler.flows.on_roles_swapped = lambda info, key: engine.core.unregister(
-            *key, info.flow_id)
     quic = QuicLayer(limits, out.append, keylog, reassembler.flows.swap_roles)
     if split is not None:
         split.quic, split.flows = quic, reassembler.flows
