@@ -179,6 +179,19 @@ def stream_layers(events: Iterable[CaptureEvent | CoalescedData], limits: Limits
         TlsLayer(limits, keylog, passing=passing).process(events))
 
 
+def layered_events(events: Iterable[Event | CoalescedData], quic: QuicLayer,
+                   out: list[Event | QuicEvent], limits: Limits, flows: FlowTable,
+                   passing: Passing | None = None
+                   ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
+    """Every layer above TCP/UDP reassembly over its events (``flows``' table): QUIC
+    (``quic``, whose ``emit`` appends to ``out``), then ``stream_layers``; with
+    ``passing``, the runs every layer passes go past them all (``Passing.around``)."""
+    if passing is None:
+        return stream_layers(quic.process(events, out), limits, quic.keylog, flows)
+    return passing.around(events, lambda evs: stream_layers(
+        quic.process(evs, out), limits, quic.keylog, flows, passing))
+
+
 def keylog_problems(keylog: KeyLog) -> list[Event]:
     """Lines of a ``--keylog`` file that did not parse, or were dropped past the limit,
     as anomalies (shown redacted: see ``reassembly.quic.keylog.redacted_line``)."""
@@ -337,17 +350,14 @@ def capture_events(
         events = engine.process(batches) if chunks else engine.events(batches)
     else:
         events = reassembler.process(with_secrets(reader))
+    passing = None
     if engine is not None and chunks:  # runs no layer takes go past the layers
         passing = Passing()
         if reorder is not None:
             engine.coalesce = "flow"
             engine.movable = passing.keys
             engine.reorder = lambda runs: _reorder(passing, reorder, runs)
-        layered = passing.around(events, lambda evs: stream_layers(
-            quic.process(evs, out), limits, quic.keylog, reassembler.flows, passing))
-    else:
-        layered = stream_layers(quic.process(events, out), limits, quic.keylog,
-                                reassembler.flows)
+    layered = layered_events(events, quic, out, limits, reassembler.flows, passing)
     if roles is not None:
         layered = roles.connect(reassembler.flows, layered)
     yield from layered

@@ -661,7 +661,7 @@ def task_events(reasm: TaskReassembler, frames, options: Options,
     get the task's flow table) and, through ``roles`` (the dissection's ``RoleSwaps``),
     by the ops of a NATS flow joined late."""
     from reassembly import native
-    from reassembly.engine import stream_layers
+    from reassembly.engine import layered_events
     from reassembly.passing import Passing
     from reassembly.quic.keylog import KeyLog
     from reassembly.quic.layer import QuicLayer
@@ -670,13 +670,11 @@ def task_events(reasm: TaskReassembler, frames, options: Options,
     out: list = []
     quic = QuicLayer(options.limits, out.append, keylog, reasm.flows.swap_roles)
     if native.enabled():  # as in capture_events: runs no layer takes go past the layers
-        passing = Passing()
-        layered = passing.around(native_events(reasm, frames, chunks=True), lambda evs: (
-            stream_layers(quic.process(evs, out), options.limits, quic.keylog, reasm.flows,
-                          passing)))
+        layered = layered_events(native_events(reasm, frames, chunks=True), quic, out,
+                                 options.limits, reasm.flows, Passing())
     else:
-        layered = stream_layers(quic.process(reasm.process(frames), out), options.limits,
-                                quic.keylog, reasm.flows)
+        layered = layered_events(reasm.process(frames), quic, out, options.limits,
+                                 reasm.flows)
     if roles is None:
         return layered
     return roles.connect(reasm.flows, layered)
