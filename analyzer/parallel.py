@@ -138,7 +138,6 @@ from analyzer.sink import (
     remove_stale_parts,
 )
 from dissectors.core_tables import ANOMALIES, FLOWS
-from dissectors.payload.writer import DecodingWriter
 from dissectors.registry import Registry, discover
 from dissectors.schema import register_table
 from dissectors.tables import TableSpec
@@ -365,17 +364,15 @@ def run_worker(task: _Task, abandon: Callable[[], bool] = _never) -> WorkerResul
     split = FlowSplit(writer.plan.owner(task.worker)) if task.light else None
     cross_flow: list[str] = []
 
-    learned = job.writer.engine if isinstance(job.writer, DecodingWriter) else None
     budget = job.limits.budget
 
     def touched() -> bool:
-        """State shared across flows was used (named in ``cross_flow``): also a Pulsar
-        schema announced, which may decode another connection's messages."""
+        """State shared across flows was used (named in ``cross_flow``): the layers'
+        (``FlowSplit.cross_flow``) and the conveyor's (``CaptureDissection.cross_flow``:
+        payload decoding, a Pulsar schema announced, the memory budget reclaiming)."""
         if split is None:
             return False
-        cross_flow[:] = split.cross_flow() + (["payload"] if job.payloads.decoded else []) + (
-            ["payload schema"] if learned is not None and learned.learned_from else []) + (
-            ["memory budget"] if budget is not None and budget.releases else [])
+        cross_flow[:] = split.cross_flow() + job.cross_flow()
         return bool(cross_flow)
 
     wrap = (_Events(task.wrap, touched, abandon)
