@@ -649,7 +649,9 @@ class CaptureDissection:
         (``_record_id`` numbers per flow); and only when every run goes to a flow whose
         session is decided and draws from the budget no more than the bytes it is fed (a
         ``FramedSession`` whose framers hold what they buffer: no layer in front of them,
-        the session itself no memory holder), or to a flow nobody decodes.  None once
+        the session itself no memory holder), or to a flow nobody decodes, and which no
+        layer above TCP has taken (no ``LayerFacts``: a TLS or WebSocket connection's
+        holds, an inflater's, are not bounded by the bytes fed).  None once
         shared state was used: a run that took such a stretch before is not proven
         (``FlowOrderUnproven``), one that took none goes on in the reference's order.
         Same when a session the last such stretch fed put a layer in front of its framer
@@ -662,8 +664,8 @@ class CaptureDissection:
         flows_fd = self._flows
         for info, _direction in flows:
             fd = flows_fd.get((info.flow_id, None))
-            if fd is None:
-                return False
+            if fd is None or info.flow_id in self._facts:  # (a layer took it: a TLS or
+                return False  # WebSocket connection may hold more than the bytes fed)
             session = fd.session
             if session is None:
                 if not fd.unclaimed:
