@@ -32,13 +32,18 @@ from reassembly.capture import CaptureFormatError, Frame, open_capture
 from reassembly.engine import capture_events
 from reassembly.limits import Limits
 from tests.perf.test_engine_native import (
+    ACK,
     CORPUS,
+    PSH,
     ROOT,
+    SYN,
+    _eth,
     _expanded,
     _frames,
     _key,
     assert_engine_equal,
     segment_streams,
+    tcp_packet,
 )
 from tests.reassembly.test_readers import block, dsb, epb, idb, opt, shb, spb
 
@@ -166,7 +171,7 @@ def _blocks(data: bytes) -> list[bytes]:
 
 def test_secrets_reach_the_layers_where_their_block_is(tmp_path) -> None:
     """The TLS capture's DSB (first there) moved after the k-th frame: TLS over TCP is
-    decrypted from that frame on, with the engine as without."""
+    decrypted from that frame on, with the engine (and chunks) as without."""
     src = ROOT / "tests/data/captures/ja4/chrome-cloudflare-quic-with-secrets.pcapng"
     head, secrets, interface, *packets = _blocks(src.read_bytes())
     outcomes = set()
@@ -175,12 +180,46 @@ def test_secrets_reach_the_layers_where_their_block_is(tmp_path) -> None:
         path.write_bytes(head + interface + b"".join(packets[:k]) + secrets
                          + b"".join(packets[k:]))
         with _engine(True):
-            on = _run(path)
+            on, chunked = _run(path), _run(path, chunks=True)
         with _engine(False):
             off = _run(path)
         assert on == off, k
+        assert chunked == off, k
         outcomes.add(repr(off[0]))
     assert len(outcomes) == 3  # before the ClientHello, after it, after every frame
+
+
+def test_a_secrets_anomaly_comes_before_the_runs_after_its_block(tmp_path) -> None:
+    """A DSB with a line that does not parse, amid a server's runs that every layer
+    passes (``reassembly.passing``): its ``quic.keylog`` anomaly comes out before the
+    first event after the block with chunks too, where the runs after it would skip
+    the layers (and their ``out``) past it without the veto ``capture_events`` sets."""
+    client, server = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 100])
+    seq = [1000, 5000]
+    packets = [tcp_packet(False, client, server, 40000, 4222, seq[0] - 1, 0, SYN),
+               tcp_packet(False, server, client, 4222, 40000, seq[1] - 1, seq[0], SYN | ACK),
+               tcp_packet(False, client, server, 40000, 4222, seq[0], seq[1], ACK)]
+    for i in range(30):
+        data = bytes(range(200))
+        packets.append(tcp_packet(False, server, client, 4222, 40000, seq[1], seq[0],
+                                  ACK | PSH, data))
+        seq[1] += len(data)
+        if i % 3 == 2:  # an ARP frame (the reference's) ends the engine's stretch: a run
+            packets.append(_eth(b"\x00" * 28, 0x0806, ()))
+    e = "<"
+    blocks = [shb(e), idb(e, 1)]
+    for i, packet in enumerate(packets):
+        if i in (14, 30):
+            blocks.append(dsb(e, TLSK, b"CLIENT_RANDOM 00 11\n"))
+        blocks.append(epb(e, 0, 1_700_000_000_000_000 + i, packet))
+    path = tmp_path / "bad-keys.pcapng"
+    path.write_bytes(b"".join(blocks))
+    with _engine(False):
+        off = _run(path)
+    assert [k[0] for k in off[0]].count("Anomaly") == 2
+    with _engine(True):
+        assert _run(path) == off
+        assert _run(path, chunks=True) == off
 
 
 # -- generated files ---------------------------------------------------------------------
