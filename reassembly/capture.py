@@ -37,6 +37,14 @@ MAX_RECORD = 64 << 20
 # Lower bound of the pcap caplen sanity limit: max(snaplen, this) (capped at MAX_RECORD).
 MIN_CAPLEN_LIMIT = 262144
 
+# Non-fatal damage entries kept one by one (each becomes a ``capture.damaged`` anomaly
+# row); the rest are counted in one entry, so memory stays bounded on a file of bad blocks.
+MAX_NOTED_DAMAGE = 1000
+
+# What a frame's time may be: int64 nanoseconds since the epoch (years 1677-2262), the
+# ``ts_ns`` columns' type.  A pcapng timestamp outside it is not taken (``pcapng``).
+TS_NS_MIN, TS_NS_MAX = -(1 << 63), (1 << 63) - 1
+
 
 # The capture path that means standard input, and the device it is opened through.
 STDIN = "-"
@@ -124,6 +132,7 @@ class CaptureReader:
         self._iter: Iterator[Frame] | None = None
         self._closed = False
         self._stopped = False  # a fatal damage ended reading
+        self._unnoted = 0  # non-fatal damage entries past MAX_NOTED_DAMAGE (counted only)
 
     # -- public API --------------------------------------------------------------------
     def __iter__(self) -> Iterator[Frame]:
@@ -191,14 +200,26 @@ class CaptureReader:
         return tail + more if tail else more
 
     def _damage(self, offset: int, reason: str, frame: int, fatal: bool = True) -> None:
+        """A damage entry; a non-fatal one (a block skipped, a timestamp not taken) past
+        the first ``MAX_NOTED_DAMAGE`` is only counted, so a file made of such blocks
+        cannot grow ``info.damage`` without bound (``_finish`` writes the count)."""
         if fatal:
             self._stopped = True
             if self._src.error is not None:
                 reason = f"{reason} ({self._src.error})"
+        elif len(self.info.damage) >= MAX_NOTED_DAMAGE:
+            self._unnoted += 1
+            return
         self.info.damage.append(CaptureDamage(offset, reason, frame or None))
 
     def _finish(self) -> None:
         """End of the capture data: report a stream error and finalize the digest."""
+        if self._unnoted:
+            self.info.damage.append(CaptureDamage(
+                self._base, f"{self._unnoted} more non-fatal problems of the kinds above,"
+                f" not listed one by one (the first {MAX_NOTED_DAMAGE} are)",
+                self.info.packets or None))
+            self._unnoted = 0
         if self._src.error is not None and not self._stopped:
             self.info.damage.append(
                 CaptureDamage(self._base, self._src.error, self.info.packets or None)

@@ -30,7 +30,9 @@ Every block's total length must be a multiple of 4, at least 12, at most 64 MiB,
 equal to its trailing copy; a block violating this (or whose fixed fields do not fit,
 or an SHB with a bad byte-order magic or a major version other than 1) is corruption:
 reading stops there with a damage entry.  A packet block that is well formed but names
-an interface that does not exist is skipped with a non-fatal damage entry.
+an interface that does not exist is skipped with a non-fatal damage entry; a packet
+block whose time falls outside int64 nanoseconds (the years 1677-2262) keeps the previous
+frame's time, with a non-fatal damage entry.
 
 A reader may also cover a byte range of the file only (``reassembly.ranges``): it then
 starts at ``base``, a block boundary, in the ``SectionState`` in force there, stops
@@ -46,7 +48,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from .capture import MAX_RECORD, ByteStream, CaptureInfo, CaptureReader, Frame
+from .capture import (
+    MAX_RECORD,
+    TS_NS_MAX,
+    TS_NS_MIN,
+    ByteStream,
+    CaptureInfo,
+    CaptureReader,
+    Frame,
+)
 
 SHB_MAGIC = b"\x0a\x0d\x0d\x0a"
 _BOM_LE = b"\x4d\x3c\x2b\x1a"
@@ -242,6 +252,18 @@ class PcapngReader(CaptureReader):
         else:
             info.byte_order = "unknown"
 
+    def _bad_time(self, offset: int, hi: int, lo: int, number: int) -> None:
+        """A packet block whose timestamp (with its interface's resolution and offset)
+        is not an int64 nanosecond time: the frame keeps the previous frame's time, as a
+        Simple Packet Block does, and a non-fatal damage entry says so."""
+        self._damage(
+            offset,
+            f"packet block timestamp {(hi << 32) | lo} (interface units) is outside the"
+            f" years 1677-2262; frame {number + 1} takes the previous frame's time",
+            number,
+            fatal=False,
+        )
+
     def _frames(self) -> Iterator[Frame]:
         return cast(Iterator[Frame], self._read(None))  # no walk: frames only
 
@@ -320,9 +342,13 @@ class PcapngReader(CaptureReader):
                     if caplen <= blen - _EPB_MIN and iface < nifs:
                         lt, mul, div, off, gidx, _snap = ifs[iface]
                         if div == 1:
-                            last_ts = ((hi << 32) | lo) * mul + off
+                            ts = ((hi << 32) | lo) * mul + off
                         else:
-                            last_ts = ((hi << 32) | lo) * mul // div + off
+                            ts = ((hi << 32) | lo) * mul // div + off
+                        if TS_NS_MIN <= ts <= TS_NS_MAX:
+                            last_ts = ts
+                        else:
+                            self._bad_time(self._base + pos, hi, lo, number)
                         number += 1
                         info.packets = number
                         yield new(
@@ -426,7 +452,11 @@ class PcapngReader(CaptureReader):
                     )
                 else:
                     lt, mul, div, off, gidx, _snap = ifs[iface]
-                    last_ts = ((hi << 32) | lo) * mul // div + off
+                    ts = ((hi << 32) | lo) * mul // div + off
+                    if TS_NS_MIN <= ts <= TS_NS_MAX:
+                        last_ts = ts
+                    else:
+                        self._bad_time(offset, hi, lo, number)
                     number += 1
                     info.packets = number
                     yield new(

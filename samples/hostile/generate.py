@@ -591,6 +591,7 @@ class PcapCase:
     data: bytes
     packets: int  # frames msgcap must read before the damage
     damage: str | None  # substring of the damage reason, None: no damage
+    at_frame: int | None = None  # the frame the damage names, if not ``packets`` (non-fatal)
 
 
 def pcap_caplen_cases() -> list[PcapCase]:
@@ -637,9 +638,10 @@ def _idb() -> bytes:
     return _block(1, struct.pack("<HHI", 1, 0, 0))
 
 
-def _epb(frame: bytes, caplen: int | None = None) -> bytes:
+def _epb(frame: bytes, caplen: int | None = None, units: int = 1) -> bytes:
     pad = (-len(frame)) % 4
-    body = struct.pack("<IIIII", 0, 0, 1, len(frame) if caplen is None else caplen,
+    body = struct.pack("<IIIII", 0, units >> 32, units & 0xFFFFFFFF,
+                       len(frame) if caplen is None else caplen,
                        len(frame)) + frame + b"\x00" * pad
     return _block(6, body)
 
@@ -668,6 +670,10 @@ def pcapng_bad_length_cases() -> list[PcapCase]:
         PcapCase("idb_too_short", ok + _block(1, b""), 2, "invalid total length 12"),
         PcapCase("unknown_block_huge_length", ok + _BLK.pack(0x1234, 0x7FFFFFFC) + b"\x00" * 8,
                  2, "invalid total length 2147483644"),
+        # a time past int64 nanoseconds (microsecond units: year ~586,000): the frame is
+        # read with the previous frame's time, reading goes on
+        PcapCase("timestamp_beyond_2262", ok + _epb(good, units=(1 << 64) - 1) + _epb(good),
+                 4, "outside the years 1677-2262", at_frame=2),
     ]
     return cases
 

@@ -518,6 +518,29 @@ def test_pcapng_undefined_interface_is_skipped_not_fatal(tmp_path):
     assert len(info.damage) == 1 and "interface 3" in info.damage[0].reason
 
 
+def test_pcapng_time_outside_int64_nanoseconds_takes_the_previous_frames(tmp_path):
+    e = "<"
+    seconds = opt(e, 9, b"\x00")  # if_tsresol 10^0: a u64 of seconds
+    data = (shb(e) + idb(e, 1, 0, seconds + opt(e, 14, struct.pack("<q", -5)))
+            + epb(e, 0, 7, b"a") + epb(e, 0, 10**12, b"b") + epb(e, 0, 9, b"c"))
+    frames, info, _ = read_all(write(tmp_path, "late.pcapng", data))
+    assert [(f.number, f.ts_ns, f.data) for f in frames] == [
+        (1, 2_000_000_000, b"a"), (2, 2_000_000_000, b"b"), (3, 4_000_000_000, b"c")]
+    (d,) = info.damage
+    assert d.frame == 1 and "timestamp 1000000000000" in d.reason and "frame 2" in d.reason
+
+
+def test_pcapng_non_fatal_damage_entries_are_bounded(tmp_path):
+    e = "<"
+    many = capture_mod.MAX_NOTED_DAMAGE + 7
+    data = shb(e) + idb(e, 1) + epb(e, 3, 1, b"x") * many + epb(e, 0, 2, b"y")
+    frames, info, _ = read_all(write(tmp_path, "undef.pcapng", data))
+    assert frames == [Frame(1, 2000, 1, b"y", 1, 0)]
+    assert len(info.damage) == capture_mod.MAX_NOTED_DAMAGE + 1
+    assert all("interface 3" in d.reason for d in info.damage[:-1])
+    assert info.damage[-1].reason.startswith("7 more non-fatal problems")
+
+
 @pytest.mark.parametrize(
     "mutate,reason",
     [
