@@ -1022,6 +1022,11 @@ static inline int tick_special(Engine *e, int64_t ts) {
  * Sets e->mixed when the runs are not the reference's events in its order (some run
  * joined payloads with another flow's in between).  The segments are kept until the
  * next run() (regroup() builds them again). */
+/* per_flow: segments in one run at most (a run is one bytes object: a stretch of one
+ * bulk flow would otherwise be one object of many megabytes, which the allocator keeps
+ * as heap once freed; 256 segments of 1,448 bytes are ~370 kB) */
+#define MAX_RUN_SEGS 256
+
 static int movable(Flow *f, int dir, PyObject *keys) {
     PyObject *key;
     int got;
@@ -1067,7 +1072,8 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow, PyObject 
         if (per_flow) {
             int mov = movable(f, s->dir, keys);
             if (mov < 0) goto fail;
-            r = (f->cur_run >= 0 && f->cur_dir == s->dir) ? f->cur_run : -1;
+            r = (f->cur_run >= 0 && f->cur_dir == s->dir && count[f->cur_run] < MAX_RUN_SEGS)
+                    ? f->cur_run : -1;
             if (!mov) {
                 if (r != last_fixed) r = -1; /* a fixed run ends at another fixed one */
                 last_fixed = r >= 0 ? r : (int32_t)nruns;

@@ -248,3 +248,26 @@ def test_engine_moves_only_the_movable_directions(tmp_path) -> None:
         assert _order(got, mine) == _order(want, mine)
     refused, asked = _events(path, movable, False)
     assert asked > 0 and _order(refused, lambda e: True) == every
+
+
+def test_engine_caps_a_run_joined_per_flow(tmp_path) -> None:
+    """A stretch of two flows sending in turn, 600 segments each: joined per flow, each
+    flow's data comes in runs of at most 256 segments (one bytes object per run stays
+    small), and each flow's events are the reference's."""
+    from reassembly.provenance import SEGMENT, CoalescedData
+    from tests.perf.test_engine_native import _frames, assert_engine_equal
+    from tests.reassembly.synth import PcapWriter, tcp_frame
+
+    path = tmp_path / "rr.pcap"
+    w = PcapWriter(path)
+    a, b, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 3]), bytes([10, 0, 0, 2])
+    for n in range(1200):
+        c, port = (a, 40000) if n % 2 else (b, 40001)
+        w.write(1_700_000_000_000_000 + n, tcp_frame(c, s, port, 4222, 1000 + (n // 2) * 10,
+                                                     7, 0x18, b"0123456789"))
+    w.close()
+    assert_engine_equal(lambda: native.pcap_batches(path), _frames(path), coalesce="flow")
+    runs = [len(e.segments) // SEGMENT.size for e in
+            native.NativeReassembler(coalesce="flow").process(native.pcap_batches(path))
+            if type(e) is CoalescedData]
+    assert max(runs) == 256 and sum(runs) > 1100
