@@ -592,10 +592,15 @@ class QuicLayer:
 def add_capture_secrets(layer: QuicLayer, secrets: list[tuple[int, bytes]], seen: int) -> int:
     """Give the layer the TLS key-log DSBs in ``secrets[seen:]``; returns the new ``seen``.
 
-    Call before processing frames and again whenever ``reader.info.secrets`` grew."""
-    for stype, data in secrets[seen:]:
+    Call before processing frames and again whenever ``reader.info.secrets`` grew.  Each
+    entry's bytes are released once given (its type stays): the key log keeps what it
+    parsed, within its own limit, and a capture made of Decryption Secrets Blocks would
+    otherwise hold every one of them until the run ends."""
+    for i in range(seen, len(secrets)):
+        stype, data = secrets[i]
         if stype == TLS_KEY_LOG_SECRETS:
             layer.add_secrets(data)
+        secrets[i] = (stype, b"")
     return len(secrets)
 
 

@@ -321,6 +321,17 @@ def test_decryption_secrets_block():
     assert frames2 == frames
 
 
+def test_decryption_secrets_are_released_once_the_quic_layer_has_them():
+    from reassembly.engine import capture_events
+
+    path = CAPTURES / "ja4/chrome-cloudflare-quic-with-secrets.pcapng"
+    with open_capture(path) as reader:
+        kinds = [type(e).__name__ for e in capture_events(reader)]
+        assert reader.info.secrets == [(0x544C534B, b"")]
+    # the keys were used: 1-RTT streams decrypted (23 StreamData and 2 anomalies without)
+    assert (kinds.count("StreamData"), kinds.count("Anomaly")) == (32, 0)
+
+
 @pytest.mark.parametrize(
     "rel",
     [
