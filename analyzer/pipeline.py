@@ -650,8 +650,8 @@ class CaptureDissection:
         session is decided and draws from the budget no more than the bytes it is fed (a
         ``FramedSession`` whose framers hold what they buffer: no layer in front of them,
         the session itself no memory holder), or to a flow nobody decodes, and which no
-        layer above TCP has taken (no ``LayerFacts``: a TLS or WebSocket connection's
-        holds, an inflater's, are not bounded by the bytes fed).  None once
+        layer above TCP has taken (no ``LayerFacts``: what a layer's connection holds, a
+        decompressor's, is not bounded by the bytes fed).  None once
         shared state was used: a run that took such a stretch before is not proven
         (``FlowOrderUnproven``), one that took none goes on in the reference's order.
         Same when a session the last such stretch fed put a layer in front of its framer
@@ -664,8 +664,8 @@ class CaptureDissection:
         flows_fd = self._flows
         for info, _direction in flows:
             fd = flows_fd.get((info.flow_id, None))
-            if fd is None or info.flow_id in self._facts:  # (a layer took it: a TLS or
-                return False  # WebSocket connection may hold more than the bytes fed)
+            if fd is None or info.flow_id in self._facts:  # (a layer took it: it may
+                return False  # hold more than the bytes fed)
             session = fd.session
             if session is None:
                 if not fd.unclaimed:
