@@ -226,10 +226,15 @@ def timestamp_from_ns(ns: pa.Array | pa.ChunkedArray) -> pa.Array:
 
     if isinstance(ns, pa.ChunkedArray):
         ns = ns.combine_chunks()
-    mask = ns.is_null().to_numpy(zero_copy_only=False) if ns.null_count else None
-    filled = ns.fill_null(0) if ns.null_count else ns
-    micros = filled.to_numpy(zero_copy_only=False).astype(np.int64, copy=False) // 1000
-    return pa.array(micros, type=TS, mask=mask)
+    # from the buffers, validity shared: ``is_null``/``fill_null`` and ``pa.array`` over
+    # numpy would import ``pyarrow.compute`` and ``numpy.ma`` (~0.1 s of every run)
+    validity, data = ns.buffers()
+    count = ns.offset + len(ns)
+    values = np.frombuffer(data, np.int64, count) if data is not None and count else \
+        np.zeros(count, np.int64)
+    micros = values // 1000  # null slots hold whatever they held: still null
+    return pa.Array.from_buffers(TS, len(ns), [validity, pa.py_buffer(micros)],
+                                 null_count=ns.null_count, offset=ns.offset)
 
 
 def rows_to_batch(

@@ -154,8 +154,17 @@ class _Format:
 FORMAT = _Format()
 
 
-_DIRECTIONS: pa.Array | None = None  # built on first use: pa.array() at import time
-# makes pyarrow import pandas (~0.4 s of every msgcap start)
+# the ``direction`` values' bytes by the scanner's direction code
+_DIRECTIONS = np.frombuffer(b"c2ss2c", np.uint8).reshape(2, 3)
+
+
+def _constant_width(t: pa.DataType, n: int, values: np.ndarray) -> pa.Array:
+    """A string column of ``n`` values of one byte length, from their bytes as the rows
+    of ``values``: built from buffers, because ``take`` and ``pa.array`` over numpy
+    import ``pyarrow.compute`` and ``numpy.ma`` (~0.1 s of every run that has them)."""
+    offsets = np.arange(n + 1, dtype=np.int32) * values.shape[1]
+    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets),
+                                        pa.py_buffer(np.ascontiguousarray(values))])
 
 
 def _validity(buf: object) -> pa.Buffer | None:
@@ -199,11 +208,8 @@ def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple[An
     for f in schema:
         name = f.name
         if name == "direction":
-            global _DIRECTIONS
-            if _DIRECTIONS is None:
-                _DIRECTIONS = pa.array(["c2s", "s2c"], pa.string())
             codes = np.frombuffer(cols[name][2], dtype=np.uint8)
-            arrays.append(_DIRECTIONS.take(pa.array(codes)))
+            arrays.append(_constant_width(f.type, n, _DIRECTIONS[codes]))
         elif pa.types.is_timestamp(f.type) and name in cols:
             # the scanner fills int64 nanoseconds: the column and its exact ``_ns`` twin
             arrays.append(timestamp_from_ns(_column(pa.int64(), n, cols[name])))
@@ -212,9 +218,11 @@ def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple[An
         elif name in cols:
             arrays.append(_column(f.type, n, cols[name]))
         elif name == "capture_id":
-            arrays.append(pa.array([capture_id], f.type).take(pa.array(np.zeros(n, np.int32))))
+            value = np.frombuffer(capture_id.encode(), np.uint8)
+            arrays.append(_constant_width(f.type, n, np.broadcast_to(value, (n, len(value)))))
         elif name == "incomplete":
-            arrays.append(pa.array(np.zeros(n, np.bool_), f.type))
+            arrays.append(pa.Array.from_buffers(f.type, n, [None, pa.py_buffer(
+                bytes((n + 7) // 8))]))
         else:
             arrays.append(pa.nulls(n, f.type))
     if "js_stream" in schema.names and "reply_to" in cols:  # JetStream deliveries
