@@ -12,10 +12,9 @@ is built on the same terms; its reference is ``dissectors/pulsar/session.py``
 ``reassembly._engine`` (the native packet engine, issue 22: record walk, decode,
 in-order TCP delivery) is built the same way and is optional for the same reason; the
 reference is ``reassembly.network``/``flows``/``tcp`` (tests/perf/test_engine_native.py).
-Its one source file is ``reassembly/_pcapng_walk.c``, the pcapng block walk, which
-includes ``reassembly/_engine.c`` (the rest of the engine: the walk makes that file's
-batches, whose types are static there) and wraps its module init; the reference of the
-walk is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).
+``reassembly/_engine.c`` includes ``reassembly/_pcapng_walk.c``, the pcapng block walk
+(it makes that file's batches, whose types are static there); the reference of the walk
+is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).
 """
 
 from setuptools import Extension, setup
@@ -34,10 +33,10 @@ setup(
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),
-        Extension(  # one unit: _pcapng_walk.c includes _engine.c (module docstring)
+        Extension(  # one unit: _engine.c includes _pcapng_walk.c (module docstring)
             "reassembly._engine",
-            ["reassembly/_pcapng_walk.c"],
-            depends=["reassembly/_engine.c"],
+            ["reassembly/_engine.c"],
+            depends=["reassembly/_pcapng_walk.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

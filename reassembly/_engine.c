@@ -14,7 +14,8 @@
  * output (docs/performance.md, "Native engine (issue 22): design").
  *
  * Objects:
- *   Batch      - the records of one buffer walk (walk_pcap) with their decoded rows.
+ *   Batch      - the records of one buffer walk (walk_pcap, or walk_pcapng in
+ *                _pcapng_walk.c, included below) with their decoded rows.
  *   Engine     - the registered flows and what was taken since the last sync.
  *   decode()   - the decode of one frame, for frames read by the Python readers.
  */
@@ -1414,6 +1415,10 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ pcapng walk */
+
+#include "_pcapng_walk.c"
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -1429,6 +1434,9 @@ static PyMethodDef module_methods[] = {
     {"walk_pcap", py_walk_pcap, METH_VARARGS,
      "walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max) "
      "-> Batch"},
+    {"walk_pcapng", py_walk_pcapng, METH_VARARGS,
+     "walk_pcapng(buf, pos, stop, big_endian, interfaces, number, last_ts, max) -> "
+     "(Batch, last_ts)"},
     {NULL}};
 
 static struct PyModuleDef module_def = {

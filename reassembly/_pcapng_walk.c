@@ -12,14 +12,10 @@
  * reads that block exactly as without the engine, then calls the walk again
  * (PcapngReader.walked).  The reader stays the definition of every frame's fields.
  *
- * Built as one unit with _engine.c (this file includes it: the Batch type, its
- * record row and the decode are that file's, static there), so the engine's own file
- * is not edited for the walk; PyInit__engine below is the module's init, which adds
- * walk_pcapng to what _engine.c's init made.
+ * Part of _engine.c's translation unit (that file includes this one before its module
+ * table: the Batch type, its record row and the decode are that file's, static there);
+ * a file of its own because it reads another format, not because it builds apart.
  */
-#define PyInit__engine engine_module_init
-#include "_engine.c"
-#undef PyInit__engine
 
 /* reassembly.pcapng.MAX_BLOCK: the largest block taken for a block, not corruption */
 #define NG_MAX_BLOCK ((64u << 20) + 4096u)
@@ -205,17 +201,3 @@ error:
     return NULL;
 }
 
-static PyMethodDef ng_methods[] = {
-    {"walk_pcapng", py_walk_pcapng, METH_VARARGS,
-     "walk_pcapng(buf, pos, stop, big_endian, interfaces, number, last_ts, max) -> "
-     "(Batch, last_ts)"},
-    {NULL}};
-
-PyMODINIT_FUNC PyInit__engine(void) {
-    PyObject *m = engine_module_init();
-    if (m != NULL && PyModule_AddFunctions(m, ng_methods) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
