@@ -26,7 +26,9 @@ the whole capture as in one process.  Two ways to run:
   worker ended normally (no error, no exception, no death) and touched none of it.  A
   worker that touches it stops reading (within 64 events) and the parent stops the
   others, so a light run thrown away costs little when that happens early (STAN and
-  QUIC touch it in their first packets);
+  QUIC touch it in their first packets).  A light worker takes the engine's runs joined
+  per flow as one process does (``analyzer.pipeline.flow_coalescing``); when their order
+  is not proven it raises ``FlowOrderUnproven``, which makes the light run unproven too;
 * **exact** (otherwise): the light run's files are deleted (still under their
   in-progress names, nothing was committed) and the capture is dissected again with
   every worker reading, reassembling and dissecting the **whole** capture exactly as
@@ -119,9 +121,11 @@ from analyzer.pipeline import (
     TOOL_VERSION,
     CaptureDissection,
     CaptureResult,
+    FlowOrderUnproven,
     Options,
     bare_input_info,
     file_sha256,
+    flow_coalescing,
     input_info,
     run_dissection,
     write_manifest,
@@ -378,7 +382,10 @@ def run_worker(task: _Task, abandon: Callable[[], bool] = _never) -> WorkerResul
     wrap = (_Events(task.wrap, touched, abandon)
             if split is not None or abandon is not _never else task.wrap)
     try:
-        info, error = run_dissection(job, task.path, inner, wrap, split)
+        # a light worker takes runs joined per flow as one process does; if their order
+        # is not proven (FlowOrderUnproven), it raised: the light run is not kept
+        info, error = run_dissection(job, task.path, inner, wrap, split,
+                                     reorder=split is not None and flow_coalescing())
         touched()  # also after an error, or an end before the next look
         # worker 0 also writes the empty files of tables nobody wrote, as one process does
         rows = inner.close(ensure_tables=list(job.tables.values()) if task.worker == 0
@@ -772,7 +779,11 @@ def _unproven(outcomes: dict[int, tuple]) -> list[str]:
     for k, outcome in sorted(outcomes.items()):
         if outcome[0] == "stopped":
             continue
-        if outcome[0] == "raised":
+        if outcome[0] == "raised" and isinstance(outcome[1], FlowOrderUnproven):
+            # it took runs joined per flow, then used what it names (state shared
+            # across flows, or a layer): as ``cross_flow``
+            reasons.append(f"worker {k}: {outcome[1]}")
+        elif outcome[0] == "raised":
             reasons.append(f"worker {k} raised {type(outcome[1]).__name__}")
         elif outcome[0] == "died":
             reasons.append(f"worker {k} ended without a result (exit code {outcome[1]})")

@@ -95,6 +95,12 @@ _FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offse
 FLOW_COALESCE_SWITCH = "MSGCAP_FLOW_COALESCE"
 
 
+def flow_coalescing() -> bool:
+    """Whether a run may take the engine's runs joined per flow (``run_dissection``'s
+    ``reorder``): unless ``MSGCAP_FLOW_COALESCE=0``."""
+    return os.environ.get(FLOW_COALESCE_SWITCH, "1") != "0"
+
+
 class FlowOrderUnproven(Exception):
     """A run that took stretches of runs joined per flow (``may_reorder``) used state
     shared across flows: its rows are not proven to be the reference order's, so
@@ -826,7 +832,7 @@ def dissect_capture(
     settled = True  # False while this run has files or an outcome not yet recorded
     # runs joined per flow (``CaptureDissection.may_reorder``) unless switched off; a
     # run whose rows that leaves unproven is thrown away and made again without
-    reorder = os.environ.get(FLOW_COALESCE_SWITCH, "1") != "0"
+    reorder = flow_coalescing()
     try:
         while True:
             writer = DatasetWriter(

@@ -130,6 +130,28 @@ def test_round_robin_flows_join_per_flow(tmp_path, monkeypatch) -> None:
     assert 2 * flow.events < adj.events
     reference, _ = _dissect(monkeypatch, path, tmp_path / "reference", "reference")
     assert reference == got
+    # two light workers join their own flows' runs too (worker 0 runs in this process:
+    # its stretches are counted; six connections, so each worker has several)
+    path = tmp_path / "six.pcap"
+    _write(path, 400_000, 2, burst=1, publishers=3, subscribers=3)
+    result, counts = _dissect_parallel(monkeypatch, path, tmp_path / "two")
+    assert (result.split, result.fallback) == ("light", [])
+    assert counts.joined >= 1
+    reference, _ = _dissect(monkeypatch, path, tmp_path / "six-ref", "reference")
+    assert _flow_tables(tmp_path / "two") == reference
+
+
+def _dissect_parallel(monkeypatch, path: Path, out: Path) -> tuple:
+    """``dissect_parallel`` with 2 workers (flow coalescing on): its result and what
+    worker 0 (this process) did."""
+    from analyzer.parallel import dissect_parallel
+
+    counts = _Counts(monkeypatch)
+    monkeypatch.setenv(FLOW_COALESCE_SWITCH, "1")
+    monkeypatch.setenv(native.ENV_SWITCH, "1")
+    result = dissect_parallel(path, out, 2, Options(strict=True, validate=True))
+    monkeypatch.undo()
+    return result, counts
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
@@ -184,6 +206,10 @@ def test_shared_state_used_after_joining_repeats_the_run(tmp_path, monkeypatch) 
     assert counts.joined > 0 and counts.runs == 2
     reference, _ = _dissect(monkeypatch, path, tmp_path / "reference", "reference")
     assert reference == got
+    # light workers: a worker that joined runs and then decoded a payload is not kept
+    result, _ = _dissect_parallel(monkeypatch, path, tmp_path / "two")
+    assert result.split == "exact" and result.fallback, result.fallback
+    assert _flow_tables(tmp_path / "two") == got
 
 
 def test_the_samples_reorder_nothing(tmp_path, monkeypatch) -> None:
