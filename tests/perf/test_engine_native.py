@@ -54,12 +54,17 @@ def _frames(path: Path) -> list:
         return []
 
 
-def _is_pcap(path: Path) -> bool:
+def _is_format(path: Path, fmt: str) -> bool:
+    """Whether ``path`` is a capture of format ``fmt`` (``"pcap"``, ``"pcapng"``)."""
     try:
         with open_capture(path) as reader:
-            return reader.info.format == "pcap"
+            return reader.info.format == fmt
     except CaptureFormatError:
         return False
+
+
+def _is_pcap(path: Path) -> bool:
+    return _is_format(path, "pcap")
 
 
 # -- decode -----------------------------------------------------------------------------

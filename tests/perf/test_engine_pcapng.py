@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reassembly import native
-from reassembly.capture import CaptureFormatError, Frame, open_capture
+from reassembly.capture import Frame, open_capture
 from reassembly.engine import capture_events
 from reassembly.limits import Limits
 from tests.perf.test_engine_native import (
@@ -40,6 +40,7 @@ from tests.perf.test_engine_native import (
     _eth,
     _expanded,
     _frames,
+    _is_format,
     _key,
     assert_engine_equal,
     segment_streams,
@@ -54,15 +55,7 @@ pytestmark = pytest.mark.skipif(
 TLSK = 0x544C534B
 
 
-def _is_pcapng(path: Path) -> bool:
-    try:
-        with open_capture(path) as reader:
-            return reader.info.format == "pcapng"
-    except CaptureFormatError:
-        return False
-
-
-PCAPNG = [p for p in CORPUS if _is_pcapng(p)]
+PCAPNG = [p for p in CORPUS if _is_format(p, "pcapng")]
 
 
 @contextmanager
