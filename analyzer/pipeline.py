@@ -202,9 +202,13 @@ class CaptureDissection:
         self.limits = options.limits.with_budget()
         # the ports that mark a flow's server side for reassembly (every dissector's)
         self.server_ports = server_ports(registry, options.decode_as)
+        # ColumnarSessions fill columns (ColumnBatch records) only for a sink of batches;
+        # payload dissectors read it as the ``columnar`` option
+        self.columnar = options.fast and writer.columnar
         session_options: SessionOptions = {"payload_cap": options.payload_cap,
                                            "keep_secrets": options.keep_secrets,
-                                           "memory_budget": self.limits.budget}
+                                           "memory_budget": self.limits.budget,
+                                           "columnar": self.columnar}
         self.payloads = PayloadDispatcher(
             list(registry.payload.values()), session_options, strict=options.strict
         )
@@ -216,8 +220,6 @@ class CaptureDissection:
         # anomaly saying so is written right after the bytes that showed them
         self.roles = RoleSwaps(immediate=True)
         self.detector.swap_roles = self.roles
-        # ColumnarSessions fill columns (ColumnBatch records) only for a sink of batches
-        self.columnar = options.fast and writer.columnar
         # rows of ColumnBatch records, per table, until they become an Arrow batch
         self._accs: dict[str, ColumnAccumulator] = {}
         # dict rows of an accumulator's table that follow its first N rows: (N, row)
