@@ -35,6 +35,8 @@ from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_he
 from dissectors.liftbridge.table import ENTRIES_TABLE, LIFTBRIDGE_TABLE, MSG_TYPES
 from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.proto import Decoded, Kind, decode, schema
+from dissectors.proto.columns import RowsFormat, rows_for
+from dissectors.proto.columns import enabled as columns_enabled
 from dissectors.proto.wire import FieldSpec
 
 __all__ = ["ENTRIES_TABLE", "LIFTBRIDGE_TABLE", "MSG_TYPES", "LiftbridgeDissector"]
@@ -79,11 +81,15 @@ _HINT_REPLY = "reply"
 # partition subjects cannot grow memory without bound.
 MAX_STREAM_SUBJECTS = 100_000
 
+_COLUMNS = RowsFormat(LIFTBRIDGE_TABLE)
+
 
 class LiftbridgeState:
     def __init__(self, options: SessionOptions) -> None:
         self.payload_cap = read_payload_cap(options, "liftbridge")
         self.stream_subjects: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
+        # rows as columns in a columnar run (dissectors.proto.columns)
+        self.columns = _COLUMNS if columns_enabled(options) else None
 
 
 def _hint(kind: str, stream: str, partition: int | None) -> str:
@@ -170,7 +176,7 @@ class LiftbridgeDissector(PayloadDissector):
         if payload[:4] != MAGIC:
             if kind != _HINT_STREAM:
                 return []
-            return [cls._plain(state, msg, h_stream, h_partition)]
+            return [cls._plain(state, bindings, msg, h_stream, h_partition)]
         values: dict[str, Any] = {"magic_ok": True, "malformed": False, "decode_error": None,
                                   "unknown_fields": []}
         anomalies: list[tuple[str, str]] = []
@@ -209,18 +215,22 @@ class LiftbridgeDissector(PayloadDissector):
                                                      anomalies)
             else:
                 cls._protobuf(state, bindings, msg, code, values, body, at, anomalies)
-        rec = msg.record(NAME, values)
-        rec.children = children
-        out = [rec]
-        out.extend(msg.anomaly(k, d) for k, d in anomalies)
+        fmt = None if anomalies or children else rows_for(state.columns, bindings)
+        if fmt is not None:
+            out = [fmt.record(msg, values)]
+        else:
+            rec = msg.record(NAME, values)
+            rec.children = children
+            out = [rec]
+            out.extend(msg.anomaly(k, d) for k, d in anomalies)
         cls._learn_reply(bindings, msg, code, values)
         return out
 
     # -- plain stream data ------------------------------------------------------------
 
     @classmethod
-    def _plain(cls, state: LiftbridgeState, msg: CarriedMessage, stream: str | None,
-               partition: int | None) -> Record:
+    def _plain(cls, state: LiftbridgeState, bindings: Bindings, msg: CarriedMessage,
+               stream: str | None, partition: int | None) -> Record:
         values: dict[str, Any] = {
             "magic_ok": False,
             "malformed": False,
@@ -230,7 +240,8 @@ class LiftbridgeDissector(PayloadDissector):
             "partition": partition,
         }
         _value_columns(values, msg.payload, state.payload_cap)
-        return msg.record(NAME, values)
+        fmt = rows_for(state.columns, bindings)
+        return msg.record(NAME, values) if fmt is None else fmt.record(msg, values)
 
     # -- protobuf types ---------------------------------------------------------------
 

@@ -43,6 +43,8 @@ from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, T
 from dissectors.dispatch import subject_matches
 from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.proto import Decoded
+from dissectors.proto.columns import RowsFormat, rows_for
+from dissectors.proto.columns import enabled as columns_enabled
 from dissectors.stan.decode import (
     FIRST_BYTES,
     KINDS,
@@ -77,6 +79,8 @@ _STATIC_TOKENS = tuple((tuple(p.split(".")), k) for p, k in STATIC_SUBJECTS)
 # Bounded: a capture of many unanswered look-alikes must not grow memory.
 MAX_PENDING_DISCOVER = 1024
 
+_COLUMNS = RowsFormat(STAN_TABLE)
+
 _LEARNED = "learned"
 _INFERRED = "inferred"
 
@@ -102,6 +106,8 @@ class StanState:
         # reply inboxes of confirmed discoveries (the response is seen twice)
         self.confirmed: OrderedDict[str, None] = OrderedDict()
         self.discover_prefixes: set[str] = {DEFAULT_DISCOVER_PREFIX}
+        # rows as columns in a columnar run (dissectors.proto.columns)
+        self.columns = _COLUMNS if columns_enabled(options) else None
 
 
 class StanDissector(PayloadDissector):
@@ -154,8 +160,12 @@ class StanDissector(PayloadDissector):
         values["inferred_alternatives"] = list(alternatives) if alternatives is not None else None
         if kind in ("UnsubscribeRequest", "SubCloseRequest") and typed_by == "inference":
             values["sub_close"] = None  # the subject that would tell was never learned
-        out = [msg.record(NAME, values)]
-        out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
+        fmt = None if problems else rows_for(state.columns, bindings)
+        if fmt is not None:
+            out = [fmt.record(msg, values)]
+        else:
+            out = [msg.record(NAME, values)]
+            out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
         cls._learn(state, bindings, msg, kind, values, decoded, inferred, typed_by)
         return out
 

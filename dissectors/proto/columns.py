@@ -1,0 +1,150 @@
+"""Payload rows as columns: the rows STAN and Liftbridge decode, handed to the conveyor
+as ``dissectors.api.ColumnBatch`` records instead of ``Record`` dict rows (issue 22).
+
+Why: once the compiled NATS scan took carried PUB/MSG (``CARRIED``), a STAN or
+Liftbridge message still cost a ``Record``, its trip through the conveyor's record walk
+(``_collect``: an envelope dict of 16 keys, the values copied into it, a list per table
+per event) and the sink's per-row conversion (``rows_to_batch`` over ~40 keys a row).
+Here the decode's values dict itself waits, with the message's provenance, in a
+``ColumnBatch`` of one row; the conveyor gives it its record id and envelope through
+``move`` where the ``Record`` would have had them, and ``PayloadRows.to_batch`` turns
+16,384 of them into one Arrow batch: the values with the reference's own conversion
+(``rows_to_batch``), the envelope built column by column, no dict per row.
+
+What stays the definition: the decode.  The values are the dict the ``Record`` would
+carry, so only the way to Arrow differs; a message whose decode reports anything (an
+anomaly, child rows such as ReplicationResponse entries) goes out as ``Record``s, as
+before.  Used only when the run's sink takes Arrow batches (the session option
+``columnar``, which the pipeline sets) and ``MSGCAP_PAYLOAD_COLUMNS`` is not ``0`` (the
+switch for A/B runs).
+
+Parent: a payload row's parent is the carrier's row, and the conveyor numbers a row's
+children right after it, so ``parent_record_id`` is the row's own record id minus one
+(as the Pulsar fast path's message rows) when the payload row is the first record the
+dispatcher returns.  The one case where it is not: a probe of another payload dissector
+raised in this scope, and the dispatcher put its anomaly first; ``rows_for`` then
+answers None for good in that scope (``ScopeDispatcher.probe_failed`` only grows).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Direction, Record
+from dissectors.options import SessionOptions
+from dissectors.schema import rows_to_batch, timestamp_from_ns
+from dissectors.tables import TableSpec
+
+__all__ = ["SWITCH", "PayloadRows", "RowsFormat", "enabled", "rows_for"]
+
+SWITCH = "MSGCAP_PAYLOAD_COLUMNS"
+
+# the envelope ``move`` is given, in its argument order, and the provenance each row
+# carries (``RowsFormat.record``): the columns ``PayloadRows.to_batch`` builds itself
+_MOVED = ("flow_id", "record_id", "direction", "stream_id", "src_ip", "src_port", "dst_ip",
+          "dst_port")
+_PROVENANCE = ("offset_start", "offset_end", "ts_first", "ts_last", "frame_first",
+               "frame_last")
+_SHORT = {int(d): d.short for d in Direction}
+# what a row is reckoned to hold besides its payload's bytes (for ``nbytes``)
+_ROW_OVERHEAD = 512
+
+
+def enabled(options: SessionOptions) -> bool:
+    """Whether payload rows may go out as columns in a run with these session options."""
+    return options.get("columnar") is True and os.environ.get(SWITCH, "1") != "0"
+
+
+class RowsFormat:
+    """The ``dissectors.api.ColumnFormat`` of one payload table's rows."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: TableSpec) -> None:
+        self.spec = spec
+
+    def accumulator(self) -> PayloadRows:
+        return PayloadRows(self.spec)
+
+    def record(self, msg: CarriedMessage, values: dict[str, Any]) -> Record:
+        """The row ``msg.record(table, values)`` would give, as a ``ColumnBatch`` of one
+        row (typed as the ``Record`` it stands for: ``PayloadDissector.decode`` returns
+        a list of records, and the conveyor takes a ``ColumnBatch`` wherever it takes
+        one, children included)."""
+        row = (values, len(msg.payload), msg.offset_start, msg.offset_end, msg.ts_first_ns,
+               msg.ts_last_ns, msg.frame_first, msg.frame_last)
+        batch = ColumnBatch(self.spec.name, msg.direction, 1, row, self)
+        return batch  # type: ignore[return-value]  # stands for the Record (see above)
+
+
+def rows_for(fmt: RowsFormat | None, bindings: Bindings) -> RowsFormat | None:
+    """``fmt`` when this message's row may go out as columns: a format was made for the
+    run, and no prober failed in the dispatcher's scope (module docstring: parent)."""
+    if fmt is None or getattr(bindings, "probe_failed", True):
+        return None
+    return fmt
+
+
+class PayloadRows:
+    """A ``dissectors.api.ColumnAccumulator`` of one payload table's rows."""
+
+    __slots__ = ("_envelopes", "_nbytes", "_rows", "spec")
+
+    def __init__(self, spec: TableSpec) -> None:
+        self.spec = spec
+        self._rows: list[tuple[Any, ...]] = []
+        self._envelopes: list[tuple[Any, ...]] = []
+        self._nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def move(self, rows: tuple[Any, ...], n: int, flow_id: int, record_id: int,
+             direction: int, stream_id: int | None, src_ip: str, src_port: int, dst_ip: str,
+             dst_port: int) -> None:
+        """Take the one row ``RowsFormat.record`` made, numbered ``record_id``."""
+        if n != 1:  # pragma: no cover - RowsFormat.record makes batches of one row
+            raise ValueError(f"payload rows: a batch of {n} rows, not 1")
+        self._rows.append(rows)
+        self._envelopes.append((flow_id, record_id, direction, stream_id, src_ip, src_port,
+                                dst_ip, dst_port))
+        self._nbytes += rows[1] + _ROW_OVERHEAD
+
+    def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
+        rows, envelopes = self._rows, self._envelopes
+        self._rows, self._envelopes, self._nbytes = [], [], 0
+        n = len(rows)
+        spec = self.spec
+        if not n:  # (the conveyor asks only when it moved rows)
+            return rows_to_batch(spec, [])
+        # the protocol columns as the reference's dict rows are converted (the envelope's
+        # columns come out null there: no values dict has those keys)
+        base = rows_to_batch(spec, [r[0] for r in rows])
+        columns: dict[str, Any] = dict(zip(_MOVED, zip(*envelopes, strict=True), strict=True))
+        columns.update(zip(_PROVENANCE, zip(*[r[2:] for r in rows], strict=True),
+                           strict=True))
+        columns["direction"] = [_SHORT[d] for d in columns["direction"]]
+        columns["parent_record_id"] = [r - 1 for r in columns["record_id"]]
+        columns["capture_id"] = [capture_id] * n
+        exact: dict[str, pa.Array] = {}
+        arrays = []
+        for i, f in enumerate(spec.columns):
+            name = f.name
+            values = columns.get(name)
+            if f.exact_of is not None and f.exact_of in exact:
+                arrays.append(exact[f.exact_of])
+            elif values is None:
+                arrays.append(base.column(i))
+            elif pa.types.is_timestamp(f.type):  # as rows_to_batch: ns, and its ``_ns`` twin
+                ns = exact[name] = pa.array(values, type=pa.int64())
+                arrays.append(timestamp_from_ns(ns))
+            else:
+                arrays.append(pa.array(values, type=f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)

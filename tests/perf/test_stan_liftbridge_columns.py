@@ -1,0 +1,218 @@
+"""STAN and Liftbridge rows as columns (issue 22, ``dissectors/proto/columns.py``): a run
+whose payload rows go out as ``ColumnBatch`` records writes the tables the reference's
+``Record`` rows give, value for value, with the same record ids and parents.
+
+The messages are those of the sample captures (as the NATS dissector offers them), cut
+to random stretches, damaged at random (flipped bytes, cut or lengthened payloads, so
+that rows are malformed, inferred, carry unknown fields or anomalies), under several
+payload caps, sometimes with a payload prober that raises (its anomaly then comes before
+the decode's rows).  Each arm goes through a copy of the conveyor's id and envelope
+rules (``_convey``), the columnar one through ``PayloadRows`` itself.  Whole captures
+through the real pipeline, both ways: ``test_whole_captures_give_the_same_tables``
+(the columnar arm must have taken rows), and tests/analyzer/test_golden.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import Iterator
+from functools import cache
+from typing import Any, ClassVar
+from unittest import mock
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.pipeline import Options, dissect_capture
+from dissectors.api import (
+    CarriedMessage,
+    ColumnBatch,
+    Direction,
+    PayloadDissector,
+    Record,
+    Verdict,
+)
+from dissectors.dispatch import ScopeDispatcher
+from dissectors.liftbridge import ENTRIES_TABLE, LIFTBRIDGE_TABLE, LiftbridgeDissector
+from dissectors.proto import columns
+from dissectors.schema import arrow_schema, rows_to_batch
+from dissectors.stan import STAN_TABLE, StanDissector
+from tests.stan.capture_harness import SAMPLES, dispatch_capture
+
+CAPTURES = ("stan-basic.pcap", "liftbridge-basic.pcap")
+TABLES = {t.name: t for t in (STAN_TABLE, LIFTBRIDGE_TABLE, ENTRIES_TABLE)}
+CAPTURE_ID = "c" * 16
+FLOW = 7
+ENDPOINTS = (("10.0.0.1", 40000), ("10.0.0.2", 4222))  # client, server
+# rows of each sample that go to the columns: all but ReplicationResponses with entries
+MOVED = {"stan-basic.pcap": 206, "liftbridge-basic.pcap": 84}
+
+
+@cache
+def _messages(name: str) -> tuple[CarriedMessage, ...]:
+    """What the NATS dissector offers of a sample capture, in order."""
+    seen: list[CarriedMessage] = []
+    dispatch = ScopeDispatcher.dispatch
+
+    def spy(self: ScopeDispatcher, msg: CarriedMessage) -> list[Record]:
+        seen.append(msg)
+        return dispatch(self, msg)
+
+    with mock.patch.object(ScopeDispatcher, "dispatch", spy):
+        dispatch_capture(SAMPLES / name)
+    return tuple(seen)
+
+
+class _RaisingProber(PayloadDissector):
+    """A plugin whose probe raises: the dispatcher's anomaly then precedes the rows."""
+
+    name: ClassVar[str] = "aaa_raises"
+    tables: ClassVar[tuple] = ()
+
+    @classmethod
+    def probe_payload(cls, payload: bytes) -> Verdict:
+        raise RuntimeError("probe bug")
+
+    @classmethod
+    def new_state(cls, options: Any) -> None:
+        return None
+
+    @classmethod
+    def decode(cls, state: Any, bindings: Any, msg: CarriedMessage, hint: str) -> list[Record]:
+        return []
+
+
+def _convey(messages: list[CarriedMessage], options: dict[str, Any], raiser: bool
+            ) -> tuple[dict[str, pa.Table], list[tuple[int, str, str]], int]:
+    """The tables (sorted by record id), anomalies (id, kind, detail) and number of
+    columnar rows of one arm: ids and envelope given as the conveyor gives them (each
+    message's carrier row first, its records after it, children after their row)."""
+    dissectors = [_RaisingProber] if raiser else []
+    scope = ScopeDispatcher([*dissectors, StanDissector, LiftbridgeDissector], options,
+                            strict=False)
+    ids: Iterator[int] = itertools.count((FLOW << 32) | 1)
+    dict_rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+    accs: dict[str, Any] = {}
+    anomalies: list[tuple[int, str, str]] = []
+    moved = 0
+
+    def walk(records: list[Record], parent: int) -> None:
+        nonlocal moved
+        for rec in records:
+            rid = next(ids)
+            src, dst = ENDPOINTS if rec.direction == Direction.C2S else ENDPOINTS[::-1]
+            if type(rec) is ColumnBatch:
+                acc = accs.get(rec.table) or accs.setdefault(rec.table, rec.fmt.accumulator())
+                acc.move(rec.rows, rec.n, FLOW, rid, int(rec.direction), None, *src, *dst)
+                moved += rec.n
+                continue
+            if rec.table == "anomalies":
+                anomalies.append((rid, rec.values["kind"], rec.values["detail"]))
+                continue
+            row = {"capture_id": CAPTURE_ID, "flow_id": FLOW, "record_id": rid,
+                   "parent_record_id": parent, "direction": rec.direction.short,
+                   "stream_id": None, "src_ip": src[0], "src_port": src[1], "dst_ip": dst[0],
+                   "dst_port": dst[1], "ts_first": rec.ts_first_ns, "ts_last": rec.ts_last_ns,
+                   "offset_start": rec.offset_start, "offset_end": rec.offset_end,
+                   "frame_first": rec.frame_first, "frame_last": rec.frame_last,
+                   **rec.values}
+            dict_rows[rec.table].append(row)
+            walk(rec.children, rid)
+
+    for msg in messages:
+        walk(scope.dispatch(msg), next(ids))
+    tables = {}
+    for name, spec in TABLES.items():
+        parts = [rows_to_batch(spec, dict_rows[name])]
+        if name in accs and len(accs[name]):
+            parts.append(accs[name].to_batch(arrow_schema(spec), CAPTURE_ID))
+        tables[name] = pa.Table.from_batches(parts).sort_by("record_id")
+    return tables, anomalies, moved
+
+
+def _damaged(msg: CarriedMessage, how: tuple[int, int, int, bytes]) -> CarriedMessage:
+    kind, at, byte, tail = how
+    p = bytearray(msg.payload)
+    if kind == 1 and p:
+        p[at % len(p)] = byte
+    elif kind == 2:
+        del p[at % (len(p) + 1):]
+    elif kind == 3:
+        p += tail
+    return CarriedMessage(msg.carrier, msg.op, msg.subject, msg.reply_to, msg.sid,
+                          msg.headers, bytes(p), msg.direction, msg.flow_id, msg.offset_start,
+                          msg.offset_end, msg.ts_first_ns, msg.ts_last_ns, msg.frame_first,
+                          msg.frame_last)
+
+
+def _assert_same(messages: list[CarriedMessage], cap: int | None, raiser: bool) -> int:
+    base = {"payload_cap": cap}
+    ref, ref_anomalies, none = _convey(messages, {**base, "columnar": False}, raiser)
+    got, got_anomalies, moved = _convey(messages, {**base, "columnar": True}, raiser)
+    assert none == 0
+    assert got_anomalies == ref_anomalies
+    for name in TABLES:
+        assert got[name].equals(ref[name]), name
+    return moved
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_sample_messages_give_the_same_rows(name):
+    messages = list(_messages(name))
+    assert _assert_same(messages, 4096, raiser=False) == MOVED[name]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(CAPTURES),
+    st.integers(0, 300),
+    st.integers(1, 120),
+    st.lists(st.tuples(st.integers(0, 119), st.tuples(st.integers(0, 3), st.integers(0, 999),
+                                                      st.integers(0, 255),
+                                                      st.binary(max_size=6))), max_size=12),
+    st.sampled_from([None, 0, 7, 4096]),
+    st.booleans(),
+)
+def test_damaged_stretches_give_the_same_rows(name, start, length, damage, cap, raiser):
+    messages = list(_messages(name))[start : start + length]
+    for i, how in damage:
+        if i < len(messages):
+            messages[i] = _damaged(messages[i], how)
+    _assert_same(messages, cap, raiser)
+
+
+def test_the_switch_and_the_option_turn_it_off(monkeypatch):
+    msg = _messages("stan-basic.pcap")[0]
+    for env, option, want in (("1", True, True), ("0", True, False), ("1", False, False)):
+        monkeypatch.setenv(columns.SWITCH, env)
+        scope = ScopeDispatcher([StanDissector], {"columnar": option}, strict=True)
+        assert (type(scope.dispatch(msg)[0]) is ColumnBatch) is want
+
+
+def test_whole_captures_give_the_same_tables(tmp_path, monkeypatch):
+    moves = 0
+    move = columns.PayloadRows.move
+
+    def spy(self: columns.PayloadRows, *args: Any) -> None:
+        nonlocal moves
+        moves += 1
+        move(self, *args)
+
+    monkeypatch.setattr(columns.PayloadRows, "move", spy)
+    for name in CAPTURES:
+        tables = []
+        for env in ("0", "1"):
+            monkeypatch.setenv(columns.SWITCH, env)
+            out = tmp_path / env
+            shutil.rmtree(out, ignore_errors=True)
+            dissect_capture(SAMPLES / name, out, Options(strict=True, validate=True))
+            tables.append({d.name: pq.read_table(d) for d in out.iterdir() if d.is_dir()})
+        ref, got = tables
+        assert ref.keys() == got.keys()
+        for table in ref:  # in file order: the rows' places are the reference's too
+            assert got[table].equals(ref[table]), (name, table)
+    assert moves == sum(MOVED.values())
