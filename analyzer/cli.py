@@ -11,8 +11,9 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # Only light modules at import time: `msgcap --help` must cost little more than the
 # interpreter (rich, pyarrow, the reassembly and dissectors are imported by the
@@ -649,11 +650,13 @@ def _add_view_options(p: argparse.ArgumentParser, decoded: bool = False) -> None
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or notes on stderr")
 
 
-def _add_view_parsers(sub) -> None:
-    """``msgcap summary|ladder|report`` (analyzer/summary.py, transcript.py, report/)."""
-    src = "a capture (dissected into a temporary dataset first) or a dataset directory"
+# ``msgcap summary|ladder|report`` (analyzer/summary.py, transcript.py, report/)
+_VIEW_SOURCE_HELP = "a capture (dissected into a temporary dataset first) or a dataset directory"
+
+
+def _add_summary_parser(sub) -> None:
     p = sub.add_parser("summary", help="overview of a capture or dataset")
-    p.add_argument("source", metavar="CAPTURE|DATASET", help=src)
+    p.add_argument("source", metavar="CAPTURE|DATASET", help=_VIEW_SOURCE_HELP)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="subjects / topics / streams listed (default 10)")
@@ -661,8 +664,10 @@ def _add_view_parsers(sub) -> None:
     _add_view_options(p)
     p.set_defaults(func=cmd_summary)
 
+
+def _add_ladder_parser(sub) -> None:
     p = sub.add_parser("ladder", help="arrow diagram of a flow or of one message's path")
-    p.add_argument("source", metavar="CAPTURE|DATASET", help=src)
+    p.add_argument("source", metavar="CAPTURE|DATASET", help=_VIEW_SOURCE_HELP)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--flow", type=_non_negative, metavar="ID",
                        help="client ↔ server of this flow (" + FLOW_HELP + ")")
@@ -679,8 +684,10 @@ def _add_view_parsers(sub) -> None:
     _add_view_options(p)
     p.set_defaults(func=cmd_ladder)
 
+
+def _add_report_parser(sub) -> None:
     p = sub.add_parser("report", help="one self-contained HTML report with plots")
-    p.add_argument("source", metavar="DATASET", help=src)
+    p.add_argument("source", metavar="DATASET", help=_VIEW_SOURCE_HELP)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
     p.add_argument("--flow", type=_non_negative, metavar="ID",
                    help="conversation the sequence diagram opens with (" + FLOW_HELP + ")")
@@ -802,13 +809,7 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="msgcap", description="Forensic analyzer for message-broker packet captures."
-    )
-    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_flows_parser(sub) -> None:
     p = sub.add_parser("flows", help="one row per TCP/UDP flow")
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help=CAPTURE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
@@ -821,6 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_time_option(p)
     p.set_defaults(func=cmd_flows)
 
+
+def _add_follow_parser(sub) -> None:
     p = sub.add_parser("follow", help="write the bytes of one TCP flow (TLS decrypted with "
                        "--keylog, WebSocket payloads unmasked) or QUIC connection to stdout")
     p.add_argument("capture", metavar="CAPTURE",
@@ -848,6 +851,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_view_options(p, decoded=True)
     p.set_defaults(func=cmd_follow)
 
+
+def _add_dissect_parser(sub) -> None:
     p = sub.add_parser("dissect", help="decode captures into a Parquet dataset")
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help=CAPTURE_HELP)
     p.add_argument("-o", "--output", required=True, metavar="OUT",
@@ -901,19 +906,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_dissect)
 
-    _add_spark_parser(sub)
-    _add_view_parsers(sub)
-    from analyzer.analyses.cli import add_parsers as _add_analysis_parsers  # analyze, query
 
-    _add_analysis_parsers(sub)
+def _add_analyze_parser(sub) -> None:
+    from analyzer.analyses.cli import add_analyze_parser
 
+    add_analyze_parser(sub)
+
+
+def _add_query_parser(sub) -> None:
+    from analyzer.analyses.cli import add_query_parser
+
+    add_query_parser(sub)
+
+
+def _add_protocols_parser(sub) -> None:
     p = sub.add_parser("protocols", help="list the dissectors found (built-in and plugins)")
     p.set_defaults(func=cmd_protocols)
 
+
+def _add_schema_parser(sub) -> None:
     p = sub.add_parser("schema", help="print the declared columns of the output tables")
     p.add_argument("table", nargs="?", help="one table (default: every table)")
     p.set_defaults(func=cmd_schema)
 
+
+def _add_new_dissector_parser(sub) -> None:
     p = sub.add_parser(
         "new-dissector", help="write an installable plugin package to start a dissector from"
     )
@@ -928,6 +945,45 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", default=".", metavar="DIR", help="where msgcap-NAME/ is created"
     )
     p.set_defaults(func=cmd_new_dissector)
+
+
+# every subcommand and what adds its parser, in the order `msgcap --help` lists them
+_COMMANDS: dict[str, Callable[[Any], None]] = {
+    "flows": _add_flows_parser,
+    "follow": _add_follow_parser,
+    "dissect": _add_dissect_parser,
+    "spark": _add_spark_parser,
+    "summary": _add_summary_parser,
+    "ladder": _add_ladder_parser,
+    "report": _add_report_parser,
+    "analyze": _add_analyze_parser,
+    "query": _add_query_parser,
+    "protocols": _add_protocols_parser,
+    "schema": _add_schema_parser,
+    "new-dissector": _add_new_dissector_parser,
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``msgcap`` parser; with ``command`` (a subcommand's name) only that
+    subcommand's parser is built under it.  Why: building all twelve costs ~10-20 ms
+    (argparse formats and translates every help text as it is added, and ``analyze``
+    imports the analyses' list), paid by every run and by every in-process ``main()``
+    of the tests; ``main`` knows the command from its first argument.  The messages are
+    the same: the usage line still names every subcommand (given as the metavar the full
+    parser derives from its choices; tests/analyzer/test_cli_errors.py compares)."""
+    parser = _Parser(
+        prog="msgcap", description="Forensic analyzer for message-broker packet captures."
+    )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    if command is None:
+        sub = parser.add_subparsers(dest="command", required=True)
+    else:
+        sub = parser.add_subparsers(dest="command", required=True,
+                                    metavar="{" + ",".join(_COMMANDS) + "}")
+    for name, add in _COMMANDS.items():
+        if command is None or name == command:
+            add(sub)
     return parser
 
 
@@ -949,7 +1005,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; user mistakes become ``error:`` + ``fix:`` and exit 2, and a
     stdout closed by the reader (``| head``) ends the run quietly with exit 0."""
     try:
-        args = build_parser().parse_args(argv)  # --help into a closed pipe too
+        given = sys.argv[1:] if argv is None else argv
+        command = given[0] if given and given[0] in _COMMANDS else None
+        args = build_parser(command).parse_args(argv)  # --help into a closed pipe too
         _check_ids(args)
         from dissectors.redaction import gated_output  # no credential leaves by stdout, stderr
 

@@ -22,7 +22,11 @@ import pyarrow as pa
 from dissectors.layers import LayerDissector, LayerFacts, LayerRow
 from dissectors.tables import Field, TableSpec, register_table
 from reassembly.events import Direction, TlsConnection
-from reassembly.tls.records import is_grease, suite_name, version_name
+
+# ``reassembly.tls.records`` (the names of versions and suites) is imported by the
+# functions that name them: importing it loads the TLS and QUIC layers and
+# ``cryptography`` (~50 ms), which a run whose captures hold no TLS never needs, while
+# every run imports this module for the table's declaration.
 
 __all__ = ["LAYER_FLOW_FIELDS", "TLS_TABLE", "TlsLayer", "tls_flow_values", "tls_row"]
 
@@ -112,11 +116,15 @@ TLS_TABLE = register_table(
 
 def _names(codes: tuple[int, ...], name: Callable[[int], str | None]) -> list[str | None]:
     # (`name` returns None only for a None code; reassembly.tls.records has no overloads)
+    from reassembly.tls.records import is_grease
+
     return [name(c) for c in codes if not is_grease(c)]
 
 
 def tls_row(ev: TlsConnection) -> dict[str, Any]:
     """The protocol columns of ``tls`` for one ``TlsConnection`` event."""
+    from reassembly.tls.records import suite_name, version_name
+
     c, s = ev.start_offsets
     row: dict[str, Any] = {
         "version": version_name(ev.tls_version),
@@ -164,6 +172,8 @@ def tls_envelope(ev: TlsConnection) -> dict[str, Any]:
 
 def tls_flow_values(ev: TlsConnection) -> dict[str, Any]:
     """The flow row's ``tls_*`` columns from a ``TlsConnection``."""
+    from reassembly.tls.records import suite_name, version_name
+
     return {
         "tls_sni": ev.sni,
         "tls_alpn": list(ev.alpn),

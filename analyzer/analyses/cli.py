@@ -12,7 +12,7 @@ from pathlib import Path
 from analyzer.analyses import ANALYSES, DEFAULT_PARAMS
 from analyzer.cliutil import UserError
 
-__all__ = ["add_parsers", "run_analyze", "run_query"]
+__all__ = ["add_analyze_parser", "add_query_parser", "run_analyze", "run_query"]
 
 
 def _check_dataset(path: str) -> Path:
@@ -85,7 +85,7 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub) -> None:
+def add_analyze_parser(sub) -> None:
     p = sub.add_parser("analyze", help="cross-flow analyses of a dataset -> Parquet (DuckDB, "
                        "no Spark); docs/analyses.md")
     p.add_argument("dataset", metavar="DATASET", help="dataset directory (msgcap dissect -o)")
@@ -99,6 +99,8 @@ def add_parsers(sub) -> None:
                    "(default %(default)s)")
     p.set_defaults(func=lambda a: run_analyze(a))
 
+
+def add_query_parser(sub) -> None:
     p = sub.add_parser("query", help="ad-hoc SQL over a dataset: every table is a view "
                        "(DuckDB)")
     p.add_argument("dataset", metavar="DATASET", help="dataset directory (msgcap dissect -o)")

@@ -61,6 +61,7 @@ import pyarrow as pa
 
 from dissectors import libcrypto
 from dissectors.api import Direction
+from dissectors.arrowops import from_numpy, take
 from dissectors.proto.wire import Decoded, Kind, MessageSchema
 from dissectors.proto.wire import decode as wire_decode
 from dissectors.pulsar import codec
@@ -386,7 +387,7 @@ class MessageAccumulator:
         which = np.repeat(np.arange(len(chunks)), counts)
         # the shared columns converted as the reference's dict rows are, once per frame
         base = rows_to_batch(PULSAR_MESSAGES, shared, check_keys=False)
-        index = pa.array(which)
+        index = from_numpy(which)
         first = np.fromiter((r for _, _, r in chunks), dtype=np.int64, count=len(chunks))
         offsets = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
         cs = [c for c, _, _ in chunks]
@@ -411,8 +412,8 @@ class MessageAccumulator:
             "partition_key": _partition_keys(cs, total),
         }
         arrays = [built[f.name] if f.name in built
-                  else pa.array(per_entry[f.name], f.type) if f.name in per_entry
-                  else _repeated(base.column(f.name), index, total) for f in schema]
+                  else from_numpy(per_entry[f.name], f.type) if f.name in per_entry
+                  else _repeated(base.column(f.name), counts, index, total) for f in schema]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -485,12 +486,17 @@ def _partition_keys(chunks: list[Chunk], total: int) -> pa.Array:
     return _variable(pa.string(), *_pieces(pieces), np.concatenate(valid))
 
 
-def _repeated(column: pa.Array, index: pa.Array, n: int) -> pa.Array:
-    """A shared column, one value per chunk, repeated for each chunk's rows (most
-    columns are null in every row: those are made, not gathered)."""
+def _repeated(column: pa.Array, counts: npt.NDArray[np.int64], index: pa.Array, n: int
+              ) -> pa.Array:
+    """A shared column, one value per chunk, repeated for each chunk's rows (``counts``;
+    ``index``: the same as positions): most columns are null in every row, the rest
+    repeat in runs (``runs.repeat_runs``); lists are gathered."""
+    from dissectors.pulsar.runs import repeat_runs  # (imported with the first batch)
+
     if column.null_count == len(column):
         return pa.nulls(n, column.type)
-    return column.take(index)
+    got = repeat_runs(column, counts)
+    return take(column, index) if got is None else got
 
 
 class _Format:

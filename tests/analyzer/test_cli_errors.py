@@ -134,6 +134,25 @@ def test_argparse_mistakes_use_the_same_style(capsys):
     assert "fix: see `msgcap flows --help`" in err
 
 
+def test_one_command_parser_says_what_the_whole_parser_says(monkeypatch):
+    """``main`` builds only the parser of the command it was given: its usage, help,
+    errors and parsed arguments are the whole parser's, for every subcommand."""
+    from analyzer.cli import _COMMANDS, build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    whole = build_parser()
+    choices = whole._subparsers._group_actions[0].choices  # the subcommands argparse knows
+    assert list(choices) == list(_COMMANDS)
+    for name in _COMMANDS:
+        one = build_parser(name)
+        assert one.format_usage() == whole.format_usage()
+        mine = one._subparsers._group_actions[0].choices
+        assert list(mine) == [name]
+        assert mine[name].format_help() == choices[name].format_help()
+    argv = ["dissect", "x.pcap", "-o", "o", "--workers", "2", "--decode-as", "4222=nats"]
+    assert vars(build_parser("dissect").parse_args(argv)) == vars(whole.parse_args(argv))
+
+
 # --------------------------------------------------------------------- closed stdout
 
 CLOSED_PIPE = {
