@@ -176,13 +176,16 @@ def test_sample_messages_give_the_same_rows(name):
                                                       st.binary(max_size=6))), max_size=12),
     st.sampled_from([None, 0, 7, 4096]),
     st.booleans(),
+    st.sampled_from([1, 3, 50, columns.CONVERT_ROWS]),
 )
-def test_damaged_stretches_give_the_same_rows(name, start, length, damage, cap, raiser):
+def test_damaged_stretches_give_the_same_rows(name, start, length, damage, cap, raiser,
+                                              convert_rows):
     messages = list(_messages(name))[start : start + length]
     for i, how in damage:
         if i < len(messages):
             messages[i] = _damaged(messages[i], how)
-    _assert_same(messages, cap, raiser)
+    with mock.patch.object(columns, "CONVERT_ROWS", convert_rows):  # converted in parts
+        _assert_same(messages, cap, raiser)
 
 
 def test_the_switch_and_the_option_turn_it_off(monkeypatch):
