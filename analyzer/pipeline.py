@@ -39,7 +39,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from analyzer.detect import Detector, FlowDispatch
@@ -771,20 +770,29 @@ class CaptureDissection:
 
 
 def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
-                waiting: list[tuple[int, dict]], check_keys: bool) -> pa.RecordBatch:
+                waiting: list[tuple[int, dict]], check_keys: bool) -> pa.Table:
     """``batch`` (fast-path rows) with the dict rows ``(n, row)`` put after its first
-    ``n`` rows, in one batch (two conversions and one ``take``, whatever the count)."""
-    rows = rows_to_batch(spec, [row for _, row in waiting], check_keys=check_keys)
-    n, m = batch.num_rows, rows.num_rows
-    at = np.fromiter((a for a, _ in waiting), dtype=np.int64, count=m)
-    dest = at + np.arange(m)  # where each dict row lands in the merged order
-    order = np.empty(n + m, dtype=np.int64)
-    is_dict = np.zeros(n + m, dtype=bool)
-    is_dict[dest] = True
-    order[dest] = n + np.arange(m)
-    order[~is_dict] = np.arange(n)
-    both = pa.Table.from_batches([batch, rows.cast(schema)], schema=schema)
-    return both.take(pa.array(order)).combine_chunks().to_batches()[0]
+    ``n`` rows: one conversion of the dict rows, then slices of both, no copy.  Why: a
+    ``take`` copied the whole batch, payloads and all, and on bulk traffic nearly every
+    batch has a few dict rows (a connection's PING/PONG); the sink writes a row group from
+    slices as it does from one batch (``DatasetWriter._drain_batches``)."""
+    rows = rows_to_batch(spec, [row for _, row in waiting], check_keys=check_keys).cast(schema)
+    parts = []
+    done = i = 0  # rows of ``batch`` / of ``rows`` placed so far
+    m = len(waiting)
+    while i < m:
+        at = waiting[i][0]
+        j = i + 1
+        while j < m and waiting[j][0] == at:  # dict rows that follow one another
+            j += 1
+        if at > done:
+            parts.append(batch.slice(done, at - done))
+            done = at
+        parts.append(rows.slice(i, j - i))
+        i = j
+    if done < batch.num_rows:
+        parts.append(batch.slice(done))
+    return pa.Table.from_batches(parts, schema=schema)
 
 
 class _Abandoned:

@@ -788,11 +788,14 @@ class DatasetWriter:
         # past the byte bound, everything pending is one (shorter) row group
         by_bytes = t.batch_bytes >= self.batch_bytes and table.num_rows < n
         end = table.num_rows if final or by_bytes else (table.num_rows // n) * n
+        # a row group is written from the batches' slices as they are: Parquet encodes
+        # a column chunk piece by piece, so joining them first (``combine_chunks``) only
+        # copied every byte once more (~14 % of a bulk run's main thread, most of it
+        # faulting in fresh pages); the rows and row groups are the same either way
         for start in range(0, end, n):
-            chunk = table.slice(start, min(n, end - start)).combine_chunks()
-            self._write(t, chunk.to_batches()[0] if chunk.num_rows else chunk)
+            self._write(t, table.slice(start, min(n, end - start)))
         rest = table.slice(end)
-        t.batches = rest.combine_chunks().to_batches() if rest.num_rows else []
+        t.batches = rest.to_batches() if rest.num_rows else []
         t.batch_rows = rest.num_rows
         t.batch_bytes = sum(b.nbytes for b in t.batches)
 
@@ -810,11 +813,10 @@ class DatasetWriter:
         t.tmp.parent.mkdir(parents=True, exist_ok=True)
         t.writer = pq.ParquetWriter(t.tmp, t.schema, **parquet_options(t.spec))
 
-    def _write(self, t: _Table, batch: pa.RecordBatch) -> None:
+    def _write(self, t: _Table, batch: pa.Table) -> None:
         # every batch reaching here was validated when it entered the buffer
         if batch.num_rows == 0:
             return
-        batch = self._conform(t, batch)
         t.count += batch.num_rows
         t.row_groups += 1
         if self._thread is None:
@@ -822,11 +824,12 @@ class DatasetWriter:
         with self._output():  # raises what the thread met on an earlier row group
             self._thread.submit(self._write_row_group, t, batch)
 
-    def _write_row_group(self, t: _Table, batch: pa.RecordBatch) -> None:
-        """In the Parquet thread (``_ParquetThread``)."""
+    def _write_row_group(self, t: _Table, rows: pa.Table) -> None:
+        """In the Parquet thread (``_ParquetThread``): one row group of ``rows`` (at
+        most ``rows_per_batch``, in as many chunks as they came)."""
         if t.writer is None:
             self._open(t)
-        t.writer.write_batch(batch, row_group_size=self.rows_per_batch)
+        t.writer.write_table(rows, row_group_size=self.rows_per_batch)
 
     def _join_thread(self) -> None:
         """Wait for the row groups still being written; raise what went wrong there."""
