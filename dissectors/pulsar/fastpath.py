@@ -413,7 +413,7 @@ class MessageAccumulator:
         }
         arrays = [built[f.name] if f.name in built
                   else from_numpy(per_entry[f.name], f.type) if f.name in per_entry
-                  else _repeated(base.column(f.name), index, total) for f in schema]
+                  else _repeated(base.column(f.name), counts, index, total) for f in schema]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -486,12 +486,17 @@ def _partition_keys(chunks: list[Chunk], total: int) -> pa.Array:
     return _variable(pa.string(), *_pieces(pieces), np.concatenate(valid))
 
 
-def _repeated(column: pa.Array, index: pa.Array, n: int) -> pa.Array:
-    """A shared column, one value per chunk, repeated for each chunk's rows (most
-    columns are null in every row: those are made, not gathered)."""
+def _repeated(column: pa.Array, counts: npt.NDArray[np.int64], index: pa.Array, n: int
+              ) -> pa.Array:
+    """A shared column, one value per chunk, repeated for each chunk's rows (``counts``;
+    ``index``: the same as positions): most columns are null in every row, the rest
+    repeat in runs (``runs.repeat_runs``); lists are gathered."""
+    from dissectors.pulsar.runs import repeat_runs  # (imported with the first batch)
+
     if column.null_count == len(column):
         return pa.nulls(n, column.type)
-    return take(column, index)
+    got = repeat_runs(column, counts)
+    return take(column, index) if got is None else got
 
 
 class _Format:
