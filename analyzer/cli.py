@@ -1003,7 +1003,51 @@ def _check_ids(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; user mistakes become ``error:`` + ``fix:`` and exit 2, and a
-    stdout closed by the reader (``| head``) ends the run quietly with exit 0."""
+    stdout closed by the reader (``| head``) ends the run quietly with exit 0.  Called
+    without ``argv`` (the command line: the ``msgcap`` script, ``python -m analyzer.cli``)
+    the process usually ends here (``_exit_without_teardown``)."""
+    code = _main(argv)
+    if argv is None:
+        _exit_without_teardown(code)
+    return code
+
+
+def _exit_without_teardown(code: int) -> None:
+    """End a command-line run with ``os._exit(code)``, skipping the interpreter's
+    teardown when it has nothing left to do.  Why: after the last output the interpreter
+    frees every object and module one by one and Arrow's allocator hands its memory back
+    piece by piece, ~0.05-0.1 s of CPU (and ~0.2-0.5 s of wall time on a loaded machine)
+    that the kernel does at once when the process ends.  What teardown would still do is
+    done first: stdout and stderr are flushed and the ``atexit`` callbacks run
+    (temporary directories' finalizers, ``logging.shutdown``, multiprocessing's).
+    Returns, leaving the usual exit to happen, when another thread is alive (teardown
+    would join it), when a profiler, tracer or coverage is on (they write their results at
+    exit), when a flush fails (the usual exit reports it), or with
+    ``MSGCAP_FAST_EXIT=0``.  Datasets are complete before this point: every writer is
+    closed and the manifest renamed into place by the command itself."""
+    import os
+    import threading
+
+    if (threading.active_count() > 1 or sys.getprofile() is not None
+            or sys.gettrace() is not None or os.environ.get("MSGCAP_FAST_EXIT") == "0"):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         given = sys.argv[1:] if argv is None else argv
         command = given[0] if given and given[0] in _COMMANDS else None

@@ -25,8 +25,9 @@ from reassembly.events import Direction, TlsConnection
 
 # ``reassembly.tls.records`` (the names of versions and suites) is imported by the
 # functions that name them: importing it loads the TLS and QUIC layers and
-# ``cryptography`` (~50 ms), which a run whose captures hold no TLS never needs, while
-# every run imports this module for the table's declaration.
+# ``cryptography`` (~50 ms), which the commands that read no capture (``schema``,
+# ``protocols``, the views of a dataset) never need, while they import this module for
+# the table's declaration.
 
 __all__ = ["LAYER_FLOW_FIELDS", "TLS_TABLE", "TlsLayer", "tls_flow_values", "tls_row"]
 

@@ -227,6 +227,25 @@ def test_dissect_imports_what_the_capture_needs(tmp_path):
     assert res.stdout.split() == ["-", "1", "DataFrame"], res.stderr
 
 
+def test_command_line_run_ends_after_its_atexit_callbacks_and_output():
+    """A command-line ``main()`` ends the process itself (no interpreter teardown): its
+    exit code, its output and the ``atexit`` callbacks are still all there; in-process
+    callers (``main(argv)``) get the code back."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+            "sys.argv = ['msgcap', 'schema', 'nope']\n"
+            "from analyzer.cli import main\n"
+            "assert main(['schema', 'flows']) == 0\n"
+            "main()\n"
+            "print('not reached')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout.startswith("flows (v") and "not reached" not in res.stdout
+    assert res.stderr.startswith("error: no table 'nope'")
+    assert res.stderr.endswith("atexit ran\n")
+
+
 def test_version():
     from importlib.metadata import version
 
