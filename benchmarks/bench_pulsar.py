@@ -25,7 +25,8 @@ same process-tree sampler as bench_dissect.py): wall s, CPU s,
 packets/s, MB/s, Pulsar messages/s (rows of ``pulsar_messages``: one per message, batch
 entries counted one by one, SEND and MESSAGE both), peak RSS of the process tree and of
 the largest process, the codecs seen (``pulsar_messages.compression``), and the rows
-checked against what the client counted.
+checked against what the client counted.  ``--threads`` adds one run per mode that
+reports each thread's CPU (the main thread's dissection apart from the Parquet writer's).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_dissect import struct_walk  # noqa: E402  (sibling modules of this script)
 from benchlib import (  # noqa: E402
+    CLK_TCK,
     ROOT,
     Measured,
     count_rows,
@@ -277,6 +279,42 @@ def _one_run(msgcap: list[str], pcap: Path, data: Path, workers: int,
         shutil.rmtree(out, ignore_errors=True)
 
 
+def thread_cpu(msgcap: list[str], pcap: Path, data: Path) -> dict[str, float]:
+    """One ``msgcap dissect`` (fast path as the environment says) with each of its
+    threads' CPU seconds (user + system) read from ``/proc/<pid>/task/*/stat`` every
+    20 ms, the last reading per thread kept: ``main`` is the process's first thread,
+    the others by thread id in order of appearance (the Parquet writer is the one busy
+    beside it).  Why: the process's CPU lumps the main thread (dissection, conveyor)
+    with the sink's writer thread, which a change to either is measured against.  A
+    thread that ends between two readings loses its last 20 ms."""
+    out = Path(tempfile.mkdtemp(prefix="out-pulsar-threads-", dir=data))
+    seen: dict[int, float] = {}
+    try:
+        proc = subprocess.Popen(dissect_command(msgcap, pcap, out, None), cwd=ROOT,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        while proc.poll() is None:
+            try:
+                tids = os.listdir(f"/proc/{proc.pid}/task")
+            except OSError:
+                break
+            for tid in tids:
+                try:
+                    with open(f"/proc/{proc.pid}/task/{tid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                seen[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+            time.sleep(0.02)
+        proc.wait()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    cpu = {"main": seen.pop(proc.pid, 0.0)}
+    busy = [tid for tid in sorted(seen) if seen[tid] >= 0.01]  # (idle pool threads left out)
+    cpu.update((f"thread {k}", seen[tid]) for k, tid in enumerate(busy, 1))
+    return cpu
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, metavar="DIR",
@@ -300,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="messages carry properties and a partition key, as the sample "
                          "captures' do (cached as DATA/pulsar-batch-props.pcap)")
     ap.add_argument("--rerecord", action="store_true", help="record even if cached")
+    ap.add_argument("--threads", action="store_true",
+                    help="one more run per fast-path mode, reporting each thread's CPU s "
+                         "(main thread vs the Parquet writer)")
     ap.add_argument("--json", type=Path, metavar="PATH",
                     help="raw measurements (default DATA/pulsar-results.json)")
     args = ap.parse_args(argv)
@@ -417,13 +458,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"recording problems: {truth['problems']}")
     print("wall s: median process wall time; messages/s = pulsar_messages rows / wall s; "
           "RSS in MiB, tree = sampled sum over the process and its children.")
+    threads: dict[str, dict[str, float]] = {}
+    if args.threads and not na:
+        for mode in modes:
+            os.environ["MSGCAP_PULSAR_FAST"] = "1" if mode == "on" else "0"
+            try:
+                threads[mode] = thread_cpu(msgcap, pcap, data)
+            finally:
+                if saved is None:
+                    os.environ.pop("MSGCAP_PULSAR_FAST", None)
+                else:
+                    os.environ["MSGCAP_PULSAR_FAST"] = saved
+            print(f"thread CPU s, fast path {mode} (one more run, load {loadavg()}): "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in threads[mode].items()))
     write_json(json_path, {
         "environment": env, "capture": str(pcap), "bytes": size, "walk": walk,
         "truth": truth, "runs": [r.as_json() for r in runs], "median_wall_s": wall,
         "fast_modes": {mode: {"runs": [r.as_json() for r in runs_by[mode]],
                               "median_wall_s": walls[mode], "tables": tables_by[mode]}
                        for mode in modes},
-        "tables": tables, "check": check, "na": na,
+        "tables": tables, "check": check, "na": na, "thread_cpu_s": threads,
     })
     print(f"\nraw measurements: {json_path}")
     return 0
