@@ -5,11 +5,15 @@ so the plugin path is the one exercised every day.  A plugin that fails to load,
 a ``Dissector``, was written for another ``API_VERSION``, or declares a table that clashes
 with one already declared is reported in ``Registry.errors`` and left out, never fatal:
 one broken plugin must not stop a run.  The entry points are read on every ``discover()``
-call (each run), so installing or removing a plugin takes effect at the next run.
+call (each run), so installing or removing a plugin takes effect at the next run.  Within
+one process the list of entry points is kept while no ``sys.path`` entry changes (the
+entries and their modification times are compared): a test or tool that discovers
+hundreds of times does not read every installed distribution's metadata each time.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 
@@ -126,7 +130,7 @@ def check_plugin(cls: object) -> str:
     return ""
 
 
-def _load(ep: EntryPoint, reg: Registry) -> None:
+def _load(ep: EntryPoint, distribution: str, reg: Registry) -> None:
     try:
         cls = ep.load()
     except KeyboardInterrupt:
@@ -138,13 +142,49 @@ def _load(ep: EntryPoint, reg: Registry) -> None:
     if why:
         reg.errors.append((ep.value, why))
         return
-    dist = getattr(ep, "dist", None)
-    reg.add(cls, ep.value, dist.name if dist is not None else "")
+    reg.add(cls, ep.value, distribution)
+
+
+def _path_state() -> tuple[tuple[str, int | None], ...]:
+    """``sys.path`` with each entry's modification time (a distribution installed or
+    removed there changes it)."""
+    import sys
+
+    state = []
+    for entry in sys.path:
+        try:
+            mtime: int | None = os.stat(entry or ".").st_mtime_ns
+        except OSError:
+            mtime = None
+        state.append((entry, mtime))
+    return tuple(state)
+
+
+_seen: tuple[tuple[tuple[str, int | None], ...], list[tuple[EntryPoint, str]]] | None = None
+
+
+def _entry_points() -> list[tuple[EntryPoint, str]]:
+    """The group's entry points sorted by name, each with its distribution's name
+    (``dist.name`` parses the distribution's METADATA: once per distribution, not once
+    per entry point); the last answer again while ``sys.path`` is unchanged."""
+    global _seen
+    state = _path_state()
+    if _seen is not None and _seen[0] == state:
+        return _seen[1]
+    names: dict[int, str] = {}
+    found = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = getattr(ep, "dist", None)
+        if dist is not None and id(dist) not in names:
+            names[id(dist)] = dist.name
+        found.append((ep, names[id(dist)] if dist is not None else ""))
+    _seen = (state, found)
+    return found
 
 
 def discover() -> Registry:
     """Every dissector installed under the entry-point group, sorted by name."""
     reg = Registry()
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        _load(ep, reg)
+    for ep, distribution in _entry_points():
+        _load(ep, distribution, reg)
     return reg
