@@ -1200,6 +1200,64 @@ static PyObject *engine_run(Engine *e, PyObject *args) {
     }
 }
 
+/* handshakes(batch, i) -> [(src, dst, transport, ts_ns, number, vlans)]: the records from
+ * i on, up to the first that is not one, that the reference must handle whatever the
+ * flows' state (SYN, FIN or RST set, or no ACK: take() never takes them) but whose decode
+ * the C walk already did as the reference would (a fast TCP record of the current link
+ * type), and whose tick would only move the clock (tick_special, the clock moving with
+ * them).  transport: the TCP header and data, as NetworkDecoder.decode gives them.  The
+ * caller feeds them to the flow table itself (reassembly.native): a SYN flood's or a
+ * scan's new flows skip the Python decode and the per-frame hand-back.  At most
+ * MAX_HANDSHAKES a call: the list is held while the flow table takes them (a batch's
+ * worth of rows held ~5 MB outside the memory budget). */
+#define MAX_HANDSHAKES 256
+static PyObject *engine_handshakes(Engine *e, PyObject *args) {
+    Batch *b;
+    Py_ssize_t i;
+    const uint8_t *d;
+    PyObject *out;
+    int64_t now = e->now_ns;
+    if (!PyArg_ParseTuple(args, "O!n", &BatchType, &b, &i)) return NULL;
+    if ((out = PyList_New(0)) == NULL) return NULL;
+    d = (const uint8_t *)b->buf.buf;
+    for (; i < b->n && PyList_GET_SIZE(out) < MAX_HANDSHAKES; i++) {
+        const Rec *r = &b->recs[i];
+        const uint8_t *src;
+        Py_ssize_t alen;
+        PyObject *vlans, *t;
+        int v, rc;
+        if (r->kind != K_TCP || r->lt != e->lt_cur ||
+            (r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) == F_ACK)
+            break;
+        /* tick_special with the clock these records move */
+        if (!e->has_sweep || (r->ts_ns > now && now == 0)) break;
+        if (r->ts_ns > now) now = r->ts_ns;
+        if (now - e->last_sweep_ns >= e->sweep_ns) break;
+        if ((vlans = PyTuple_New(r->nvlan)) == NULL) goto fail;
+        for (v = 0; v < r->nvlan; v++) {
+            PyObject *id = PyLong_FromLong(r->vlan[v]);
+            if (id == NULL) {
+                Py_DECREF(vlans);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(vlans, v, id);
+        }
+        alen = r->ipver == 4 ? 4 : 16;
+        src = d + r->body + r->ip + (r->ipver == 4 ? 12 : 8);
+        t = Py_BuildValue("(y#y#y#LLN)", src, alen, src + alen, alen,
+                          d + r->body + r->l4, (Py_ssize_t)r->l4len, (long long)r->ts_ns,
+                          (long long)r->number, vlans);
+        if (t == NULL) goto fail;
+        rc = PyList_Append(out, t);
+        Py_DECREF(t);
+        if (rc < 0) goto fail;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* regroup() -> runs: the last run()'s payloads as the reference's events in its order
  * (what run() gives without per_flow), for a caller that may not take another order. */
 static PyObject *engine_regroup(Engine *e, PyObject *unused) {
@@ -1309,6 +1367,9 @@ static PyMethodDef engine_methods[] = {
      "clock(now_ns, last_sweep_ns, sweep_ns, linktype, headroom): the reference's clock"},
     {"run", (PyCFunction)engine_run, METH_VARARGS,
      "run(batch, start, per_flow=False, movable=None) -> (index, runs)"},
+    {"handshakes", (PyCFunction)engine_handshakes, METH_VARARGS,
+     "handshakes(batch, i) -> [(src, dst, transport, ts_ns, number, vlans)] of the records "
+     "from i on the reference handles whatever the flows' state, decoded"},
     {"regroup", (PyCFunction)engine_regroup, METH_NOARGS,
      "regroup() -> runs: the last run's payloads in the reference's order"},
     {"headroom", (PyCFunction)engine_headroom, METH_O,

@@ -12,6 +12,8 @@ Run = tuple[FlowInfo, _Tcp, int, int, bytes, bytes]
 # (packets, bytes, mid, next_off, ref_off, last_end, acked_off, win_edge, win_size, recent_len)
 HalfDelta = tuple[int, int, int, int, int, int | None, int | None, int | None, int, int]
 HalfState = tuple[int, int, int, int | None, int | None, int, int | None, bool, int, int, int, int]
+# (src, dst, TCP header and data, ts_ns, frame number, vlans) of a record (handshakes)
+Handshake = tuple[bytes, bytes, bytes, int, int, tuple[int, ...]]
 # (last_end, syn_seen, had_data) of a TcpHalfTracker (register_light)
 LightHalf = tuple[int | None, bool, bool]
 
@@ -40,6 +42,7 @@ class Engine:
               linktype: int | None, headroom: int, /) -> None: ...
     def run(self, batch: Batch, start: int, per_flow: bool = False,
             movable: set[int] | None = None, /) -> tuple[int, list[Run]]: ...
+    def handshakes(self, batch: Batch, start: int, /) -> list[Handshake]: ...
     def regroup(self) -> list[Run]: ...
     def headroom(self, n: int, /) -> None: ...
     @property

@@ -58,6 +58,7 @@ _DIRECTIONS = (Direction.C2S, Direction.S2C)
 _ONE_SEGMENT = SEGMENT.size
 _NEVER = (1 << 63) - 1  # the sweep interval of a clock that never ticks (``_tell_clock``)
 _unpack_segment = SEGMENT.unpack
+_unpack_ports = struct.Struct("!HH").unpack_from  # a TCP header's source and destination ports
 
 
 class DecodedRow(NamedTuple):
@@ -294,6 +295,11 @@ class NativeReassembler:
         self.movable: set[int] | None = None
         self.reorder: Callable[[list[_engine.Run]], bool | None] | None = None
         self.counters = {"taken": 0, "reference": 0}
+        # the ids of the flows ``register`` was given (a superset of the C core's owned
+        # ones: it drops a flow under a key given to another, or whose roles swapped),
+        # so an ended flow it never held needs no review (``_review_flow``); an owned
+        # flow's end always emits an event that discards it, so it holds live flows only
+        self._owned_ids: set[int] = set()
         self._ticks_base = 0
 
     # -- registration -------------------------------------------------------------------
@@ -343,12 +349,14 @@ class NativeReassembler:
             light = self._light_halves(conn)
             if light is None:
                 self.core.unregister(src, sport, dst, dport, info.flow_id)
+                self._owned_ids.discard(info.flow_id)
             else:
                 self.core.register_light(len(src) == 16, src, sport, dst, dport, info.flow_id,
                                          conn, info, info.ts_last_ns, info.frame_last,
                                          self.ref.limits.tcp_idle_timeout_ns, *light)
             return
         shifts = _ack_shifts(conn)
+        self._owned_ids.add(info.flow_id)
         self.core.register(len(src) == 16, src, sport, dst, dport, info.flow_id, conn, info,
                            info.ts_last_ns, info.frame_last, self.ref.limits.tcp_idle_timeout_ns,
                            _half_state(_stream(conn, 0), shifts[0]),
@@ -458,31 +466,82 @@ class NativeReassembler:
         """One frame through the reference (``Reassembler.step``), then the flows it
         may have changed are reviewed."""
         ref = self.ref
-        out = ref.pending
-        first = len(out)
+        first = len(ref.pending)
         clock = ref.clock
-        before = (getattr(clock, "last_sweep_ns", None), getattr(clock, "now_ns", 0))
+        last_sweep = now = None
+        if self._capture_clock or self._tickless:
+            last_sweep, now = clock.last_sweep_ns, clock.now_ns  # type: ignore[attr-defined]
         pkt = ref.step(frame)
-        touched = None
-        if pkt is not None and pkt.proto == TCP and len(pkt.payload) >= 4:
-            sport, dport = struct.unpack_from("!HH", pkt.payload)
-            touched = (pkt.src, sport, pkt.dst, dport)
         self.counters["reference"] += 1
-        if not (self._capture_clock or self._tickless) or before[0] != clock.last_sweep_ns or (  # type: ignore[attr-defined]
-                clock.now_ns and not before[1]):  # type: ignore[attr-defined]
+        if pkt is not None and pkt.proto == TCP and len(pkt.payload) >= 4:
+            self._review_after(first, last_sweep, now, pkt.src, pkt.dst, pkt.payload)
+        else:
+            self._review_after(first, last_sweep, now)
+        self._tell_clock()
+
+    def _handshakes(self, rows: list[_engine.Handshake]) -> Iterator[None]:
+        """``_reference_frame`` for records the C core decoded but never takes
+        (``Engine.handshakes``: a SYN flood's, a scan's, many short connections'
+        handshakes and closes): each goes to the flow table as ``Reassembler.step``
+        would pass it, without a ``Frame``, the Python decode or a hand-back to the C
+        core per record; pauses (yields) after a record that emitted events, the C core
+        told the clock first, as after a frame ``_reference_frame`` handled."""
+        ref = self.ref
+        out, counters, tcp = ref.pending, ref.network.counters, ref.flows.tcp
+        clock = ref.clock
+        timed = self._capture_clock or self._tickless  # (handshakes come under these only)
+        told = True
+        for src, dst, transport, ts_ns, number, vlans in rows:
+            first = len(out)
+            last_sweep = now = None
+            if timed:
+                last_sweep, now = clock.last_sweep_ns, clock.now_ns  # type: ignore[attr-defined]
+            # what ``NetworkDecoder.decode`` counts for a frame the C walk decodes
+            counters["frames"] += 1
+            counters["ipv4" if len(src) == 4 else "ipv6"] += 1
+            counters["l4_packets"] += 1
+            tcp(src, dst, transport, ts_ns, number, vlans, 0)
+            clock.tick(ref, ts_ns)
+            self.counters["reference"] += 1
+            self._review_after(first, last_sweep, now, src, dst, transport)
+            told = False
+            if len(out) > first:
+                self._tell_clock()
+                told = True
+                yield
+        if not told:
+            self._tell_clock()
+
+    def _review_after(self, first: int, last_sweep: int | None, now: int | None,
+                      src: bytes | None = None, dst: bytes = b"", transport: bytes = b""
+                      ) -> None:
+        """After the reference handled a frame: the flows it may have changed are
+        reviewed, all of them after a sweep or a restamp (the clock's ``last_sweep``
+        and ``now`` before it; None: not a clock the C core follows), else those named
+        by its events (from ``first`` in the pending list) and the TCP flow of its
+        packet (``src``, ``dst`` and its ``transport`` header, if any)."""
+        ref = self.ref
+        clock = ref.clock
+        if now is None or last_sweep != clock.last_sweep_ns or (  # type: ignore[attr-defined]
+                clock.now_ns and not now):  # type: ignore[attr-defined]
             self._review_all()  # a sweep or a restamp may change any flow
         else:
-            seen = set()
-            for event in out[first:]:
-                flow = getattr(event, "flow", None)
-                if flow is not None and flow.flow_id not in seen:
-                    seen.add(flow.flow_id)
-                    self._review_flow(flow)
-        if touched is not None:
-            entry = ref.flows._entry(ref.flows._tcp_keys, touched)
-            if entry is not None:
-                self._review(entry[0])
-        self._tell_clock()
+            out = ref.pending
+            if len(out) > first:
+                seen = set()
+                for event in out[first:]:
+                    flow = getattr(event, "flow", None)
+                    if flow is not None and flow.flow_id not in seen:
+                        seen.add(flow.flow_id)
+                        self._review_flow(flow)
+        if src is not None:
+            # the flow the packet touched (a new flow's SYN: none in ``_tcp_keys``, as
+            # it is held young, ``reassembly.flows``)
+            sport, dport = _unpack_ports(transport)
+            keys = ref.flows._tcp_keys
+            conn = keys.get((src, sport, dst, dport)) or keys.get((dst, dport, src, sport))
+            if conn is not None:
+                self._review(conn)
 
     def _tell_clock(self) -> None:
         """The reference's clock and link type, for the C core's tick rule."""
@@ -508,7 +567,10 @@ class NativeReassembler:
         return 1 << 62 if budget is None else budget.limit_bytes - budget.used
     def _review_flow(self, info: FlowInfo) -> None:
         """Review the TCP flow an event named (a close, an eviction, a budget anomaly)."""
-        if info.transport != Transport.TCP:
+        if info.transport != Transport.TCP or (
+                info.close_reason and info.flow_id not in self._owned_ids):
+            # an ended flow the C core does not hold: one evicted or closed young (a SYN
+            # flood's), or one never clean; no key to rebuild from its text, no lookup
             return
         key = (_packed(info.client.ip), info.client.port, _packed(info.server.ip),
                info.server.port)
@@ -517,6 +579,7 @@ class NativeReassembler:
             self._review(conn)
         else:
             self.core.unregister(*key, info.flow_id)
+            self._owned_ids.discard(info.flow_id)
 
     # -- driving ------------------------------------------------------------------------
 
@@ -576,6 +639,13 @@ class NativeReassembler:
                         else:
                             yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
                 if i < n:
+                    rows = core.handshakes(batch, i)
+                    if rows:  # records only the reference handles, decoded already
+                        for _ in self._handshakes(rows):
+                            yield from out
+                            out.clear()
+                        i += len(rows)
+                        continue
                     self._reference_frame(Frame(*batch.frame(i)))
                     i += 1
                     if out:

@@ -29,7 +29,7 @@ from reassembly.events import Anomaly
 from reassembly.limits import SECOND_NS, Limits
 from reassembly.network import NetworkDecoder
 from tests.conftest import SHARED
-from tests.reassembly.synth import PcapWriter
+from tests.reassembly.synth import PcapWriter, tcp_frame, write_syn_flood
 from tests.reassembly.test_light_flows import SMALL, write_random_capture
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="reassembly._engine not built")
@@ -400,6 +400,72 @@ def test_engine_on_random_flow_soups(tmp_path, seed: int) -> None:
     assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL)
     assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL,
                         owns=lambda flow_id: flow_id % 2 == 1)
+
+
+def _write_short_flows(path: Path, flows: int, seed: int) -> None:
+    """Many short connections one after another, a few at a time: handshake, a request
+    and its answer, FINs; some left half-open, some SYNs repeated, some 4-tuples used
+    again, a pause now and then (sweeps and idle expiry amid handshakes)."""
+    rng = random.Random(seed)
+    w = PcapWriter(path)
+    server = bytes([10, 9, 9, 9])
+    t = 1_700_000_000_000_000
+    live: list[list] = []  # [client, port, c_seq, s_seq, step]
+    for k in range(flows):
+        client = bytes([10, 1, k >> 8 & 0xFF, k & 0xFF]) if rng.random() < 0.9 else bytes(
+            [10, 1, 0, 1])  # the last: a 4-tuple met again (port reuse, repeats)
+        live.append([client, 1024 + rng.randrange(64), rng.randrange(1 << 32),
+                     rng.randrange(1 << 32), 0])
+        while live and (len(live) > 3 or k == flows - 1):
+            conn = live[rng.randrange(len(live))]
+            c, port, cs, ss, step = conn
+            t += rng.choice((3, 40, 900, 20_000, 400_000, 1_300_000))
+            if step == 0:
+                w.write(t, tcp_frame(c, server, port, 4222, cs, 0, SYN))
+                if rng.random() < 0.15:  # half-open: a SYN flood's flow
+                    live.remove(conn)
+                elif rng.random() < 0.1:  # repeated
+                    w.write(t + 1, tcp_frame(c, server, port, 4222, cs, 0, SYN))
+            elif step == 1:
+                w.write(t, tcp_frame(server, c, 4222, port, ss, cs + 1, SYN | ACK))
+            elif step == 2:
+                w.write(t, tcp_frame(c, server, port, 4222, cs + 1, ss + 1, ACK))
+            elif step == 3:
+                w.write(t, tcp_frame(c, server, port, 4222, cs + 1, ss + 1, ACK | PSH, b"ping"))
+            elif step == 4:
+                w.write(t, tcp_frame(server, c, 4222, port, ss + 1, cs + 5, ACK | PSH, b"pong!"))
+            elif step == 5:
+                w.write(t, tcp_frame(c, server, port, 4222, cs + 5, ss + 6, FIN | ACK))
+            elif step == 6:
+                w.write(t, tcp_frame(server, c, 4222, port, ss + 6, cs + 6, FIN | ACK))
+            else:
+                w.write(t, tcp_frame(c, server, port, 4222, cs + 6, ss + 7, ACK))
+                live.remove(conn)
+            conn[4] = step + 1
+    w.close()
+
+
+@pytest.mark.parametrize("limits", [
+    Limits(max_flows=50), Limits(max_flows=5000, memory_limit_bytes=24_000),
+    Limits(max_flows=12, tcp_idle_timeout_ns=SECOND_NS, closed_linger_ns=SECOND_NS // 2)],
+    ids=["flow-cap", "budget", "idle"])
+def test_engine_on_new_flows_past_the_caps(tmp_path, limits: Limits) -> None:
+    """The records the C core hands the flow table without the Python decode
+    (``Engine.handshakes``: SYN, FIN, RST) give the reference's events and state: a
+    SYN flood evicting at the flow cap or by the memory budget, and many short
+    connections (port reuse, repeated SYNs, sweeps and idle expiry amid handshakes)."""
+    flood = tmp_path / "flood.pcap"
+    write_syn_flood(flood, 600)
+    nat = assert_engine_equal(lambda: native.pcap_batches(flood, max_records=100),
+                              _frames(flood), limits)
+    assert nat.counters["reference"] == 600 and not nat.counters["taken"]
+    short = tmp_path / "short.pcap"
+    _write_short_flows(short, 250, seed=len(str(limits)))
+    frames = _frames(short)
+    nat = assert_engine_equal(lambda: native.pcap_batches(short, max_records=64), frames, limits)
+    assert nat.counters["taken"] > 0
+    assert_engine_equal(lambda: native.pcap_batches(short, max_records=64), frames, limits,
+                        coalesce="flow", owns=lambda flow_id: flow_id % 3 != 1)
 
 
 # -- hypothesis segment streams -----------------------------------------------------------
