@@ -89,7 +89,7 @@ class LiftbridgeState:
         self.payload_cap = read_payload_cap(options, "liftbridge")
         self.stream_subjects: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
         # rows as columns in a columnar run (dissectors.proto.columns)
-        self.columns = _COLUMNS if columns_enabled(options) else None
+        self.columns = _COLUMNS if columns_enabled(options, NAME) else None
 
 
 def _hint(kind: str, stream: str, partition: int | None) -> str:

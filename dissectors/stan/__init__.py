@@ -107,7 +107,7 @@ class StanState:
         self.confirmed: OrderedDict[str, None] = OrderedDict()
         self.discover_prefixes: set[str] = {DEFAULT_DISCOVER_PREFIX}
         # rows as columns in a columnar run (dissectors.proto.columns)
-        self.columns = _COLUMNS if columns_enabled(options) else None
+        self.columns = _COLUMNS if columns_enabled(options, NAME) else None
 
 
 class StanDissector(PayloadDissector):

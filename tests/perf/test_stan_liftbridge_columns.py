@@ -15,6 +15,7 @@ through the real pipeline, both ways: ``test_whole_captures_give_the_same_tables
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 from collections.abc import Iterator
 from functools import cache
@@ -151,8 +152,9 @@ def _damaged(msg: CarriedMessage, how: tuple[int, int, int, bytes]) -> CarriedMe
 
 def _assert_same(messages: list[CarriedMessage], cap: int | None, raiser: bool) -> int:
     base = {"payload_cap": cap}
-    ref, ref_anomalies, none = _convey(messages, {**base, "columnar": False}, raiser)
-    got, got_anomalies, moved = _convey(messages, {**base, "columnar": True}, raiser)
+    with mock.patch.dict(os.environ, {columns.SWITCH: "1"}):  # Liftbridge's too
+        ref, ref_anomalies, none = _convey(messages, {**base, "columnar": False}, raiser)
+        got, got_anomalies, moved = _convey(messages, {**base, "columnar": True}, raiser)
     assert none == 0
     assert got_anomalies == ref_anomalies
     for name in TABLES:
@@ -188,12 +190,20 @@ def test_damaged_stretches_give_the_same_rows(name, start, length, damage, cap, 
         _assert_same(messages, cap, raiser)
 
 
-def test_the_switch_and_the_option_turn_it_off(monkeypatch):
-    msg = _messages("stan-basic.pcap")[0]
-    for env, option, want in (("1", True, True), ("0", True, False), ("1", False, False)):
+@pytest.mark.parametrize(("env", "option", "stan", "liftbridge"), [
+    (None, True, True, False), ("1", True, True, True), ("0", True, False, False),
+    ("liftbridge", True, False, True), ("stan,liftbridge", True, True, True),
+    ("1", False, False, False), (None, False, False, False)])
+def test_the_switch_and_the_option(monkeypatch, env, option, stan, liftbridge):
+    if env is None:
+        monkeypatch.delenv(columns.SWITCH, raising=False)
+    else:
         monkeypatch.setenv(columns.SWITCH, env)
-        scope = ScopeDispatcher([StanDissector], {"columnar": option}, strict=True)
-        assert (type(scope.dispatch(msg)[0]) is ColumnBatch) is want
+    for name, dissector, want in (("stan-basic.pcap", StanDissector, stan),
+                                  ("liftbridge-basic.pcap", LiftbridgeDissector, liftbridge)):
+        scope = ScopeDispatcher([dissector], {"columnar": option}, strict=True)
+        first = next(r for m in _messages(name) for r in scope.dispatch(m))
+        assert (type(first) is ColumnBatch) is want
 
 
 def test_whole_captures_give_the_same_tables(tmp_path, monkeypatch):
