@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dissectors.arrowops import call, from_numpy
+
 __all__ = ["repeat_runs"]
 
 # fixed-width types whose values are little-endian signed integers of their bit width
@@ -77,12 +79,7 @@ def _same_bytes(column: pa.Array, n: int) -> pa.Array | None:
 
 
 def _run_end_decode(column: pa.Array, counts: npt.NDArray[np.int64]) -> pa.Array:
-    # (the kernel from pyarrow._compute: importing pyarrow.compute costs ~50 ms)
-    from pyarrow import _compute
-
     ends = np.cumsum(counts)
-    run_ends = pa.array(ends.astype(np.int64 if ends[-1] > np.iinfo(np.int32).max
-                                    else np.int32))
-    encoded = pa.RunEndEncodedArray.from_arrays(run_ends, column)
-    decoded: pa.Array = _compute.call_function("run_end_decode", [encoded])
-    return decoded
+    run_ends = from_numpy(ends.astype(np.int64 if ends[-1] > np.iinfo(np.int32).max
+                                      else np.int32))
+    return call("run_end_decode", pa.RunEndEncodedArray.from_arrays(run_ends, column))
