@@ -622,6 +622,11 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     const uint8_t *buf, *first = NULL;
     Chunk stackch[64], *ch = stackch;
     Headers hdrs;
+    /* the last subject looked up in verdicts and its verdict (a run of one subject's
+     * operations decodes and hashes it once) */
+    PyObject *memo_v = NULL;
+    const uint8_t *memo_p = NULL;
+    Py_ssize_t memo_n = 0;
 
     if (!PyArg_ParseTuple(args, "OOnLOpnLLLOO|pi", &outobj, &bufobj, &pos, &base, &chunks,
                           &c2s, &max_line, &max_payload, &payload_cap, &header_cap,
@@ -761,16 +766,26 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                 Py_ssize_t plen = total - (has_hdr ? hdr : 0);
                 const uint8_t *pl = body + (has_hdr ? hdr : 0);
                 PyObject *key, *v;
-                key = PyUnicode_DecodeASCII((const char *)subj->p, subj->n, NULL);
-                if (key == NULL) goto done;
-                v = PyDict_GetItemWithError(verdicts, key);
-                if (v == NULL) {
-                    if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
-                    subject = key;
-                    status = NEED_VERDICT;
-                    break;
+                if (memo_v != NULL && memo_n == subj->n &&
+                    memcmp(memo_p, subj->p, (size_t)subj->n) == 0) {
+                    v = memo_v; /* the subject of the row before: its verdict again */
+                } else {
+                    key = PyUnicode_DecodeASCII((const char *)subj->p, subj->n, NULL);
+                    if (key == NULL) goto done;
+                    v = PyDict_GetItemWithError(verdicts, key);
+                    if (v == NULL) {
+                        if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
+                        subject = key;
+                        status = NEED_VERDICT;
+                        break;
+                    }
+                    Py_DECREF(key);
+                    /* borrowed: nothing in this call changes the dict (str keys run no
+                     * Python code), so it stays valid until the call returns */
+                    memo_v = v;
+                    memo_p = subj->p;
+                    memo_n = subj->n;
                 }
-                Py_DECREF(key);
                 if (v != Py_False) {
                     if (!carry || has_hdr) { status = REFUSE; break; }
                     carried = 1;
@@ -925,6 +940,54 @@ static int copy_rows(Columns *dst, Columns *src, Py_ssize_t h, Py_ssize_t k) {
     return 0;
 }
 
+/* k values of one envelope column at once (Columns.move): reserve, then plain stores */
+static int fill_valid(Col *col, int valid, Py_ssize_t k) {
+    if (buf_reserve(&col->valid, k) < 0) return -1;
+    memset(col->valid.p + col->valid.len, valid, (size_t)k);
+    col->valid.len += k;
+    return 0;
+}
+static int fill_i64(Col *col, int64_t v, Py_ssize_t k, int valid) {
+    Py_ssize_t r;
+    int64_t *d;
+    if (!valid) v = 0; /* a null's value bytes are zeros (put_null) */
+    if (buf_reserve(&col->data, 8 * k) < 0) return -1;
+    d = (int64_t *)(col->data.p + col->data.len);
+    for (r = 0; r < k; r++) d[r] = v;
+    col->data.len += 8 * k;
+    return fill_valid(col, valid, k);
+}
+static int fill_i32(Col *col, int32_t v, Py_ssize_t k) {
+    Py_ssize_t r;
+    int32_t *d;
+    if (buf_reserve(&col->data, 4 * k) < 0) return -1;
+    d = (int32_t *)(col->data.p + col->data.len);
+    for (r = 0; r < k; r++) d[r] = v;
+    col->data.len += 4 * k;
+    return fill_valid(col, 1, k);
+}
+static int fill_bytes(Col *col, uint8_t v, Py_ssize_t k) {
+    if (buf_reserve(&col->data, k) < 0) return -1;
+    memset(col->data.p + col->data.len, v, (size_t)k);
+    col->data.len += k;
+    return fill_valid(col, 1, k);
+}
+static int fill_var(Col *col, const char *p, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t r;
+    int32_t *o, end = (int32_t)col->data.len;
+    char *d;
+    if (buf_reserve(&col->data, n * k) < 0 || buf_reserve(&col->off, 4 * k) < 0) return -1;
+    d = col->data.p + col->data.len;
+    o = (int32_t *)(col->off.p + col->off.len);
+    for (r = 0; r < k; r++) {
+        memcpy(d + r * n, p, (size_t)n);
+        o[r] = end + (int32_t)((r + 1) * n);
+    }
+    col->data.len += n * k;
+    col->off.len += 4 * k;
+    return fill_valid(col, 1, k);
+}
+
 static void consume(Columns *src, Py_ssize_t k) {
     src->head += k;
     if (src->head >= src->nrows) columns_reset(src);
@@ -955,14 +1018,19 @@ static PyObject *columns_move(Columns *self, PyObject *args) {
         if (stream_id == -1 && PyErr_Occurred()) return NULL;
     }
     if (copy_rows(self, src, src->head, k) < 0) return NULL;
-    for (r = 0; r < k; r++) {
-        if (put_i64(&c[C_FLOW_ID], flow_id) < 0 || put_i64(&c[C_RECORD_ID], rid + r) < 0 ||
-            put_u8(&c[C_DIRECTION], (uint8_t)direction) < 0 ||
-            (stream_obj == Py_None ? put_null(&c[C_STREAM_ID], I64)
-                                   : put_i64(&c[C_STREAM_ID], stream_id)) < 0 ||
-            put_var(&c[C_SRC_IP], sip, sipn) < 0 || put_i32(&c[C_SRC_PORT], src_port) < 0 ||
-            put_var(&c[C_DST_IP], dip, dipn) < 0 || put_i32(&c[C_DST_PORT], dst_port) < 0)
+    /* the envelope is the same for the k rows (but the record id): filled a column at a
+     * time, with one reservation each, not k rows of eight appends */
+    {
+        int64_t *ids;
+        if (fill_i64(&c[C_FLOW_ID], flow_id, k, 1) < 0 ||
+            fill_i64(&c[C_STREAM_ID], stream_id, k, stream_obj != Py_None) < 0 ||
+            fill_bytes(&c[C_DIRECTION], (uint8_t)direction, k) < 0 ||
+            fill_i32(&c[C_SRC_PORT], src_port, k) < 0 || fill_i32(&c[C_DST_PORT], dst_port, k) < 0 ||
+            fill_var(&c[C_SRC_IP], sip, sipn, k) < 0 || fill_var(&c[C_DST_IP], dip, dipn, k) < 0 ||
+            fill_i64(&c[C_RECORD_ID], 0, k, 1) < 0)
             return NULL;
+        ids = (int64_t *)(c[C_RECORD_ID].data.p + c[C_RECORD_ID].data.len) - k;
+        for (r = 0; r < k; r++) ids[r] = rid + r;
     }
     self->nrows += k;
     consume(src, k);
@@ -1041,9 +1109,14 @@ static PyObject *bytes_of(Buf *b) {
  * key offsets, key data, value-list offsets, item offsets, item data). */
 static PyObject *columns_export(Columns *self, PyObject *unused) {
     PyObject *d = PyDict_New(), *t = NULL, *res = NULL;
-    Py_ssize_t n = self->nrows, nulls, i;
+    Py_ssize_t n = self->nrows, nulls, i, sizes[NCOLS][3];
     int c;
     if (d == NULL) return NULL;
+    for (c = 0; c < NCOLS; c++) {
+        sizes[c][0] = self->cols[c].data.len;
+        sizes[c][1] = self->cols[c].off.len;
+        sizes[c][2] = self->cols[c].valid.len;
+    }
     if (self->head) {
         PyErr_SetString(PyExc_ValueError, "export of a partly moved buffer");
         goto fail;
@@ -1086,6 +1159,19 @@ static PyObject *columns_export(Columns *self, PyObject *unused) {
     (void)i;
     res = Py_BuildValue("(nN)", n, d);
     columns_reset(self);
+    /* the next batch is likely as large as this one: its buffers are reserved at this
+     * one's sizes now, rather than grown from nothing by doubling (a copy each time) */
+    if (res != NULL) {
+        for (c = 0; c < NCOLS; c++) {
+            Col *col = &self->cols[c];
+            if (buf_reserve(&col->data, sizes[c][0]) < 0 ||
+                buf_reserve(&col->off, sizes[c][1]) < 0 ||
+                buf_reserve(&col->valid, sizes[c][2]) < 0) {
+                PyErr_Clear(); /* (no memory for it now: the buffers grow as they fill) */
+                break;
+            }
+        }
+    }
     return res;
 fail:
     Py_XDECREF(t);
