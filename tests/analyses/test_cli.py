@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from analyzer.analyses import ANALYSES
 from analyzer.cli import main
-from tests.analyses.conftest import dissect_into
+from tests.analyses.datasets import dissect_into
 
 REPO = Path(__file__).resolve().parents[2]
 

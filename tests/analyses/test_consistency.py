@@ -13,7 +13,7 @@ import pytest
 
 from analyzer.analyses import duck
 from analyzer.cli import main
-from tests.analyses.conftest import capture_ids, dissect_into, rows_of
+from tests.analyses.datasets import capture_ids, dissect_into, rows_of
 
 pytestmark = pytest.mark.spark
 

@@ -5,8 +5,10 @@ cross-capture ones keys every match on capture_id, so its rows over that dataset
 union of its rows over each capture alone, and equal rows there mean equal rows per
 sample.  (A Spark run of all the analyses costs about a minute and a half on the shared
 2-core machine whatever the data size: once per sample it was ~25 minutes of CI.)  The
-Spark run is the session's ``spark_results`` (tests/analyses/conftest.py), which the other
-tests asking Spark about some samples read too.
+Spark run is the session's one ``msgcap spark analyze`` of that dataset, read back
+(``spark_results``, tests/analyses/datasets.py), which the other tests asking Spark about
+some samples read too (tests/spark/test_analyses.py among them): so the rows compared here
+are those the command writes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 import pytest
 
 from analyzer.analyses import ANALYSES, duck
-from tests.analyses.conftest import SAMPLE_NAMES, VANTAGE_ANALYSES, SparkResults
+from tests.analyses.datasets import SAMPLE_NAMES, VANTAGE_ANALYSES, SparkResults
 
 pytestmark = pytest.mark.spark
 

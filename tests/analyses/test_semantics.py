@@ -8,7 +8,7 @@ from pathlib import Path
 import dpkt
 
 from analyzer.analyses import duck
-from tests.analyses.conftest import SAMPLES, dissect_into
+from tests.analyses.datasets import SAMPLES, dissect_into
 
 
 def _seq(ds: Path, protocol: str) -> list[dict]:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from analyzer.analyses import duck
-from tests.analyses.conftest import TWO_VANTAGE, VANTAGE_ANALYSES
+from tests.analyses.datasets import TWO_VANTAGE, VANTAGE_ANALYSES
 
 TRUTH = json.loads((TWO_VANTAGE / "nats.truth.json").read_text("utf-8"))
 MS = 1_000_000

@@ -1,5 +1,6 @@
 """Spark tests reuse the one session-scoped ``spark`` fixture of ``tests/analyzer`` (one
-SparkSession, ``local[2]``, two shuffle partitions, for the whole test run).
+SparkSession, ``local[2]``, two shuffle partitions, for the whole test run), which
+tests/conftest.py imports with the session's one Spark run of the analyses.
 
 ``cluster``: a standalone cluster (one master, two one-core workers started from the
 installed PySpark's ``bin/spark-class``), started once for the session and shared by every
@@ -20,10 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.analyzer.conftest import (
-    JVM_OPTIONS,
-    spark,  # noqa: F401  (the shared session fixture)
-)
+from tests.analyzer.conftest import JVM_OPTIONS
 
 
 def free_port() -> int:

@@ -1,6 +1,12 @@
 """The analyses on the real nats-py + nats-server capture against its client-side truth
 (samples/nats-basic.truth.json; per-subscription numbers come from the workload code,
-samples/nats_workload.py ``basic_round``), run through the CLI end to end."""
+samples/nats_workload.py ``basic_round``), as ``msgcap spark analyze`` writes them.
+
+The rows are nats-basic's in the session's one ``msgcap spark analyze`` of every sample
+(``spark_analyzed``, tests/analyses/datasets.py): every analysis keys its matches on
+capture_id, so a capture's rows do not depend on the other captures of the dataset, and
+a Spark run of the analyses costs seconds per analysis whatever the rows.  The dataset is
+``msgcap dissect``'s, which ``spark ingest`` writes too (tests/spark/test_ingest.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analyzer.cli import main
-from analyzer.spark import analyses as A
+from dissectors.tables import PARTITION_KEY
+from tests.analyses.datasets import SparkResults, capture_id_of, rows_of
 
 pytestmark = pytest.mark.spark
 
@@ -21,18 +27,27 @@ TRUTH = json.loads((SAMPLES / "nats-basic.truth.json").read_text())
 CONNS = TRUTH["connections"]
 
 
+class Analyzed:
+    """nats-basic's rows in ``spark_analyzed`` (the analyses) and ``all_samples`` (its
+    ``nats`` table)."""
+
+    def __init__(self, dataset: Path, analyzed: Path) -> None:
+        self.dataset, self.analyzed = dataset, analyzed
+        self.capture_id = capture_id_of(dataset, "nats-basic")
+
+    def rows(self, name: str) -> list[dict]:
+        """What ``spark analyze`` wrote of analysis ``name`` about nats-basic."""
+        rows = pq.read_table(self.analyzed / name).to_pylist()
+        return [r for r in rows if r["capture_id"] == self.capture_id]
+
+    def nats(self):
+        """nats-basic's ``nats`` table (its partition of the dataset)."""
+        return pq.read_table(self.dataset / "nats" / f"{PARTITION_KEY}={self.capture_id}")
+
+
 @pytest.fixture(scope="module")
-def dataset(spark, tmp_path_factory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("analyses")
-    out, an = base / "ds", base / "an"
-    # one task for the file (the split path is proven equal in test_ingest.py)
-    assert main(["spark", "ingest", str(SAMPLES / "nats-basic.pcap"), "-o", str(out)]) == 0
-    assert main(["spark", "analyze", str(out), "-o", str(an)]) == 0
-    return out, an
-
-
-def _rows(an: Path, name: str) -> list[dict]:
-    return pq.read_table(an / name).to_pylist()
+def dataset(all_samples: Path, spark_analyzed: Path) -> Analyzed:
+    return Analyzed(all_samples, spark_analyzed)
 
 
 def _by_name(rows, key="client_name"):
@@ -42,9 +57,8 @@ def _by_name(rows, key="client_name"):
     return out
 
 
-def test_request_reply_matches_truth(dataset) -> None:
-    out, an = dataset
-    rr = _by_name(_rows(an, "nats_request_reply"))
+def test_request_reply_matches_truth(dataset: Analyzed) -> None:
+    rr = _by_name(dataset.rows("nats_request_reply"))
     pub = rr["publisher"]
     app = CONNS["publisher"]["app"]
     assert len(pub) == app["request"] == 5
@@ -58,7 +72,7 @@ def test_request_reply_matches_truth(dataset) -> None:
     assert {r["request_subject"] for r in pub if r["no_responders"]} == {"svc.nobody"}
     assert all(r["responder_flow_id"] is not None for r in pub if r["answered"])
     # latency = first reply's last byte - request's first byte, from the nats rows
-    nats = pq.read_table(out / "nats")
+    nats = dataset.nats()
     rid = nats.column("record_id").to_pylist()
     last = dict(zip(rid, nats.column("ts_last_ns").to_pylist(), strict=True))
     first = dict(zip(rid, nats.column("ts_first_ns").to_pylist(), strict=True))
@@ -73,16 +87,15 @@ def test_request_reply_matches_truth(dataset) -> None:
     assert [r["replies"] for r in fetch] == [CONNS["jetstream"]["app"]["js_ack"]]
 
 
-def test_delivery_fanout_matches_truth(dataset) -> None:
-    out, an = dataset
-    fan = _rows(an, "delivery_fanout")
+def test_delivery_fanout_matches_truth(dataset: Analyzed) -> None:
+    fan = dataset.rows("delivery_fanout")
     by = _by_name(fan)
     for name, conn in CONNS.items():
         assert len(by.get(name, [])) == conn["sent"]["messages"], name
     # what `spark analyze` wrote of the analyses delivery_fanout reads
-    matches = [r for r in _rows(an, "deliveries")
+    matches = [r for r in dataset.rows("deliveries")
                if r["protocol"] == "nats" and r["pub_record_id"] is not None]
-    names = {r["flow_id"]: r["client_name"] for r in _rows(an, "nats_clients")}
+    names = {r["flow_id"]: r["client_name"] for r in dataset.rows("nats_clients")}
     per_conn = Counter(names[r["delivery_flow_id"]] for r in matches)
     # every delivery to the subscribers is a message published in the capture
     for name in ("subscriber", "queue-a", "queue-b", "responder"):
@@ -92,7 +105,7 @@ def test_delivery_fanout_matches_truth(dataset) -> None:
     assert per_conn["jetstream"] == CONNS["jetstream"]["app"]["js_ack"]  # fetched messages
     assert sum(r["deliveries"] for r in fan) == len(matches)
     # per subscription of the subscriber (workload: basic_round)
-    nats = pq.read_table(out / "nats").to_pylist()
+    nats = dataset.nats().to_pylist()
     sub_flow = next(f for f, n in names.items() if n == "subscriber")
     subject_of = {r["sid"]: r["subject"] for r in nats
                   if r["flow_id"] == sub_flow and r["op"] == "SUB"}
@@ -113,15 +126,14 @@ def test_delivery_fanout_matches_truth(dataset) -> None:
     assert [(r["subscriptions"], r["connections"]) for r in wc] == [(2, 1)]
 
 
-def test_jetstream_acks_and_sequences(dataset) -> None:
-    _out, an = dataset
+def test_jetstream_acks_and_sequences(dataset: Analyzed) -> None:
     js = CONNS["jetstream"]["app"]
-    acks = [r for r in _rows(an, "publish_ack_latency") if r["protocol"] == "jetstream"]
+    acks = [r for r in dataset.rows("publish_ack_latency") if r["protocol"] == "jetstream"]
     assert len(acks) == js["js_publish"] == 3
     assert all(r["acked"] and r["stream"] == "ORDERS" for r in acks)
     assert sorted(r["sequence"] for r in acks) == [1, 2, 3]
     assert all(r["latency_ns"] >= 0 for r in acks)
-    seq = [r for r in _rows(an, "sequence_gaps") if r["protocol"] == "jetstream"]
+    seq = [r for r in dataset.rows("sequence_gaps") if r["protocol"] == "jetstream"]
     assert len(seq) == 1
     s = seq[0]
     assert (s["stream"], s["consumer"]) == ("ORDERS", "proc")
@@ -129,35 +141,32 @@ def test_jetstream_acks_and_sequences(dataset) -> None:
     assert s["gaps"] == s["missing"] == s["redeliveries"] == 0
 
 
-def test_rates_talkers_errors(dataset) -> None:
-    _out, an = dataset
-    rates = _rows(an, "rates")
+def test_rates_talkers_errors(dataset: Analyzed) -> None:
+    rates = dataset.rows("rates")
     assert sum(r["published"] for r in rates) == sum(c["sent"]["messages"]
                                                      for c in CONNS.values())
     assert sum(r["delivered"] for r in rates) == sum(c["received"]["messages"]
                                                      for c in CONNS.values())
     assert all(r["window_end_ns"] - r["window_start_ns"] == 1_000_000_000 for r in rates)
-    talkers = _by_name(_rows(an, "top_talkers"))
+    talkers = _by_name(dataset.rows("top_talkers"))
     for name, conn in CONNS.items():
         (row,) = talkers[name]
         assert row["published"] == conn["sent"]["messages"]
         assert row["delivered"] == conn["received"]["messages"]
         assert row["stream_bytes_c2s"] == conn["sent"]["stream_bytes"]
-    errors = {(r["source"], r["kind"]): r["count"] for r in _rows(an, "error_counts")}
+    errors = {(r["source"], r["kind"]): r["count"] for r in dataset.rows("error_counts")}
     assert errors[("nats status", "503")] == 1
     assert errors[("flow close", "closed")] == len(CONNS)
     assert not [k for k in errors if k[0] in ("anomaly", "nats -ERR")]
 
 
-def test_stan_liftbridge_pulsar_acks_and_sequences(spark, tmp_path: Path) -> None:
-    """The tables other dissectors write, against their samples' sender-side truth."""
-    from analyzer.pipeline import Options, dissect_capture
-
-    names = ("stan-basic", "liftbridge-basic", "pulsar-client")
-    for n in names:
-        dissect_capture(SAMPLES / f"{n}.pcap", tmp_path, Options())
-    res = A.run(A.load(spark, str(tmp_path)), ["publish_ack_latency", "sequence_gaps"])
-    acks = _by_name([r.asDict() for r in res["publish_ack_latency"].collect()], "protocol")
+def test_stan_liftbridge_pulsar_acks_and_sequences(spark_results: SparkResults,
+                                                   all_samples: Path) -> None:
+    """The tables other dissectors write, against their samples' sender-side truth (their
+    rows in the session's Spark run of the analyses)."""
+    ids = {capture_id_of(all_samples, n) for n in ("stan-basic", "liftbridge-basic",
+                                                   "pulsar-client")}
+    acks = _by_name(rows_of(spark_results, "publish_ack_latency", ids), "protocol")
     stan = json.loads((SAMPLES / "stan-basic.truth.json").read_text())
     published = sum(c["data"].get("sent.PubMsg", {}).get("messages", 0)
                     for c in stan["connections"].values())
@@ -167,7 +176,7 @@ def test_stan_liftbridge_pulsar_acks_and_sequences(spark, tmp_path: Path) -> Non
     assert sum(r["acked"] for r in acks["liftbridge"]) > 0
     for rows in acks.values():
         assert all(r["latency_ns"] >= 0 for r in rows if r["ack_record_id"] is not None)
-    seq = [r.asDict() for r in res["sequence_gaps"].collect()]
+    seq = rows_of(spark_results, "sequence_gaps", ids)
     per_sub = sorted(r["messages"] for r in seq if r["protocol"] == "stan")
     assert per_sub == sorted(stan["deliveries"].values())
     assert any(r["protocol"] == "pulsar" for r in seq)
