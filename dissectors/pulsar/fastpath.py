@@ -329,6 +329,36 @@ def decode(buf: bytes, schema: MessageSchema) -> Decoded:
     return wire_decode(buf, schema) if got is None else got
 
 
+# message full name -> {field name: enum map, or None for a field shown another way}
+_JSON_SPECS: dict[str, dict[str, dict[int, str] | None]] = {}
+
+
+def _json_specs(schema: MessageSchema, shown: frozenset[str]) -> None:
+    """Fill ``_JSON_SPECS`` for ``schema`` and the messages it contains: the fields whose
+    values ``session._plain`` does not keep as they are (enums it names; ``shown``)."""
+    if schema.full_name in _JSON_SPECS:
+        return
+    special = _JSON_SPECS[schema.full_name] = {}
+    for spec in schema.fields.values():
+        if spec.name in shown:
+            special[spec.name] = None
+        elif spec.kind is Kind.ENUM and spec.enum is not None:
+            special[spec.name] = spec.enum
+    for spec in schema.fields.values():
+        if spec.message is not None and spec.kind is not Kind.MAP:
+            _json_specs(spec.message, shown)
+
+
+def plain_json(d: Decoded, shown: frozenset[str]) -> str | None:
+    """``session._COMPACT_JSON(session._plain(d))`` for a command ``decode`` made, in C;
+    None when the reference must make it (``shown``: the fields it shows another way,
+    auth data, which the reference replaces by their length and digest)."""
+    if d.schema.full_name not in _JSON_SPECS:
+        _json_specs(d.schema, shown)
+    got: str | None = _speedups.plain_json(d, _JSON_SPECS, Decoded)
+    return got
+
+
 class MessageRows:
     """One session's message rows waiting for the pipeline, oldest frame first (the
     pipeline takes them in the order of the session's ``ColumnBatch``es)."""

@@ -399,7 +399,8 @@ class PulsarSession(FramedSession, ColumnarSession):
         values["unknown_fields"] = unknown
         if isinstance(sub, Decoded) and t is not None:  # (a sub-command implies a type)
             self._columns(direction, t, sub, values)
-            values["command_json"] = _COMPACT_JSON(_plain(sub))
+            js = fastpath.plain_json(sub, _AUTH_FIELDS) if self.fast_on else None
+            values["command_json"] = _COMPACT_JSON(_plain(sub)) if js is None else js
         elif isinstance(sub, bytes):
             values["command_json"] = json.dumps({"raw": sub.hex()})
         if cmd.bad_utf8:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from dissectors.api import ColumnBatch, Direction, Record
 from dissectors.pulsar import PULSAR_COMMANDS, PULSAR_MESSAGES, fastpath, pb
-from dissectors.pulsar.session import PulsarSession
+from dissectors.pulsar.session import _AUTH_FIELDS, _COMPACT_JSON, PulsarSession, _plain
 from dissectors.schema import arrow_schema, rows_to_batch
 from dissectors.sdk.testing import Data, Gap, run_session
 from tests.pulsar.wire import batch, cmd, frame, metadata
@@ -472,6 +472,16 @@ _DECODE_CASES = [
      + metadata(sequence_id=99, producer_name="q", replicate_to=["b"])),
     (pb.schema("BaseCommand"), cmd("FLOW", consumer_id=2, message_permits=10)
      + cmd("FLOW", partial=True, consumer_id=3)),
+    # what the JSON must escape, enums (known and not), bytes, nested lists
+    (pb.schema("BaseCommand"), cmd("SUBSCRIBE", topic='t"\\\n\x01\x7f\u2028\u00e9', subscription="",
+                                   sub_type=2, consumer_id=1, request_id=2, initial_position=1,
+                                   metadata=[{"key": "\t", "value": "\x1f"}])),
+    (pb.schema("BaseCommand"), cmd("ACK", consumer_id=1, ack_type=1, validation_error=3,
+                                   message_id=[{"ledger_id": 1, "entry_id": 2},
+                                               {"ledger_id": 3, "entry_id": 4,
+                                                "ack_set": [5, 6]}])),
+    (pb.schema("BaseCommand"), cmd("AUTH_RESPONSE", response={"auth_method_name": "m",
+                                                              "auth_data": b"\x00s"})),
 ]
 
 
@@ -490,4 +500,27 @@ def test_the_compiled_decode_gives_the_readers_decoded(case, flips, cut, tail):
         if at < len(mutated):
             mutated[at] = byte
     for buf in (data, bytes(mutated), bytes(mutated[:cut]), data + tail):
-        assert fastpath.decode(buf, schema) == pb.decode(buf, schema)
+        got = fastpath.decode(buf, schema)
+        assert got == pb.decode(buf, schema)
+        _same_json(got)
+
+
+def _same_json(d: pb.Decoded) -> None:
+    """The compiled command_json of ``d`` and of every message inside it is the
+    reference's, or left to it (None)."""
+    js = fastpath.plain_json(d, _AUTH_FIELDS)
+    assert js is None or js == _COMPACT_JSON(_plain(d))
+    for v in d.values.values():
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, pb.Decoded):
+                _same_json(x)
+
+
+def test_the_compiled_json_is_used():
+    # clean sub-commands are written in C (None would leave every frame to _plain)
+    for schema, data in _DECODE_CASES[:3] + _DECODE_CASES[-3:-1]:
+        d = fastpath.decode(data, schema)
+        sub = next(v for v in d.values.values() if isinstance(v, pb.Decoded))
+        assert fastpath.plain_json(sub, _AUTH_FIELDS) == _COMPACT_JSON(_plain(sub))
+    sub = fastpath.decode(_DECODE_CASES[-1][1], _DECODE_CASES[-1][0]).values["auth_response"]
+    assert fastpath.plain_json(sub, _AUTH_FIELDS) is None  # auth data: length and digest
