@@ -227,6 +227,20 @@ def test_dissect_imports_what_the_capture_needs(tmp_path):
     assert res.stdout.split() == ["-", "1", "DataFrame"], res.stderr
 
 
+def test_pulsar_dissect_imports_no_compute_module(tmp_path):
+    """The manifest's tally and the Pulsar fast path reach Arrow's kernels through
+    ``dissectors.arrowops``: a run that needs nothing else does not import
+    ``pyarrow.compute`` (~50 ms of CPU) or ``numpy.ma`` (~15 ms)."""
+    code = ("import sys\nfrom analyzer.cli import main\n"
+            f"assert main(['dissect', {str(SAMPLES / 'pulsar-schemas.pcap')!r}, '-o', "
+            f"{str(tmp_path / 'o')!r}, '-q']) == 0\n"
+            "print(','.join(m for m in ('pyarrow.compute', 'numpy.ma') if m in sys.modules)"
+            " or '-')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.stdout.split() == ["-"], res.stderr
+
+
 def test_command_line_run_ends_after_its_atexit_callbacks_and_output():
     """A command-line ``main()`` ends the process itself (no interpreter teardown): its
     exit code, its output and the ``atexit`` callbacks are still all there; in-process
