@@ -152,6 +152,7 @@ _Y_FLAGS_AT = 44  # offset of the flags byte
 _Y_SYN, _Y_OWNED, _Y_S2C, _Y_V6 = 1, 2, 4, 8
 _NO_SHIFT = 255
 _ROLE_SOURCES = tuple(RoleSource)
+_ROLE_INDEX = {source: i for i, source in enumerate(_ROLE_SOURCES)}
 _KEY4, _KEY16 = struct.Struct("!4s4sHH"), struct.Struct("!16s16sHH")
 _VLAN = struct.Struct("!H")
 _PORTS = struct.Struct("!HH")
@@ -361,7 +362,7 @@ class FlowTable:
             if wscale is not None:
                 shift = wscale
         rec = _YOUNG.pack(flow_id, ts_ns, ts_ns, frame, self._ticks, seq, bits,
-                          _ROLE_SOURCES.index(source), shift) + key
+                          _ROLE_INDEX[source], shift) + key
         if vlans:
             rec += b"".join(_VLAN.pack(v) for v in vlans)
         self._young_keys[key] = rec
@@ -400,9 +401,14 @@ class FlowTable:
         return info, (src, sport, dst, dport)
 
     def _forget_young(self, rec: bytes) -> None:
-        """A young flow leaves the young table (its record stays queued until pruned)."""
+        """A young flow leaves the young table (its record stays queued until pruned,
+        unless it is the oldest)."""
         del self._young_keys[_young_key(rec)]
         self._young_n -= 1
+        young = self._young
+        if young and young[0] is rec:  # the oldest (evicted, expired): no stale record
+            young.popleft()
+            return
         self._stale += 1
         if self._stale > self._young_n + _STALE_SLACK:
             keys = self._young_keys
@@ -521,12 +527,9 @@ class FlowTable:
         """Table full (or, ``memory``, the run's memory budget reached): close the least
         recently active flow, closing ones first."""
         oldest: _Tcp | _Udp | bytes | None  # the victim (bytes: a young flow)
-        tables: tuple[Mapping[int, _Tcp | _Udp], ...] = (
-            self._asleep, self._closing, self._udp)
-        for table in tables:
-            if table:
-                oldest = next(iter(table.values()))
-                break
+        table: Mapping[int, _Tcp | _Udp] = self._asleep or self._closing or self._udp
+        if table:
+            oldest = next(iter(table.values()))
         else:
             oldest = self._oldest_open()
             if oldest is None:
@@ -715,7 +718,8 @@ class FlowTable:
         if entry is None and self._young_n:
             entry = self._young_entry(src, sport, dst, dport)
             promoted = entry is not None
-        entry = self._stale_checked(entry, ts_ns)
+        if entry is not None:  # (a new flow's packet, a SYN flood's: no call)
+            entry = self._stale_checked(entry, ts_ns)
         if entry is not None and entry[0].info.flow_id in self._asleep:
             entry = self._wake(entry, seq, ack, flags)
         syn_only = flags & (SYN | ACK) == SYN
@@ -726,7 +730,7 @@ class FlowTable:
                 entry = None
         if entry is None:
             if (not data and missing <= 0 and not flags & (ACK | FIN | RST)
-                    and self.young_flows and all(0 <= v <= 0xFFFF for v in vlans)):
+                    and self.young_flows and (not vlans or all(0 <= v <= 0xFFFF for v in vlans))):
                 self._open_young(src, sport, dst, dport, seq, flags, payload[20:hlen], ts_ns,
                                  frame, vlans)
                 return
