@@ -48,12 +48,8 @@ AVAILABLE = _engine is not None
 # Records per batch: bounds the batch's row array (~100 bytes a record) and how long
 # the reference waits for the events of a stretch of taken packets.
 BATCH_RECORDS = 16384
-# Bytes the classic pcap walk asks the reader for at a time.  Why more than the reader's
-# own 1 MiB (reassembly.capture.CHUNK): a batch is at most what one read holds, and a
-# flow direction's run joins only the segments of one batch.  Measured on the 103 MB bulk
-# recording: 5,974 conveyor events with 1 MiB, 5,460 with 4 MiB (most runs end for other
-# reasons); the buffer is 3 MiB more.
-READ_CHUNK = 4 << 20
+# Bytes read from the capture at a time (as reassembly.capture.CHUNK).
+READ_CHUNK = 1 << 20
 
 TCP = 6
 # ``MSGCAP_NATIVE_ENGINE=0``: capture_events runs the reference alone (``enabled``).
@@ -131,7 +127,7 @@ def reader_batches(reader: CaptureReader, max_records: int = BATCH_RECORDS
         need = rec_len
         if have >= rec_len:
             need += header.record(buf, pos)[2]
-        buf = reader.read_more(buf, pos, max(need, have + 1, READ_CHUNK))
+        buf = reader.read_more(buf, pos, max(need, have + 1))
         pos = 0
         if len(buf) == have:  # the stream ended
             break
