@@ -41,10 +41,9 @@ from dissectors.tables import TableSpec
 __all__ = ["CONVERT_ROWS", "DEFAULT", "SWITCH", "PayloadRows", "RowsFormat", "enabled", "rows_for"]
 
 SWITCH = "MSGCAP_PAYLOAD_COLUMNS"
-# On unless the switch says otherwise.  Not Liftbridge: its rows keep values of up to
-# ``payload_cap`` bytes, and the conveyor holds an accumulator's rows until 16,384 (or
-# 256 MB) before the sink sees them, so peak RSS rose by ~70 MB on bench_liftbridge's
-# 20 MB capture (~285 -> ~357 MB), and CPU did not fall (module docstring: measured).
+# On unless the switch says otherwise.  Not Liftbridge: on bench_liftbridge's 20 MB
+# capture its CPU did not fall and peak RSS rose by ~70 MB (~285 -> ~357 MB), though the
+# rows held are not that big (docs/performance.md, "Payload rows as columns").
 DEFAULT = frozenset({"stan"})
 
 # the envelope ``move`` is given, in its argument order, and the provenance each row
@@ -107,7 +106,7 @@ class PayloadRows:
 
     The values dicts are converted every ``CONVERT_ROWS`` rows, as the sink converts dict
     rows (``analyzer.sink._CONVERT_ROWS``): Python objects are far bigger than Arrow
-    values (holding 16,384 Liftbridge rows as dicts cost ~75 MB of peak RSS)."""
+    values, and the conveyor holds up to 16,384 rows before it asks for the batch."""
 
     __slots__ = ("_envelopes", "_nbytes", "_parts", "_rows", "spec")
 
