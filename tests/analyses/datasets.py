@@ -25,7 +25,7 @@ VANTAGE_ANALYSES = ("vantage_matches", "clock_offsets", "one_way_delays")
 the same traffic (``two_vantage``), never on the separate samples."""
 
 SparkResults = dict[str, tuple[list[str], list[tuple]]]
-"""Analysis name -> (column names, rows as tuples of the values Spark collected)."""
+"""Analysis name -> (column names, rows as tuples of the values `spark analyze` wrote)."""
 
 
 def dissect_into(out: Path, names: Iterable[str]) -> Path:
@@ -84,7 +84,7 @@ def all_samples(tmp_path_factory) -> Path:
 def spark_analyzed(spark, all_samples: Path, tmp_path_factory) -> Path:
     """``msgcap spark analyze`` of ``all_samples`` on the shared session: its output
     directory (every analysis, Parquet).  tests/spark/test_analyses.py reads nats-basic's
-    rows from it; ``spark_results`` is every row of it read back by Spark."""
+    rows from it; ``spark_results`` is every row of it."""
     from analyzer.cli import main
 
     out = tmp_path_factory.mktemp("spark-analyze") / "an"
@@ -93,18 +93,22 @@ def spark_analyzed(spark, all_samples: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark_results(spark, spark_analyzed: Path) -> SparkResults:
-    """Every analysis's rows over ``all_samples`` as ``msgcap spark analyze`` wrote them,
-    read back by Spark and collected.
+def spark_results(spark_analyzed: Path) -> SparkResults:
+    """Every analysis's rows over ``all_samples`` as ``msgcap spark analyze`` wrote them
+    (read with pyarrow, as another tool would: the same values Spark reads back, without
+    a Spark job per analysis).
 
     The tests that ask Spark about some of the samples read those captures' rows from here
     (``rows_of``) instead of a run of their own: every analysis but the cross-capture ones
     keys every match on capture_id, so a capture's rows do not depend on what else the
     dataset holds (tests/analyses/test_engines.py checks the whole of it against DuckDB)."""
+    import pyarrow.parquet as pq
+
     from analyzer.analyses import ANALYSES
 
     results: SparkResults = {}
     for name in ANALYSES:
-        df = spark.read.parquet(str(spark_analyzed / name))
-        results[name] = (df.columns, [tuple(r) for r in df.collect()])
+        table = pq.read_table(spark_analyzed / name)
+        rows = [tuple(r.values()) for r in table.to_pylist()]
+        results[name] = (table.column_names, rows)
     return results
