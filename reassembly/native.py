@@ -348,8 +348,11 @@ class NativeReassembler:
         if not self._clean(conn):
             light = self._light_halves(conn)
             if light is None:
-                self.core.unregister(src, sport, dst, dport, info.flow_id)
-                self._owned_ids.discard(info.flow_id)
+                # (an owned flow ``register`` was never given is not in the C core: a
+                # handshake's, a new flow's; a light one may be)
+                if not conn.owned or info.flow_id in self._owned_ids:
+                    self.core.unregister(src, sport, dst, dport, info.flow_id)
+                    self._owned_ids.discard(info.flow_id)
             else:
                 self.core.register_light(len(src) == 16, src, sport, dst, dport, info.flow_id,
                                          conn, info, info.ts_last_ns, info.frame_last,
