@@ -108,18 +108,18 @@ class PayloadRows:
     rows (``analyzer.sink._CONVERT_ROWS``): Python objects are far bigger than Arrow
     values, and the conveyor holds up to 16,384 rows before it asks for the batch."""
 
-    __slots__ = ("_envelopes", "_nbytes", "_parts", "_rows", "spec")
+    __slots__ = ("_converted", "_envelopes", "_nbytes", "_parts", "_rows", "spec")
 
     def __init__(self, spec: TableSpec) -> None:
         self.spec = spec
         self._rows: list[tuple[Any, ...]] = []  # moved, not yet converted
         self._envelopes: list[tuple[Any, ...]] = []
         self._parts: list[pa.RecordBatch] = []  # converted (capture_id still null)
+        self._converted = 0  # their rows (``len`` is asked after every move)
         self._nbytes = 0
 
     def __len__(self) -> int:
-        converted: int = sum(p.num_rows for p in self._parts)
-        return len(self._rows) + converted
+        return len(self._rows) + self._converted
 
     @property
     def nbytes(self) -> int:
@@ -136,13 +136,14 @@ class PayloadRows:
                                 dst_ip, dst_port))
         self._nbytes += rows[1] + _ROW_OVERHEAD
         if len(self._rows) >= CONVERT_ROWS:
+            self._converted += len(self._rows)
             self._parts.append(self._convert())
 
     def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
         parts = self._parts
         if self._rows or not parts:
             parts.append(self._convert())
-        self._parts, self._nbytes = [], 0
+        self._parts, self._converted, self._nbytes = [], 0, 0
         batch = parts[0] if len(parts) == 1 else \
             pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
         arrays = batch.columns
