@@ -456,7 +456,7 @@ class NativeReassembler:
                     size += len(parts[first])
                 new = b"".join(parts[first:])
             if len(new) >= keep:
-                recent[:] = new[len(new) - keep:]
+                recent[:] = memoryview(new)[len(new) - keep:]  # (no slice copy first)
             else:
                 excess = len(recent) + len(new) - keep
                 if excess > 0:
