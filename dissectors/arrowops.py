@@ -20,7 +20,7 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["call", "from_numpy", "take"]
+__all__ = ["call", "fixed_width_strings", "from_numpy", "nulls", "repeated_bytes", "take"]
 
 # Arrow fixed-width types whose data buffer is a numpy array of this dtype, as it is
 _SAME_LAYOUT = {
@@ -66,3 +66,38 @@ def from_numpy(values: np.ndarray, type: pa.DataType | None = None) -> pa.Array:
             data = np.ascontiguousarray(values)
             return pa.Array.from_buffers(type, len(values), [None, pa.py_buffer(data)])
     return pa.array(values, type)
+
+
+def fixed_width_strings(type: pa.DataType, values: np.ndarray) -> pa.Array:
+    """A string or binary column whose row i is the bytes of ``values[i]`` (a 2-D uint8
+    array: every value has the same length), built from buffers: ``take`` and
+    ``pa.array`` over numpy would import ``pyarrow.compute`` and ``numpy.ma``.  The
+    caller keeps the total under the int32 offsets' 2 GiB."""
+    n, width = values.shape
+    offsets = np.arange(n + 1, dtype=np.int32) * width
+    return pa.Array.from_buffers(type, n, [None, pa.py_buffer(offsets),
+                                           pa.py_buffer(np.ascontiguousarray(values))])
+
+
+def repeated_bytes(type: pa.DataType, value: bytes, n: int) -> pa.Array:
+    """A string or binary column of ``n`` rows that all hold ``value`` (a capture id, a
+    direction, a flow's endpoints)."""
+    row = np.frombuffer(value, np.uint8)
+    return fixed_width_strings(type, np.broadcast_to(row, (n, len(row))))
+
+
+# all-null columns kept per type, sliced to a batch's length: ``pa.nulls`` allocated and
+# zeroed a fresh column for every batch (offsets and bitmap; ~1 % of a bulk NATS run, most
+# of it faulting in new pages).  Only up to a fast-path batch's length: memory stays small.
+_NULLS_KEPT = 1 << 15
+_nulls_of: dict[pa.DataType, pa.Array] = {}
+
+
+def nulls(type: pa.DataType, n: int) -> pa.Array:
+    """``pa.nulls(n, type)``, sliced from one kept column when ``n`` is small."""
+    if n > _NULLS_KEPT:
+        return pa.nulls(n, type)
+    kept = _nulls_of.get(type)
+    if kept is None:
+        kept = _nulls_of[type] = pa.nulls(_NULLS_KEPT, type)
+    return kept.slice(0, n)

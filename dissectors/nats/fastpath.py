@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dissectors import libcrypto
+from dissectors import arrowops, libcrypto
 from dissectors.api import ColumnBatch
 from dissectors.nats.jetstream import ack_arrays
 from dissectors.schema import timestamp_from_ns
@@ -158,31 +158,6 @@ FORMAT = _Format()
 _DIRECTIONS = np.frombuffer(b"c2ss2c", np.uint8).reshape(2, 3)
 
 
-def _constant_width(t: pa.DataType, n: int, values: np.ndarray) -> pa.Array:
-    """A string column of ``n`` values of one byte length, from their bytes as the rows
-    of ``values``: built from buffers, because ``take`` and ``pa.array`` over numpy
-    import ``pyarrow.compute`` and ``numpy.ma`` (~0.1 s of every run that has them)."""
-    offsets = np.arange(n + 1, dtype=np.int32) * values.shape[1]
-    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets),
-                                        pa.py_buffer(np.ascontiguousarray(values))])
-
-
-# all-null columns kept per type, sliced to a batch's length: ``pa.nulls`` allocated and
-# zeroed a fresh column for every batch (offsets and bitmap; ~1 % of a bulk run, most of it
-# faulting in new pages).  Only up to the pipeline's batch length: memory stays small.
-_NULLS_KEPT = 1 << 15
-_nulls_of: dict[pa.DataType, pa.Array] = {}
-
-
-def _nulls(t: pa.DataType, n: int) -> pa.Array:
-    if n > _NULLS_KEPT:
-        return pa.nulls(n, t)
-    kept = _nulls_of.get(t)
-    if kept is None:
-        kept = _nulls_of[t] = pa.nulls(_NULLS_KEPT, t)
-    return kept.slice(0, n)
-
-
 def _validity(buf: object) -> pa.Buffer | None:
     return None if buf is None else pa.py_buffer(buf)
 
@@ -225,7 +200,7 @@ def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple[An
         name = f.name
         if name == "direction":
             codes = np.frombuffer(cols[name][2], dtype=np.uint8)
-            arrays.append(_constant_width(f.type, n, _DIRECTIONS[codes]))
+            arrays.append(arrowops.fixed_width_strings(f.type, _DIRECTIONS[codes]))
         elif pa.types.is_timestamp(f.type) and name in cols:
             # the scanner fills int64 nanoseconds: the column and its exact ``_ns`` twin
             arrays.append(timestamp_from_ns(_column(pa.int64(), n, cols[name])))
@@ -234,13 +209,12 @@ def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple[An
         elif name in cols:
             arrays.append(_column(f.type, n, cols[name]))
         elif name == "capture_id":
-            value = np.frombuffer(capture_id.encode(), np.uint8)
-            arrays.append(_constant_width(f.type, n, np.broadcast_to(value, (n, len(value)))))
+            arrays.append(arrowops.repeated_bytes(f.type, capture_id.encode(), n))
         elif name == "incomplete":
             arrays.append(pa.Array.from_buffers(f.type, n, [None, pa.py_buffer(
                 bytes((n + 7) // 8))]))
         else:
-            arrays.append(_nulls(f.type, n))
+            arrays.append(arrowops.nulls(f.type, n))
     if "js_stream" in schema.names and "reply_to" in cols:  # JetStream deliveries
         acks = ack_arrays(arrays[schema.get_field_index("op")],
                           arrays[schema.get_field_index("reply_to")])

@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Direction, Record
+from dissectors.arrowops import repeated_bytes
 from dissectors.options import SessionOptions
 from dissectors.schema import rows_to_batch, timestamp_from_ns
 from dissectors.tables import TableSpec
@@ -148,7 +149,7 @@ class PayloadRows:
             pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
         arrays = batch.columns
         at = schema.get_field_index("capture_id")
-        arrays[at] = pa.array([capture_id] * batch.num_rows, type=schema.field(at).type)
+        arrays[at] = repeated_bytes(schema.field(at).type, capture_id.encode(), batch.num_rows)
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def _convert(self) -> pa.RecordBatch:

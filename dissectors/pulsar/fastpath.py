@@ -62,7 +62,7 @@ import pyarrow as pa
 
 from dissectors import libcrypto
 from dissectors.api import Direction
-from dissectors.arrowops import from_numpy, take
+from dissectors.arrowops import from_numpy, nulls, take
 from dissectors.proto.wire import Decoded, Kind, MessageSchema
 from dissectors.proto.wire import decode as wire_decode
 from dissectors.pulsar import codec
@@ -525,7 +525,7 @@ def _repeated(column: pa.Array, counts: npt.NDArray[np.int64], index: pa.Array, 
     from dissectors.pulsar.runs import repeat_runs  # (imported with the first batch)
 
     if column.null_count == len(column):
-        return pa.nulls(n, column.type)
+        return nulls(column.type, n)
     got = repeat_runs(column, counts)
     return take(column, index) if got is None else got
 

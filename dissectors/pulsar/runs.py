@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dissectors.arrowops import call, from_numpy
+from dissectors.arrowops import call, from_numpy, nulls, repeated_bytes
 
 __all__ = ["repeat_runs"]
 
@@ -31,7 +31,7 @@ def repeat_runs(column: pa.Array, counts: npt.NDArray[np.int64]) -> pa.Array | N
     typ = column.type
     n = int(counts.sum())
     if column.null_count == len(column):
-        return pa.nulls(n, typ)
+        return nulls(typ, n)
     if pa.types.is_string(typ) or pa.types.is_binary(typ):
         return _same_bytes(column, n) or _run_end_decode(column, counts)
     if not (pa.types.is_boolean(typ) or typ.id in _INTEGERS):
@@ -72,10 +72,7 @@ def _same_bytes(column: pa.Array, n: int) -> pa.Array | None:
     value = raw[:size]
     if raw != value * len(column):
         return None
-    return pa.Array.from_buffers(column.type, n, [
-        None, pa.py_buffer(np.arange(0, size * (n + 1), size, dtype=np.int32) if size
-                           else np.zeros(n + 1, np.int32)),
-        pa.py_buffer(value * n)])
+    return repeated_bytes(column.type, value, n)
 
 
 def _run_end_decode(column: pa.Array, counts: npt.NDArray[np.int64]) -> pa.Array:

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from dissectors.arrowops import call, from_numpy, take
+from dissectors.arrowops import call, fixed_width_strings, from_numpy, nulls, repeated_bytes, take
 
 
 def _same(got: pa.Array, want: pa.Array) -> None:
@@ -52,3 +52,23 @@ def test_take_and_call_are_the_compute_functions() -> None:
     with pytest.raises(IndexError):
         take(col, pa.array([5]))
     assert call("value_counts", chunked).equals(pc.value_counts(chunked))
+
+
+@pytest.mark.parametrize("typ", [pa.string(), pa.binary()])
+@pytest.mark.parametrize("value,n", [(b"c2s", 5), (b"0123456789abcdef", 1), (b"", 4),
+                                     (b"x", 0)])
+def test_repeated_bytes_is_pa_array(typ: pa.DataType, value: bytes, n: int) -> None:
+    want = pa.array([value.decode() if typ == pa.string() else value] * n, typ)
+    _same(repeated_bytes(typ, value, n), want)
+
+
+def test_fixed_width_strings_are_the_rows_bytes() -> None:
+    rows = np.frombuffer(b"c2ss2c", np.uint8).reshape(2, 3)[[1, 0, 0, 1, 1]]
+    _same(fixed_width_strings(pa.string(), rows),
+          pa.array(["s2c", "c2s", "c2s", "s2c", "s2c"]))
+
+
+@pytest.mark.parametrize("n", [0, 3, 1 << 15, (1 << 15) + 1])
+@pytest.mark.parametrize("typ", [pa.string(), pa.int64(), pa.list_(pa.int32())])
+def test_nulls_is_pa_nulls(typ: pa.DataType, n: int) -> None:
+    _same(nulls(typ, n), pa.nulls(n, typ))
