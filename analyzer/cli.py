@@ -456,6 +456,9 @@ def _dissect_one(path: str, out: str, options, registry, show_progress: bool,
 def cmd_dissect(args: argparse.Namespace) -> int:
     _check_captures(args.captures)
     check_output_dir(args.output)
+    from analyzer.digest import prefetch
+
+    prefetch(args.captures)  # the captures' ids are hashed while the rest loads
     parse_decode_as(args.decode_as)  # a malformed PORT=NAME is said before the registry loads
     skip_pandas_probe()
     from analyzer.runoptions import options_from_args

@@ -30,7 +30,6 @@ its dissector for that flow, with the same anomaly.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -42,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from analyzer.detect import Detector, FlowDispatch
+from analyzer.digest import file_sha256
 from analyzer.flowsummary import flow_row
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
 from analyzer.serverports import server_ports
@@ -154,14 +154,6 @@ class CaptureResult:
     packets: int
     bytes: int
     manifest: dict[str, Any]
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _anomaly_source(kind: str) -> str:

@@ -1,0 +1,60 @@
+"""The capture digest begun in the background (analyzer.digest) is the file's SHA-256,
+and only ever the digest of the file as it is when asked for."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from analyzer import digest
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_prefetched_digest_is_the_files(tmp_path: Path) -> None:
+    data = os.urandom(3 * (1 << 20) + 17)  # several blocks and a short one
+    path = tmp_path / "a.pcap"
+    path.write_bytes(data)
+    digest.prefetch([str(path), "-", str(tmp_path / "missing.pcap")])
+    assert digest.file_sha256(path) == _sha(data)
+    assert not any(k[0] == str(path.resolve()) for k in digest._prefetched)  # used once
+
+
+def test_file_changed_after_prefetch_is_hashed_again(tmp_path: Path) -> None:
+    path = tmp_path / "b.pcap"
+    path.write_bytes(b"first")
+    digest.prefetch([path])
+    digest._prefetched[digest._identity(path)].result()  # the old bytes' digest is ready
+    path.write_bytes(b"second, longer")  # size and mtime change
+    assert digest.file_sha256(path) == _sha(b"second, longer")
+
+
+def test_same_size_rewrite_is_caught_by_mtime(tmp_path: Path) -> None:
+    path = tmp_path / "c.pcap"
+    path.write_bytes(b"aaaa")
+    digest.prefetch([path])
+    ident = digest._identity(path)
+    digest._prefetched[ident].result()
+    path.write_bytes(b"bbbb")
+    os.utime(path, ns=(ident[4] + 10**9, ident[4] + 10**9))
+    assert digest.file_sha256(path) == _sha(b"bbbb")
+
+
+def test_unreadable_prefetch_gives_the_usual_error(tmp_path: Path) -> None:
+    path = tmp_path / "gone.pcap"
+    path.write_bytes(b"x")
+    digest.prefetch([path])
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        digest.file_sha256(path)
+
+
+def test_without_prefetch(tmp_path: Path) -> None:
+    path = tmp_path / "d.pcap"
+    path.write_bytes(b"plain")
+    assert digest.file_sha256(path) == _sha(b"plain")
