@@ -82,8 +82,11 @@ def fixed_width_strings(type: pa.DataType, values: np.ndarray) -> pa.Array:
 def repeated_bytes(type: pa.DataType, value: bytes, n: int) -> pa.Array:
     """A string or binary column of ``n`` rows that all hold ``value`` (a capture id, a
     direction, a flow's endpoints)."""
-    row = np.frombuffer(value, np.uint8)
-    return fixed_width_strings(type, np.broadcast_to(row, (n, len(row))))
+    # (``value * n``, not a broadcast row made contiguous: numpy copies those row by row,
+    # ~145 us for 16,400 two-byte rows against ~6)
+    offsets = np.arange(n + 1, dtype=np.int32) * len(value)
+    return pa.Array.from_buffers(type, n, [None, pa.py_buffer(offsets),
+                                           pa.py_buffer(value * n)])
 
 
 # all-null columns kept per type, sliced to a batch's length: ``pa.nulls`` allocated and

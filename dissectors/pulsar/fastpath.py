@@ -53,6 +53,7 @@ import importlib
 import os
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import crc32c
@@ -62,12 +63,13 @@ import pyarrow as pa
 
 from dissectors import libcrypto
 from dissectors.api import Direction
-from dissectors.arrowops import from_numpy, nulls, take
+from dissectors.arrowops import from_numpy, nulls, repeated_bytes, take
 from dissectors.proto.wire import Decoded, Kind, MessageSchema
 from dissectors.proto.wire import decode as wire_decode
 from dissectors.pulsar import codec
 from dissectors.pulsar.table import PULSAR_MESSAGES
-from dissectors.schema import rows_to_batch
+from dissectors.schema import rows_to_batch, timestamp_from_ns
+from dissectors.tables import NS_SUFFIX
 
 _speedups: Any  # C, no stub (imported by name: the package's lazy __getattr__ is untyped)
 try:
@@ -379,7 +381,7 @@ class MessageAccumulator:
     __slots__ = ("_chunks", "_nbytes", "_rows")
 
     def __init__(self) -> None:
-        self._chunks: list[tuple[Chunk, dict[str, Any], int]] = []
+        self._chunks: list[tuple[Chunk, tuple[Any, ...], int]] = []
         self._rows = 0
         self._nbytes = 0
 
@@ -399,29 +401,23 @@ class MessageAccumulator:
         if chunk.n != n:  # pragma: no cover - the session makes one batch per chunk
             raise ValueError(f"pulsar fast path: batch of {n} rows for a chunk of {chunk.n}")
         start, end, ts_first, ts_last, frame_first, frame_last = chunk.provenance
-        envelope = {
-            "flow_id": flow_id, "parent_record_id": record_id - 1,
-            "direction": Direction(direction).short, "stream_id": stream_id,
-            "src_ip": src_ip, "src_port": src_port, "dst_ip": dst_ip, "dst_port": dst_port,
-            "ts_first": ts_first, "ts_last": ts_last, "offset_start": start,
-            "offset_end": end, "frame_first": frame_first, "frame_last": frame_last,
-        }
+        # (the values of _ENVELOPE, in its order)
+        envelope = (flow_id, record_id - 1, Direction(direction).short, stream_id, src_ip,
+                    src_port, dst_ip, dst_port, ts_first, ts_last, start, end, frame_first,
+                    frame_last)
         self._chunks.append((chunk, envelope, record_id))
         self._rows += n
         self._nbytes += chunk.nbytes
 
     def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
         chunks, self._chunks, self._rows, self._nbytes = self._chunks, [], 0, 0
-        shared = [{**c.shared, **env, "capture_id": capture_id, "record_id": 0}
-                  for c, env, _ in chunks]
-        counts = np.fromiter((c.n for c, _, _ in chunks), dtype=np.int64, count=len(chunks))
-        which = np.repeat(np.arange(len(chunks)), counts)
-        # the shared columns converted as the reference's dict rows are, once per frame
-        base = rows_to_batch(PULSAR_MESSAGES, shared, check_keys=False)
-        index = from_numpy(which)
-        first = np.fromiter((r for _, _, r in chunks), dtype=np.int64, count=len(chunks))
-        offsets = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
         cs = [c for c, _, _ in chunks]
+        envelopes = [env for _, env, _ in chunks]
+        counts = np.fromiter((c.n for c in cs), dtype=np.int64, count=len(cs))
+        first = np.fromiter((r for _, _, r in chunks), dtype=np.int64, count=len(chunks))
+        ends = np.cumsum(counts)
+        total = int(ends[-1]) if len(ends) else 0
+        offsets = np.arange(total) - np.repeat(ends - counts, counts)
         per_entry: dict[str, Any] = {
             "record_id": np.repeat(first, counts) + offsets,
             "batch_index": offsets.astype(np.int32),
@@ -430,7 +426,6 @@ class MessageAccumulator:
             "payload_truncated": np.frombuffer(b"".join([c.payload_truncated for c in cs]),
                                                np.bool_),
         }
-        total = len(which)
         # the variable-width columns straight from the chunks' Arrow-layout buffers
         payload_offsets = np.frombuffer(b"".join([c.payload_offsets for c in cs]), np.int32)
         built = {
@@ -442,10 +437,87 @@ class MessageAccumulator:
             "properties": _properties(cs, total),
             "partition_key": _partition_keys(cs, total),
         }
-        arrays = [built[f.name] if f.name in built
-                  else from_numpy(per_entry[f.name], f.type) if f.name in per_entry
-                  else _repeated(base.column(f.name), counts, index, total) for f in schema]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        for name, values in per_entry.items():
+            built[name] = from_numpy(values, schema.field(name).type)
+        shared = _shared_columns(cs, envelopes, counts, total, capture_id)
+        if shared is None:  # a value the columns refused: converted as the reference's rows
+            shared = _shared_by_rows(cs, envelopes, counts, total, capture_id)
+        return pa.RecordBatch.from_arrays(
+            [built[f.name] if f.name in built else shared[f.name] for f in schema],
+            schema=schema)
+
+
+# the envelope values ``MessageAccumulator.move`` keeps per chunk, in this order
+_ENVELOPE = ("flow_id", "parent_record_id", "direction", "stream_id", "src_ip", "src_port",
+             "dst_ip", "dst_port", "ts_first", "ts_last", "offset_start", "offset_end",
+             "frame_first", "frame_last")
+# the columns a chunk's values (or the capture id) fill, not its entries
+_SHARED = tuple(f for f in PULSAR_MESSAGES.columns if f.name not in _PER_ENTRY
+                and f.name not in ("properties", "partition_key", "capture_id")
+                and f.exact_of is None)
+
+
+def _shared_columns(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],
+                    counts: npt.NDArray[np.int64], total: int, capture_id: str
+                    ) -> dict[str, pa.Array] | None:
+    """The columns every row of a chunk shares, each value repeated for the chunk's rows
+    (``counts``), one column at a time: the values each chunk has are converted as
+    ``rows_to_batch`` converts them (``pa.array`` of the column's type; a timestamp from
+    its nanoseconds, with its exact ``_ns`` companion), a column no chunk sets is the
+    kept nulls.  Why not ``rows_to_batch`` over one dict per chunk, then a repeat of
+    every column: most of the 75 columns are null throughout, and the dicts were built
+    only to be taken apart again (the two were ~half of ``to_batch``).  None when a value
+    does not convert (``_shared_by_rows`` then fails, or not, as the reference does)."""
+    from dissectors.pulsar.runs import repeat_runs  # (imported with the first batch)
+
+    dicts = [c.shared for c in chunks]
+    by_envelope = dict(zip(_ENVELOPE, zip(*envelopes, strict=True), strict=True)) \
+        if envelopes else {}
+    keys = set().union(*dicts)
+    out = {"capture_id": repeated_bytes(pa.string(), capture_id.encode(), total)}
+    index: pa.Array | None = None
+    try:
+        for f in _SHARED:
+            name = f.name
+            values: Sequence[Any] | None = by_envelope.get(name)
+            if values is None:
+                if name not in keys:
+                    out[name] = nulls(f.type, total)
+                    if pa.types.is_timestamp(f.type):
+                        out[name + NS_SUFFIX] = nulls(pa.int64(), total)
+                    continue
+                values = [d.get(name) for d in dicts]
+            if pa.types.is_timestamp(f.type):
+                ns = repeat_runs(pa.array(values, pa.int64()), counts)
+                assert ns is not None  # (integers always repeat)
+                out[name + NS_SUFFIX] = ns
+                out[name] = timestamp_from_ns(ns)
+                continue
+            column = pa.array(values, f.type)
+            got = repeat_runs(column, counts)
+            if got is None:  # lists: gathered
+                if index is None:
+                    index = from_numpy(np.repeat(np.arange(len(chunks)), counts))
+                got = take(column, index)
+            out[name] = got
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeEncodeError):
+        return None
+    return out
+
+
+def _shared_by_rows(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],
+                    counts: npt.NDArray[np.int64], total: int, capture_id: str
+                    ) -> dict[str, pa.Array]:
+    """``_shared_columns`` by the reference's own conversion: one dict row per chunk
+    through ``rows_to_batch`` (which raises ``SchemaError`` where the rows would), then
+    each column repeated (the way before ``_shared_columns``; also its test's oracle)."""
+    rows = [{**c.shared, **dict(zip(_ENVELOPE, env, strict=True)),
+             "capture_id": capture_id, "record_id": 0}
+            for c, env in zip(chunks, envelopes, strict=True)]
+    base = rows_to_batch(PULSAR_MESSAGES, rows, check_keys=False)
+    index = from_numpy(np.repeat(np.arange(len(chunks)), counts))
+    return {name: _repeated(base.column(name), counts, index, total)
+            for name in base.schema.names}
 
 
 def _joined(flat: npt.NDArray[np.int32], sizes: npt.NDArray[np.int64]

