@@ -39,6 +39,11 @@ early, ``limit.quic_connections``; its flow is then no longer treated as QUIC),
 connection IDs per connection, CRYPTO bytes buffered per level and direction, and
 streams open per connection.  Each STREAM direction buffers like a TCP direction
 (``max_buffered_bytes``, ``overlap_check_bytes``).
+
+Imports: the engine puts this layer in every run, and most captures carry no QUIC, so
+the connection machinery (``reassembly.quic.connection``: keys, frames, the TLS
+handshake, ``cryptography``) is imported by the methods that meet a connection, not
+with this module; telling a datagram is not QUIC needs only ``packet`` and ``versions``.
 """
 
 from __future__ import annotations
@@ -62,19 +67,6 @@ from reassembly.events import (
     RoleSource,
 )
 from reassembly.limits import Limits
-from reassembly.quic.connection import (
-    CLIENT,
-    RESTART,
-    SERVER,
-    Failed,
-    Opened,
-    QuicConnection,
-)
-
-if TYPE_CHECKING:
-    from reassembly.provenance import CoalescedData
-    from reassembly.websocket import WebSocketJoin
-from reassembly.quic.crypto import version_params
 from reassembly.quic.keylog import KeyLog
 from reassembly.quic.packet import (
     FORM_LONG,
@@ -83,6 +75,16 @@ from reassembly.quic.packet import (
     is_plausible_first_packet,
     parse_long_header,
 )
+from reassembly.quic.versions import version_params
+
+if TYPE_CHECKING:
+    from reassembly.provenance import CoalescedData
+    from reassembly.quic.connection import (  # imported where a connection is met
+        Failed,
+        Opened,
+        QuicConnection,
+    )
+    from reassembly.websocket import WebSocketJoin
 
 __all__ = [
     "TLS_KEY_LOG_SECRETS",
@@ -287,6 +289,8 @@ class QuicLayer:
                 )
             )
             self._close(victim, ts_ns, frame, "evicted")
+        from reassembly.quic.connection import QuicConnection
+
         conn = QuicConnection(flow, self.limits, self._pending.append, self.keylog,
                               self._register_cid)
         self._conns[flow.flow_id] = conn
@@ -472,6 +476,8 @@ class QuicLayer:
             fields["undecrypted_reason"] = "unsupported-version"
             conn.report_failure("unknown", "unsupported-version")
         else:
+            from reassembly.quic.connection import RESTART, Failed, Opened
+
             role_hint = self._sender_role(conn, ev, hdr.start + 6)
             res = conn.open_long(data, hdr, ev.direction, role_hint)
             if res is RESTART:
@@ -488,6 +494,8 @@ class QuicLayer:
         return conn
 
     def _short_packet(self, conn: QuicConnection, ev: Datagram, pos: int, index: int) -> None:
+        from reassembly.quic.connection import CLIENT, SERVER
+
         data = ev.data
         conn.begin_packet(ev.flow, ev.direction, ev.ts_ns, ev.frame)
         role = self._sender_role(conn, ev, pos + 1)
@@ -519,6 +527,8 @@ class QuicLayer:
     def _packet_result(
         self, conn: QuicConnection, res: Opened | Failed, ptype: str, fields: _PacketFields
     ) -> None:
+        from reassembly.quic.connection import Failed
+
         if isinstance(res, Failed):
             fields["decrypted"] = False
             fields["undecrypted_reason"] = res.reason

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reassembly.quic.buffer import Cursor, NeedMore
-from reassembly.quic.crypto import is_greased, version_params
+from reassembly.quic.versions import is_greased, version_params
 
 __all__ = [
     "MAX_CID_BYTES",

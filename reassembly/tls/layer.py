@@ -42,11 +42,17 @@ Byte accounting: for a decrypted connection ``FlowInfo.stream_bytes``/``gap_byte
 count the plaintext stream (what dissectors see); the TCP-level counts are in the
 ``TlsConnection`` event (``record_bytes``, ``lost_bytes``).  Transparent connections
 keep the TCP counts.
+
+Imports: the engine puts this layer in every run, and most captures carry no TLS, so
+the handshake parsers (``reassembly.tlscommon``) and record protection
+(``reassembly.tls.protection``, ``cryptography``) are imported by the methods of a TLS
+connection, not with this module; detection needs only ``reassembly.tls.records``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from reassembly.events import (
     Anomaly,
@@ -67,26 +73,18 @@ from reassembly.quic.keylog import KeyLog, Labels
 from reassembly.tls.records import (
     HEADER_BYTES,
     MAX_RECORD_BYTES,
-    TLS12_AEAD,
     ContentType,
-    Tls12Keys,
-    Tls13Keys,
     alert_text,
     is_plausible_header,
     suite_name,
-    tls12_key_block,
     version_name,
 )
-from reassembly.tlscommon import (
-    ClientHello,
-    HandshakeReader,
-    HandshakeType,
-    ServerHello,
-    parse_client_hello,
-    parse_encrypted_extensions,
-    parse_server_hello,
-    safe_parse,
-)
+
+if TYPE_CHECKING:
+    # the handshake parsers and record protection (``cryptography``) are imported where a
+    # TLS connection needs them (see "Imports" above)
+    from reassembly.tls.protection import Tls12Keys, Tls13Keys
+    from reassembly.tlscommon import ClientHello, ServerHello
 
 __all__ = ["MAX_RESYNC_RECORDS", "STARTTLS_WINDOW_BYTES", "TlsLayer"]
 
@@ -165,6 +163,8 @@ class _Side:
         self.skip_to: int | None = None  # TCP offset up to which bytes are dropped
         self.lost_sync = False
         self.observing = True  # records are read (False: framing lost while transparent)
+        from reassembly.tlscommon import HandshakeReader
+
         self.hs = HandshakeReader(max_handshake)
         self.seq = 0
         self.keys12: Tls12Keys | None = None
@@ -736,6 +736,14 @@ class TlsLayer:
 
     def _handshake(self, conn: _Conn, side: _Side, mtype: int, body: bytes, rec: Extent) -> None:
         """One handshake message of the record ``rec``."""
+        from reassembly.tlscommon import (
+            HandshakeType,
+            parse_client_hello,
+            parse_encrypted_extensions,
+            parse_server_hello,
+            safe_parse,
+        )
+
         d = side.direction
         if mtype == HandshakeType.CLIENT_HELLO and d == _CLIENT:
             ch, err = safe_parse(parse_client_hello, body)
@@ -799,6 +807,8 @@ class TlsLayer:
         ch, sh = conn.ch, conn.sh
         if ch is None or sh is None:
             return False, "no-client-hello"
+        from reassembly.tls.protection import TLS12_AEAD, Tls13Keys
+
         version, suite = conn.version, conn.suite
         log = self.keylog
         if version == 0x0304:
@@ -837,6 +847,8 @@ class TlsLayer:
         return True, None
 
     def _keys12(self, conn: _Conn, d: Direction) -> Tls12Keys | None:
+        from reassembly.tls.protection import TLS12_AEAD, Tls12Keys, tls12_key_block
+
         ch, sh = conn.ch, conn.sh
         if ch is None or sh is None or conn.suite not in TLS12_AEAD:
             return None
