@@ -44,7 +44,6 @@ circular).
 from __future__ import annotations
 
 import hashlib
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -55,6 +54,7 @@ import pyarrow as pa
 from dissectors.options import DEFAULT_PAYLOAD_CAP, SessionOptions, session_option
 from dissectors.tables import Field, TableSpec, register_table
 from reassembly.events import Direction, Transport
+from reassembly.lazy import lazy_names
 from reassembly.provenance import Span  # (declared on the lower floor: the layers use it)
 
 if TYPE_CHECKING:  # pragma: no cover - the lazy names below, for type checkers
@@ -153,16 +153,14 @@ _MOVED = {
 }
 
 
+_lazy = lazy_names(__name__, _LAZY)
+
+
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        if name in _MOVED:  # ImportError: ``from dissectors.api import Data`` shows it
-            raise ImportError(f"{name} is not part of {__name__} (the test helpers are a "
-                              f"module of their own): {_MOVED[name]} {name}", name=__name__)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    if name in _MOVED:  # ImportError: ``from dissectors.api import Data`` shows it
+        raise ImportError(f"{name} is not part of {__name__} (the test helpers are a "
+                          f"module of their own): {_MOVED[name]} {name}", name=__name__)
+    return _lazy(name)  # stored in this module's namespace: later lookups skip this
 
 
 def __dir__() -> list[str]:

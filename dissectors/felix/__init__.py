@@ -9,7 +9,8 @@ frames.  Layout after our Pulsar package: ``wire`` (pure functions over frame by
 listed in ``dissectors.felix.session``.
 
 Light on import, as ``dissectors.pulsar``: the registry loads this class on every run;
-the frame reader and the session are imported by the first flow that needs them.
+the frame reader and the session are imported by the first flow that needs them (the
+probe, run on every flow, needs only ``magic``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dissectors.api import (
     Verdict,
 )
 from dissectors.felix.table import FELIX, FELIX_MESSAGES
+from reassembly.lazy import lazy_names
 
 if TYPE_CHECKING:
     from dissectors.felix.session import FelixSession
@@ -48,9 +50,9 @@ class FelixDissector(Dissector):
 
     @classmethod
     def probe(cls, direction: Direction, prefix: bytes) -> Verdict:
-        from dissectors.felix import wire
+        from dissectors.felix.magic import probe
 
-        return wire.probe(prefix)
+        return probe(prefix)
 
     @classmethod
     def session(cls, options: SessionOptions) -> Session:
@@ -59,10 +61,5 @@ class FelixDissector(Dissector):
         return FelixSession(options)
 
 
-def __getattr__(name: str) -> object:
-    """``FelixSession`` stays importable from here, loaded when first asked for."""
-    if name == "FelixSession":
-        from dissectors.felix.session import FelixSession
-
-        return FelixSession
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``FelixSession`` stays importable from here, loaded when first asked for
+__getattr__ = lazy_names(__name__, {"FelixSession": "dissectors.felix.session"})

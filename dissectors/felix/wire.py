@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag, StrEnum
 from typing import Any, NoReturn
 
-from dissectors.api import Verdict
+from dissectors.felix.magic import MAGIC, probe  # re-exported (probe: see magic)
 
 __all__ = [
     "ACK_MODES",
@@ -84,7 +84,6 @@ class FelixAnomaly(StrEnum):
     WRONG_DIRECTION = "felix.wrong_direction"
 
 
-MAGIC = b"FLX1"  # 0x464C5831
 VERSION = 1  # "anything else is rejected" (§5.3)
 HEADER = struct.Struct(">4sHHI")
 HEADER_BYTES = HEADER.size  # 12
@@ -238,14 +237,6 @@ FEATURES = {
 
 
 # ----------------------------------------------------------------------- framing
-
-
-def probe(prefix: bytes) -> Verdict:
-    """YES when a stream direction starts with the FLX1 magic (§5.3), NEED_MORE while the
-    prefix is shorter than the magic and could still be it, else NO."""
-    if len(prefix) < len(MAGIC):
-        return Verdict.NEED_MORE if MAGIC.startswith(bytes(prefix)) else Verdict.NO
-    return Verdict.YES if prefix[:4] == MAGIC else Verdict.NO
 
 
 def make_pdu_length(max_frame_bytes: int) -> Callable[[memoryview], int | None]:

@@ -201,10 +201,15 @@ def test_help_imports_no_heavy_module():
 # reader or session (Pulsar's loads its protobuf descriptors), the protobuf runtime (STAN's
 # and Liftbridge's schemas are read by dissectors.proto.wire), zstandard (the capture is
 # not zstd), rich (nothing is drawn), the worker machinery (one process), pyarrow.dataset (a
-# partition is read file by file)
+# partition is read file by file); the QUIC and TLS machinery and ``cryptography`` (no QUIC,
+# no TLS: the layers import them with a first connection), Felix's frame codec (its probe
+# needs only the magic)
 NOT_FOR_NATS = ("pandas", "dissectors.pulsar.frame", "dissectors.pulsar.session",
                 "dissectors.felix.session", "google.protobuf", "zstandard", "rich",
-                "analyzer.parallel", "multiprocessing", "pyarrow.dataset")
+                "analyzer.parallel", "multiprocessing", "pyarrow.dataset",
+                "cryptography", "reassembly.quic.connection", "reassembly.quic.crypto",
+                "reassembly.quic.frames", "reassembly.tlscommon", "reassembly.tlskeys",
+                "reassembly.tls.protection", "dissectors.felix.wire")
 
 
 def test_dissect_imports_what_the_capture_needs(tmp_path):
