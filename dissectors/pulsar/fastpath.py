@@ -159,7 +159,7 @@ def split(data: bytes, n: int, seq: int | None, cap: int | None, shared: dict[st
             recent.grew(entry, 0 if got is None else got.nbytes)
         else:
             recent.reused += 1
-        return None if got is None else got._replace(shared=shared, provenance=provenance)
+        return None if got is None else Chunk._make((shared, provenance) + got[2:])
     return _split(data, n, seq, cap, shared, provenance)
 
 

@@ -152,6 +152,16 @@ _SIMPLE: dict[str, tuple[str, str]] = {
 }
 
 
+# sub-command fields ``_columns`` looks for beyond ``_SIMPLE`` and message_id
+_RARE_FIELDS = frozenset({"message", "topic", "subscription", "last_message_id",
+                          "message_ids", "feature_flags", "metadata"})
+# commands ``_columns`` reads more of (auth data, resource ids)
+_TYPED = frozenset({CommandType.CONNECT, CommandType.AUTH_CHALLENGE, CommandType.AUTH_RESPONSE,
+                    CommandType.TOPIC_MIGRATED})
+_REDELIVER = int(CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+_SEND = int(CommandType.SEND)
+
+
 def _s64(v: int) -> int:
     return v - _U64 if v >= 1 << 63 else v
 
@@ -377,7 +387,7 @@ class PulsarSession(FramedSession, ColumnarSession):
                      pdu.frame_first, pdu.frame_last, values)
         out.append(row)
         self.frames[direction] += 1
-        problems = list(fr.problems)
+        problems = fr.problems  # (the frame's own list)
         cmd = fr.command
         sub_name = _SUB_FIELD.get(t) if t is not None else None
         sub = cmd.values.get(sub_name) if sub_name else None
@@ -395,8 +405,8 @@ class PulsarSession(FramedSession, ColumnarSession):
             values["decode_error"] = cmd.error
             problems.append((PulsarAnomaly.BAD_COMMAND,
                              f"{values['command']}: BaseCommand does not decode: {cmd.error}"))
-        unknown = [u for u in cmd.unknown if u not in _OMITTED]
-        values["unknown_fields"] = unknown
+        values["unknown_fields"] = [u for u in cmd.unknown if u not in _OMITTED] \
+            if cmd.unknown else []
         if isinstance(sub, Decoded) and t is not None:  # (a sub-command implies a type)
             self._columns(direction, t, sub, values)
             js = fastpath.plain_json(sub, _AUTH_FIELDS) if self.fast_on else None
@@ -445,22 +455,30 @@ class PulsarSession(FramedSession, ColumnarSession):
                 ):
                     continue
                 values[col] = raw
-        if isinstance(v.get("message"), str):
-            values["error_message"] = v["message"]
-        topic = v.get("topic")
-        if isinstance(topic, str):
-            values["topic"] = topic
-        subscription = v.get("subscription")
-        if isinstance(subscription, str):
-            values["subscription"] = subscription
-        elif isinstance(subscription, Decoded):  # END_TXN_ON_SUBSCRIPTION
-            values["topic"] = subscription.values.get("topic")
-            values["subscription"] = subscription.values.get("subscription")
+        topic = None
+        # (the fields below are absent from the frequent commands, SEND, MESSAGE, ACK,
+        # FLOW, SEND_RECEIPT: one check instead of a look-up each)
+        rare = not _RARE_FIELDS.isdisjoint(v)
+        if rare:
+            if isinstance(v.get("message"), str):
+                values["error_message"] = v["message"]
+            topic = v.get("topic")
+            if isinstance(topic, str):
+                values["topic"] = topic
+            subscription = v.get("subscription")
+            if isinstance(subscription, str):
+                values["subscription"] = subscription
+            elif isinstance(subscription, Decoded):  # END_TXN_ON_SUBSCRIPTION
+                values["topic"] = subscription.values.get("topic")
+                values["subscription"] = subscription.values.get("subscription")
         # message ids
         mid = v.get("message_id")
-        if mid is None:
-            mid = v.get("last_message_id")
-        ids = v.get("message_ids") if t == CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES else None
+        ids = None
+        if rare:
+            if mid is None:
+                mid = v.get("last_message_id")
+            if t == _REDELIVER:
+                ids = v.get("message_ids")
         if isinstance(mid, list):
             ids = mid
             mid = mid[0] if mid else None
@@ -472,13 +490,16 @@ class PulsarSession(FramedSession, ColumnarSession):
         if ids:
             values["message_ids"] = [x for x in map(_message_id, ids) if x is not None]
         # feature flags, metadata, auth
-        ff = v.get("feature_flags")
-        if isinstance(ff, Decoded):
-            values["feature_flags"] = [n for n in _FEATURES if ff.values.get(n) is True]
-        md = _kv(v.get("metadata"))
-        if md is not None:
-            values["metadata"] = md
-        if t == CommandType.CONNECT:
+        if rare:
+            ff = v.get("feature_flags")
+            if isinstance(ff, Decoded):
+                values["feature_flags"] = [n for n in _FEATURES if ff.values.get(n) is True]
+            md = _kv(v.get("metadata"))
+            if md is not None:
+                values["metadata"] = md
+        if t not in _TYPED:
+            pass
+        elif t == CommandType.CONNECT:
             method = v.get("auth_method_name")
             if method is None and "auth_method" in v:
                 method = _enum(specs.get("auth_method"), v["auth_method"])
@@ -501,15 +522,16 @@ class PulsarSession(FramedSession, ColumnarSession):
                 col = ("consumer_id" if v.get("resource_type") == ResourceType.CONSUMER
                        else "producer_id")
                 values[col] = _s64(rid)
-        if t == CommandType.SEND and "num_messages" not in v:
+        if t == _SEND and "num_messages" not in v:
             values["num_messages"] = 1
         # topic bookkeeping and resolution
         pid = values.get("producer_id")
         cid = values.get("consumer_id")
-        if t == CommandType.PRODUCER and isinstance(topic, str) and pid is not None:
-            self.producers[pid] = topic
-        elif t == CommandType.SUBSCRIBE and isinstance(topic, str) and cid is not None:
-            self.consumers[cid] = (topic, values.get("subscription"))
+        if isinstance(topic, str):
+            if t == CommandType.PRODUCER and pid is not None:
+                self.producers[pid] = topic
+            elif t == CommandType.SUBSCRIBE and cid is not None:
+                self.consumers[cid] = (topic, values.get("subscription"))
         if values.get("topic") is None:
             if pid is not None and pid in self.producers:
                 values["topic"] = self.producers[pid]
