@@ -19,136 +19,51 @@ cannot say:
   inbox is bound so the response row carries stream and partition.
 
 Options: ``payload_cap`` (value bytes kept per row, default 4096, None = all).
+
+Layout: this module declares the dissector (the registry loads it on every run) and
+keeps its per-scope state; the decoder (``decoder``, with the envelope reader and
+``dissectors.proto``) is imported by the first message the dissector is asked about.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 from collections import OrderedDict
-from functools import cache
-from typing import Any, ClassVar
+from functools import cache, cached_property
+from typing import TYPE_CHECKING, ClassVar
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
-from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_header
+from dissectors.liftbridge.magic import MAGIC
 from dissectors.liftbridge.table import ENTRIES_TABLE, LIFTBRIDGE_TABLE, MSG_TYPES
 from dissectors.options import SessionOptions, read_payload_cap
-from dissectors.proto import Decoded, Kind, decode, schema
-from dissectors.proto.columns import RowsFormat, rows_for
-from dissectors.proto.columns import enabled as columns_enabled
-from dissectors.proto.wire import FieldSpec
+
+if TYPE_CHECKING:
+    from dissectors.proto.columns import RowsFormat
 
 __all__ = ["ENTRIES_TABLE", "LIFTBRIDGE_TABLE", "MSG_TYPES", "LiftbridgeDissector"]
 
 NAME = "liftbridge"
-_API = "msgcap.liftbridge.api."
-_INTERNAL = "msgcap.liftbridge.internal."
-
-# MsgType → protobuf message (None: ReplicationResponse, not protobuf)
-_SCHEMAS: dict[int, str | None] = {
-    0: _API + "Message",
-    1: _API + "Ack",
-    2: _INTERNAL + "ReplicationRequest",
-    3: None,
-    4: _INTERNAL + "RaftJoinRequest",
-    5: _INTERNAL + "RaftJoinResponse",
-    6: _INTERNAL + "LeaderEpochOffsetRequest",
-    7: _INTERNAL + "LeaderEpochOffsetResponse",
-    8: _INTERNAL + "PropagatedRequest",
-    9: _INTERNAL + "PropagatedResponse",
-    10: _INTERNAL + "ServerInfoRequest",
-    11: _INTERNAL + "ServerInfoResponse",
-    12: _INTERNAL + "PartitionStatusRequest",
-    13: _INTERNAL + "PartitionStatusResponse",
-    14: _INTERNAL + "PartitionNotification",
-}
-
-# (message, field) → column where the names differ
-_RENAME = {
-    ("ServerInfoRequest", "id"): "server_id",
-    ("ServerInfoResponse", "id"): "server_id",
-}
-_TS_FIELDS = frozenset({"timestamp", "reception_timestamp", "commit_timestamp"})
-_U64_FIELDS = frozenset({"leader_epoch", "epoch"})
-_I64_MAX = (1 << 63) - 1
-_HINT_STREAM = "stream"
-_HINT_REPLY = "reply"
 
 
-# Stream subjects remembered per scope (oldest forgotten first; the dispatcher's own
-# binding table is capped the same way), so a capture full of acks naming made-up
-# partition subjects cannot grow memory without bound.
-MAX_STREAM_SUBJECTS = 100_000
+@cache
+def _columns() -> RowsFormat:
+    from dissectors.proto.columns import RowsFormat
 
-_COLUMNS = RowsFormat(LIFTBRIDGE_TABLE)
+    return RowsFormat(LIFTBRIDGE_TABLE)
 
 
 class LiftbridgeState:
     def __init__(self, options: SessionOptions) -> None:
         self.payload_cap = read_payload_cap(options, "liftbridge")
         self.stream_subjects: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
-        # rows as columns in a columnar run (dissectors.proto.columns)
-        self.columns = _COLUMNS if columns_enabled(options, NAME) else None
+        self._options = options
 
+    @cached_property
+    def columns(self) -> RowsFormat | None:
+        """Rows as columns in a columnar run (``dissectors.proto.columns``): asked by the
+        first decode, so a scope that meets no Liftbridge message does not import it."""
+        from dissectors.proto.columns import enabled
 
-def _hint(kind: str, stream: str, partition: int | None) -> str:
-    return f"{kind}|{stream}|{'' if partition is None else partition}"
-
-
-def _parse_hint(hint: str) -> tuple[str, str | None, int | None]:
-    kind, _, rest = hint.partition("|")
-    stream, _, part = rest.partition("|")
-    try:
-        partition = int(part) if part else None
-    except ValueError:
-        partition = None
-    return kind, (stream or None), partition
-
-
-def _value_columns(values: dict[str, Any], value: bytes | None, cap: int | None) -> None:
-    if value is None:
-        values["value_len"] = None
-        return
-    values["value_len"] = len(value)
-    values["value_sha256"] = hashlib.sha256(value).hexdigest()
-    kept = value if cap is None or len(value) <= cap else value[:cap]
-    values["value"] = kept
-    values["value_truncated"] = len(kept) < len(value)
-
-
-def _subject_stream(subject: str, suffix: str) -> tuple[str | None, int | None]:
-    """``<ns>.<stream>.<partition>.<suffix>`` → (stream, partition)."""
-    toks = subject.split(".")
-    if len(toks) >= 4 and toks[-1] == suffix:
-        try:
-            return toks[-3], int(toks[-2])
-        except ValueError:
-            return None, None
-    return None, None
-
-
-def _json_value(v: object, spec: FieldSpec | None = None) -> object:
-    if isinstance(v, Decoded):
-        return _json_obj(v)
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if isinstance(v, list):
-        return [_json_value(x, spec) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _json_value(x) for k, x in v.items()}
-    if spec is not None and spec.kind is Kind.ENUM and spec.enum and isinstance(v, int):
-        return spec.enum.get(v, v)
-    return v
-
-
-def _json_obj(d: Decoded) -> dict[str, object]:
-    by_name = {s.name: s for s in d.schema.fields.values()}
-    return {k: _json_value(v, by_name.get(k)) for k, v in d.values.items()}
-
-
-def _dumps(obj: object) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return _columns() if enabled(self._options, NAME) else None
 
 
 class LiftbridgeDissector(PayloadDissector):
@@ -171,362 +86,6 @@ class LiftbridgeDissector(PayloadDissector):
     def decode(
         cls, state: LiftbridgeState, bindings: Bindings, msg: CarriedMessage, hint: str
     ) -> list[Record]:
-        payload = msg.payload
-        kind, h_stream, h_partition = _parse_hint(hint) if hint else ("", None, None)
-        if payload[:4] != MAGIC:
-            if kind != _HINT_STREAM:
-                return []
-            return [cls._plain(state, bindings, msg, h_stream, h_partition)]
-        values: dict[str, Any] = {"magic_ok": True, "malformed": False, "decode_error": None,
-                                  "unknown_fields": []}
-        anomalies: list[tuple[str, str]] = []
-        header = parse_header(payload)
-        values["version"] = header.version
-        values["header_len"] = header.header_len
-        values["flags"] = header.flags
-        values["msg_type_code"] = header.msg_type
-        code = header.msg_type
-        values["msg_type"] = MSG_TYPES[code] if code is not None and code < len(MSG_TYPES) else None
-        values["crc32c"] = header.crc
-        values["crc_status"] = header.crc_status
-        anomalies.extend(header.problems)
-        children: list[Record] = []
-        if header.fatal is not None:
-            values["malformed"] = True
-            values["decode_error"] = header.fatal
-        elif values["msg_type"] is None:
-            detail = f"unknown envelope MsgType {code}; payload not decoded"
-            values["malformed"] = True
-            values["decode_error"] = detail
-            anomalies.append(("liftbridge.unknown_msg_type", detail))
-        else:
-            assert code is not None  # MSG_TYPES named it
-            at = header.payload_at or 0
-            body = payload[at:]
-            values["payload_len"] = len(body)
-            if kind == _HINT_REPLY or code in (2, 6):
-                if kind == _HINT_REPLY:
-                    values["stream"], values["partition"] = h_stream, h_partition
-                else:
-                    suffix = "replicate" if code == 2 else "offset"
-                    values["stream"], values["partition"] = _subject_stream(msg.subject, suffix)
-            if code == 3:
-                children = cls._replication_response(state, bindings, msg, values, body, at,
-                                                     anomalies)
-            else:
-                cls._protobuf(state, bindings, msg, code, values, body, at, anomalies)
-        fmt = None if anomalies or children else rows_for(state.columns, bindings)
-        if fmt is not None:
-            out = [fmt.record(msg, values)]
-        else:
-            rec = msg.record(NAME, values)
-            rec.children = children
-            out = [rec]
-            out.extend(msg.anomaly(k, d) for k, d in anomalies)
-        cls._learn_reply(bindings, msg, code, values)
-        return out
+        from dissectors.liftbridge.decoder import LiftbridgeDecoder
 
-    # -- plain stream data ------------------------------------------------------------
-
-    @classmethod
-    def _plain(cls, state: LiftbridgeState, bindings: Bindings, msg: CarriedMessage,
-               stream: str | None, partition: int | None) -> Record:
-        values: dict[str, Any] = {
-            "magic_ok": False,
-            "malformed": False,
-            "payload_len": len(msg.payload),
-            "subject": msg.subject,
-            "stream": stream,
-            "partition": partition,
-        }
-        _value_columns(values, msg.payload, state.payload_cap)
-        fmt = rows_for(state.columns, bindings)
-        return msg.record(NAME, values) if fmt is None else fmt.record(msg, values)
-
-    # -- protobuf types ---------------------------------------------------------------
-
-    @classmethod
-    def _protobuf(cls, state: LiftbridgeState, bindings: Bindings, msg: CarriedMessage,
-                  code: int, values: dict[str, Any], body: bytes, at: int,
-                  anomalies: list[tuple[str, str]]) -> None:
-        full = _SCHEMAS[code]
-        assert full is not None
-        d = decode(body, schema(full), base=at)
-        clean_end = d.error is None
-        if not clean_end:
-            values["malformed"] = True
-            values["decode_error"] = d.error
-            anomalies.append((
-                "liftbridge.truncated_protobuf" if d.truncated else "liftbridge.bad_protobuf",
-                f"{MSG_TYPES[code]}: {d.error}; {len(d.values)} field(s) decoded before it",
-            ))
-        values["unknown_fields"] = list(d.unknown)
-        if d.bad_utf8:
-            anomalies.append((
-                "liftbridge.invalid_utf8",
-                f"{MSG_TYPES[code]}: string field(s) {', '.join(d.bad_utf8)} not valid UTF-8",
-            ))
-        if code == 8:
-            cls._propagated_request(values, d, clean_end, anomalies)
-        elif code == 9:
-            cls._propagated_response(values, d, clean_end, anomalies)
-        else:
-            got = d.values
-            for name, col, default, spec, how in _plan(full):
-                if name in got:
-                    v = got[name]
-                elif clean_end and default is not _ABSENT:
-                    v = default
-                else:
-                    continue
-                if how == _COPY:
-                    values[col] = v
-                elif how == _VALUE:
-                    _value_columns(values, v, state.payload_cap)
-                else:
-                    _set(values, col, v, spec, anomalies, MSG_TYPES[code])
-        if code == 0:
-            cls._internal_value(msg, values, d)
-        cls._learn_streams(state, bindings, code, values, d)
-
-    @classmethod
-    def _propagated_request(cls, values: dict[str, Any], d: Decoded, clean_end: bool,
-                            anomalies: list[tuple[str, str]]) -> None:
-        op_spec = d.schema.fields[1]
-        if "op" in d.values or clean_end:
-            _set(values, "op", d.values.get("op", 0), op_spec, anomalies, "PropagatedRequest")
-        set_ops = [(k, v) for k, v in d.values.items() if isinstance(v, Decoded)]
-        if not set_ops:
-            return
-        if len(set_ops) == 1:
-            values["op_json"] = _dumps({set_ops[0][0]: _json_obj(set_ops[0][1])})
-        else:
-            values["op_json"] = _dumps({k: _json_obj(v) for k, v in set_ops})
-        opname, op = set_ops[0]
-        ov = op.values
-        if opname == "create_stream_op":
-            stream = ov.get("stream")
-            if isinstance(stream, Decoded):
-                values["stream"] = stream.values.get("name", "")
-            return
-        specs = {s.name: s for s in op.schema.fields.values()}
-        for field_name, col in (
-            ("stream", "stream"), ("partition", "partition"), ("replica_to_remove", "replica"),
-            ("replica_to_add", "replica"), ("replica", "replica"), ("leader", "leader"),
-            ("leader_epoch", "leader_epoch"), ("group_id", "group_id"),
-            ("consumer_id", "consumer_id"), ("coordinator", "coordinator"), ("epoch", "epoch"),
-        ):
-            if field_name in ov:
-                _set(values, col, ov[field_name], specs[field_name], anomalies, opname)
-            elif field_name in specs and op.error is None and col not in values:
-                _set(values, col, _default(specs[field_name].kind), specs[field_name],
-                     anomalies, opname)
-
-    @classmethod
-    def _propagated_response(cls, values: dict[str, Any], d: Decoded, clean_end: bool,
-                             anomalies: list[tuple[str, str]]) -> None:
-        fields = d.schema.fields
-        if "op" in d.values or clean_end:
-            _set(values, "op", d.values.get("op", 0), fields[1], anomalies, "PropagatedResponse")
-        err = d.values.get("error")
-        if isinstance(err, Decoded):
-            values["error_code"] = err.values.get("code", 0)
-            values["error"] = err.values.get("msg", "")
-        elif clean_end:
-            values["error_code"] = 0
-            values["error"] = ""
-        resp = d.values.get("join_consumer_group_resp")
-        if isinstance(resp, Decoded):
-            values["coordinator"] = resp.values.get("coordinator", "")
-            epoch = resp.values.get("epoch", 0)
-            _set(values, "epoch", epoch, resp.schema.fields[2], anomalies, "PropagatedResponse")
-
-    @classmethod
-    def _internal_value(cls, msg: CarriedMessage, values: dict[str, Any], d: Decoded) -> None:
-        """Values of the internal `__activity` / `__cursors` streams, when they decode."""
-        value = d.values.get("value")
-        if not value:
-            return
-        last = msg.subject.rsplit(".", 1)[-1]
-        stream = d.values.get("stream", "")
-        if last == "activity" or stream == "__activity":
-            full = _API + "ActivityStreamEvent"
-        elif last == "cursors" or stream == "__cursors":
-            full = _INTERNAL + "Cursor"
-        else:
-            return
-        inner = decode(value, schema(full))
-        if not inner.clean:
-            return
-        values["value_decoded_as"] = inner.schema.name
-        values["value_json"] = _dumps(_json_obj(inner))
-
-    # -- ReplicationResponse ----------------------------------------------------------
-
-    @classmethod
-    def _replication_response(cls, state: LiftbridgeState, bindings: Bindings,
-                              msg: CarriedMessage, values: dict[str, Any], body: bytes,
-                              at: int, anomalies: list[tuple[str, str]]) -> list[Record]:
-        epoch, hw, entries, problems = parse_entries(body, at)
-        if epoch is not None:
-            _set_u64(values, "leader_epoch", epoch, anomalies, "ReplicationResponse")
-        values["high_watermark"] = hw
-        values["entry_count"] = len(entries)
-        anomalies.extend(problems)
-        if problems and any(k == "liftbridge.bad_message_set" for k, _ in problems):
-            values["malformed"] = True
-            values["decode_error"] = next(d for k, d in problems
-                                          if k == "liftbridge.bad_message_set")
-        children = []
-        for e in entries:
-            row = cls._entry_values(state, e, anomalies)
-            children.append(msg.record(ENTRIES_TABLE.name, row))
-            subject = row.get("subject")
-            if subject and e.error is None:
-                cls._bind_stream(state, bindings, subject, values.get("stream") or "",
-                                 values.get("partition"))
-        return children
-
-    @classmethod
-    def _entry_values(cls, state: LiftbridgeState, e: Entry,
-                      anomalies: list[tuple[str, str]]) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "entry_index": e.index,
-            "offset": e.offset,
-            "timestamp": e.timestamp_ns,
-            "size": e.size,
-            "crc32c": e.crc,
-            "crc_status": e.crc_status,
-            "magic": e.magic,
-            "attributes": e.attributes,
-            "key": e.key,
-            "malformed": e.error is not None,
-            "decode_error": e.error,
-        }
-        if e.leader_epoch is not None:
-            _set_u64(row, "leader_epoch", e.leader_epoch, anomalies, f"entry {e.index}")
-        if e.headers is not None or e.error is None:
-            _value_columns(row, e.value, state.payload_cap)
-        if e.headers is not None:
-            row["headers"] = list(e.headers.items())
-            for hk, col in (("subject", "subject"), ("reply", "reply")):
-                hv = e.headers.get(hk)
-                if hv is not None:
-                    row[col] = hv.decode("utf-8", "backslashreplace")
-        return row
-
-    # -- learning ---------------------------------------------------------------------
-
-    @classmethod
-    def _bind_stream(cls, state: LiftbridgeState, bindings: Bindings, subject: object,
-                     stream: str, partition: int | None) -> None:
-        if not isinstance(subject, str) or not subject or any(c.isspace() for c in subject):
-            return
-        old = state.stream_subjects.get(subject)
-        if old is not None and (old[0] or not stream) and (old[1] is not None or partition is None):
-            return  # nothing new
-        stream = stream or (old[0] if old else "")
-        if partition is None and old is not None:
-            partition = old[1]
-        state.stream_subjects[subject] = (stream, partition)
-        state.stream_subjects.move_to_end(subject)
-        if len(state.stream_subjects) > MAX_STREAM_SUBJECTS:
-            state.stream_subjects.popitem(last=False)
-        hint = _hint(_HINT_STREAM, stream, partition)
-        toks = subject.split(".")
-        if "*" in toks or ">" in toks:
-            bindings.bind_pattern(subject, NAME, hint)
-        else:
-            bindings.bind_subject(subject, NAME, hint)
-
-    @classmethod
-    def _learn_streams(cls, state: LiftbridgeState, bindings: Bindings, code: int,
-                       values: dict[str, Any], d: Decoded) -> None:
-        if code == 0:  # a forwarded publish names its stream subject
-            stream = d.values.get("stream", "")
-            subj = d.values.get("subject")
-            if stream and subj:
-                cls._bind_stream(state, bindings, subj, stream, d.values.get("partition"))
-        elif code == 1:
-            cls._bind_stream(state, bindings, d.values.get("partition_subject"),
-                             d.values.get("stream", ""), None)
-        elif code == 8:
-            op = d.values.get("create_stream_op")
-            stream = op.values.get("stream") if isinstance(op, Decoded) else None
-            if not isinstance(stream, Decoded):
-                return
-            name = stream.values.get("name", "")
-            parts = stream.values.get("partitions", [])
-            for p in parts:
-                if isinstance(p, Decoded):
-                    cls._bind_stream(state, bindings, p.values.get("subject"),
-                                     p.values.get("stream", name), p.values.get("id", 0))
-            if not parts:
-                cls._bind_stream(state, bindings, stream.values.get("subject"), name, 0)
-
-    @classmethod
-    def _learn_reply(cls, bindings: Bindings, msg: CarriedMessage, code: int | None,
-                     values: dict[str, Any]) -> None:
-        if code in (2, 6) and msg.reply_to and values.get("stream") is not None:
-            bindings.bind_subject(
-                msg.reply_to, NAME, _hint(_HINT_REPLY, values["stream"], values.get("partition"))
-            )
-
-
-_ABSENT = object()  # a field left null when absent (no invented default)
-_COPY, _VALUE, _SET = 0, 1, 2  # straight to its column / the value columns / ``_set``
-
-
-@cache
-def _plan(full: str) -> tuple[tuple[str, str, object, FieldSpec, int], ...]:
-    """``(field, column, value when absent, spec, how)`` of each field of ``full``, in
-    schema order: what ``_protobuf`` does per field, worked out once per message type
-    (as ``dissectors.stan.decode._plan``)."""
-    sch = schema(full)
-    out = []
-    for spec in sch.fields.values():
-        name = spec.name
-        col = _RENAME.get((sch.name, name), name)
-        default: object = _ABSENT
-        if name not in _TS_FIELDS and spec.kind is not Kind.MESSAGE:
-            # (a map's default is never changed: ``_set`` lists its items)
-            default = {} if spec.kind is Kind.MAP else _default(spec.kind)
-        how = (_VALUE if name == "value" else
-               _SET if spec.kind in (Kind.ENUM, Kind.UINT64, Kind.MAP) or col in _U64_FIELDS
-               else _COPY)
-        out.append((name, col, default, spec, how))
-    return tuple(out)
-
-
-def _default(kind: Kind) -> str | bytes | bool | int:
-    if kind is Kind.STRING:
-        return ""
-    if kind is Kind.BYTES:
-        return b""
-    if kind is Kind.BOOL:
-        return False
-    return 0
-
-
-def _set_u64(values: dict[str, Any], col: str, v: int, anomalies: list[tuple[str, str]],
-             where: str) -> None:
-    if v > _I64_MAX:
-        anomalies.append((
-            "liftbridge.uint64_overflow",
-            f"{where}: {col} = {v} does not fit int64; column left null",
-        ))
-        values[col] = None
-    else:
-        values[col] = v
-
-
-def _set(values: dict[str, Any], col: str, v: Any, spec: FieldSpec,
-         anomalies: list[tuple[str, str]], where: str) -> None:
-    if spec.kind is Kind.ENUM:
-        v = spec.enum.get(v, str(v)) if spec.enum else str(v)
-    elif spec.kind is Kind.UINT64 or col in _U64_FIELDS:
-        _set_u64(values, col, v, anomalies, where)
-        return
-    elif spec.kind is Kind.MAP:
-        v = list(v.items())
-    values[col] = v
+        return LiftbridgeDecoder.decode(state, bindings, msg, hint)

@@ -22,6 +22,8 @@ from typing import Any
 
 import crc32c as _crc32c
 
+from dissectors.liftbridge.magic import MAGIC  # re-exported
+
 __all__ = [
     "FLAG_CRC",
     "MAGIC",
@@ -32,7 +34,6 @@ __all__ = [
     "parse_header",
 ]
 
-MAGIC = b"\xb9\x0e\x43\xb4"
 FLAG_CRC = 0x01
 HEADER_LEN = 8
 HEADER_LEN_CRC = 12

@@ -37,24 +37,17 @@ Options: ``payload_cap`` (bytes of ``data`` kept per row, default 4096, None = a
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, ClassVar
+from functools import cache, cached_property
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
 from dissectors.dispatch import subject_matches
 from dissectors.options import SessionOptions, read_payload_cap
-from dissectors.proto import Decoded
-from dissectors.proto.columns import RowsFormat, rows_for
-from dissectors.proto.columns import enabled as columns_enabled
-from dissectors.stan.decode import (
-    FIRST_BYTES,
-    KINDS,
-    REPLY_KINDS,
-    decode_kind,
-    infer,
-    plausible_subject,
-    score,
-)
 from dissectors.stan.table import MSG_TYPES, STAN_TABLE
+
+if TYPE_CHECKING:
+    from dissectors.proto import Decoded
+    from dissectors.proto.columns import RowsFormat
 
 __all__ = ["MSG_TYPES", "STAN_TABLE", "StanDissector", "StanState"]
 
@@ -79,7 +72,19 @@ _STATIC_TOKENS = tuple((tuple(p.split(".")), k) for p, k in STATIC_SUBJECTS)
 # Bounded: a capture of many unanswered look-alikes must not grow memory.
 MAX_PENDING_DISCOVER = 1024
 
-_COLUMNS = RowsFormat(STAN_TABLE)
+# The tags a STAN message can start with (``decode.FIRST_BYTES``, which reads them from
+# the schemas; tests/stan checks the two agree): written out so that registering the
+# dissector, on every run, reads no schema.  The message decoder (``decode``, with
+# ``dissectors.proto``) is imported by the first payload that needs it.
+FIRST_BYTES = frozenset({8, 10, 16, 18, 24, 26, 34, 40, 42, 48, 50, 56, 58, 64, 72, 80, 82, 88,
+                         96, 162})
+
+
+@cache
+def _columns() -> RowsFormat:
+    from dissectors.proto.columns import RowsFormat
+
+    return RowsFormat(STAN_TABLE)
 
 _LEARNED = "learned"
 _INFERRED = "inferred"
@@ -106,8 +111,15 @@ class StanState:
         # reply inboxes of confirmed discoveries (the response is seen twice)
         self.confirmed: OrderedDict[str, None] = OrderedDict()
         self.discover_prefixes: set[str] = {DEFAULT_DISCOVER_PREFIX}
-        # rows as columns in a columnar run (dissectors.proto.columns)
-        self.columns = _COLUMNS if columns_enabled(options, NAME) else None
+        self._options = options
+
+    @cached_property
+    def columns(self) -> RowsFormat | None:
+        """Rows as columns in a columnar run (``dissectors.proto.columns``): asked by the
+        first decode, so a scope that meets no STAN message does not import it."""
+        from dissectors.proto.columns import enabled
+
+        return _columns() if enabled(self._options, NAME) else None
 
 
 class StanDissector(PayloadDissector):
@@ -124,6 +136,8 @@ class StanDissector(PayloadDissector):
     def probe_payload(cls, payload: bytes) -> Verdict:
         if not payload:
             return Verdict.NO
+        from dissectors.stan.decode import infer
+
         return Verdict.YES if infer(payload, None) is not None else Verdict.NO
 
     @classmethod
@@ -134,6 +148,9 @@ class StanDissector(PayloadDissector):
     def decode(
         cls, state: StanState, bindings: Bindings, msg: CarriedMessage, hint: str
     ) -> list[Record]:
+        from dissectors.proto.columns import rows_for
+        from dissectors.stan.decode import KINDS, decode_kind, infer
+
         payload = msg.payload
         has_reply = bool(msg.reply_to)
         alternatives: tuple[str, ...] | None = None
@@ -183,6 +200,8 @@ class StanDissector(PayloadDissector):
         inferred: bool,
         typed_by: str,
     ) -> None:
+        from dissectors.stan.decode import REPLY_KINDS, plausible_subject, score
+
         suffix = _INFERRED if inferred else _LEARNED
 
         def bind(subject: object, k: str, sfx: str = suffix) -> None:

@@ -71,9 +71,7 @@ _COLUMN = {
 }
 _UINT64_FIELDS = frozenset({"sequence", "start_sequence"})
 _I64_MAX = (1 << 63) - 1
-# the StartPosition names are read from the descriptors when a value is first decoded
-# (``enum_names`` keeps them), not at import: a capture without STAN never reads them
-_START_POSITION = "msgcap.stan.StartPosition"
+_START_POSITION = enum_names("msgcap.stan.StartPosition")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +138,7 @@ def decode_kind(
                 ))
                 continue
             if special == _ENUM:
-                v = enum_names(_START_POSITION).get(v, str(v))
+                v = _START_POSITION.get(v, str(v))
         values[column] = v
     if msg_type == "MsgProto":
         _crc(values, d, problems)

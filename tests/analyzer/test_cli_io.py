@@ -203,13 +203,16 @@ def test_help_imports_no_heavy_module():
 # not zstd), rich (nothing is drawn), the worker machinery (one process), pyarrow.dataset (a
 # partition is read file by file); the QUIC and TLS machinery and ``cryptography`` (no QUIC,
 # no TLS: the layers import them with a first connection), Felix's frame codec (its probe
-# needs only the magic)
+# needs only the magic), the STAN and Liftbridge decoders and ``dissectors.proto`` (no
+# STAN or Liftbridge message: the dissectors' classes and states need neither)
 NOT_FOR_NATS = ("pandas", "dissectors.pulsar.frame", "dissectors.pulsar.session",
                 "dissectors.felix.session", "google.protobuf", "zstandard", "rich",
                 "analyzer.parallel", "multiprocessing", "pyarrow.dataset",
                 "cryptography", "reassembly.quic.connection", "reassembly.quic.crypto",
                 "reassembly.quic.frames", "reassembly.tlscommon", "reassembly.tlskeys",
-                "reassembly.tls.protection", "dissectors.felix.wire")
+                "reassembly.tls.protection", "dissectors.felix.wire", "dissectors.stan.decode",
+                "dissectors.liftbridge.decoder", "dissectors.liftbridge.envelope",
+                "dissectors.proto")
 
 
 def test_dissect_imports_what_the_capture_needs(tmp_path):

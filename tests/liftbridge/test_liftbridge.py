@@ -398,7 +398,7 @@ def test_random_and_mutated_envelopes_never_raise_and_rows_validate(payloads):
 
 
 def test_stream_subject_memory_is_bounded(monkeypatch):
-    import dissectors.liftbridge as lb
+    import dissectors.liftbridge.decoder as lb
 
     monkeypatch.setattr(lb, "MAX_STREAM_SUBJECTS", 2)
     sc = scope()

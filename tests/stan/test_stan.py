@@ -163,6 +163,14 @@ def test_full_session_typed_by_learned_subjects_exact_values():
     assert all(x["inferred_alternatives"] is None for x in r)
 
 
+def test_probe_first_bytes_are_those_the_schemas_give():
+    """The dissector's written-out first bytes (so that registering it reads no schema)
+    are exactly the tags ``decode`` derives from the STAN schemas."""
+    from dissectors.stan.decode import FIRST_BYTES
+
+    assert StanDissector.probe_first_bytes == FIRST_BYTES
+
+
 def test_rows_pass_the_schema_validator():
     r = session_rows(scope())
     env = {"capture_id": "c", "flow_id": 1, "direction": "c2s"}
