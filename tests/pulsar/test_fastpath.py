@@ -19,6 +19,7 @@ from typing import Any
 
 import cramjam
 import lz4.block
+import numpy as np
 import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 from dissectors.api import ColumnBatch, Direction, Record
 from dissectors.pulsar import PULSAR_COMMANDS, PULSAR_MESSAGES, fastpath, pb
 from dissectors.pulsar.session import _AUTH_FIELDS, _COMPACT_JSON, PulsarSession, _plain
-from dissectors.schema import arrow_schema, rows_to_batch
+from dissectors.schema import SchemaError, arrow_schema, rows_to_batch
 from dissectors.sdk.testing import Data, Gap, run_session
 from tests.pulsar.wire import batch, cmd, frame, metadata
 
@@ -524,3 +525,40 @@ def test_the_compiled_json_is_used():
         assert fastpath.plain_json(sub, _AUTH_FIELDS) == _COMPACT_JSON(_plain(sub))
     sub = fastpath.decode(_DECODE_CASES[-1][1], _DECODE_CASES[-1][0]).values["auth_response"]
     assert fastpath.plain_json(sub, _AUTH_FIELDS) is None  # auth data: length and digest
+
+
+def test_shared_columns_are_the_rows_conversion():
+    """``MessageAccumulator.to_batch`` builds the shared columns of many chunks (frames
+    of both directions and codecs, other flows and endpoints) per column; the reference's
+    way, one dict row per chunk through ``rows_to_batch`` then repeated, gives the same
+    arrays, and a value that does not convert is left to that way (which raises as
+    ``rows_to_batch`` does)."""
+    chunks, envelopes = [], []
+    for k, codec in enumerate((0, 1, 2, 3, 4, 2, 0)):
+        s = PulsarSession({})
+        s.columnar(True)
+        run_session(lambda s=s: s, _plain_frames(codec))
+        assert s.fast_rows is not None
+        for i, chunk in enumerate(s.fast_rows.chunks):
+            chunks.append(chunk)
+            envelopes.append((k % 3, 10 * k + i, ("c2s", "s2c")[i % 2], None if k else 5,
+                              f"10.0.0.{k % 2}", 1000 + k, "10.0.0.9", 6650,
+                              *chunk.provenance[2:4], *chunk.provenance[:2],
+                              *chunk.provenance[4:]))
+    counts = np.array([c.n for c in chunks], np.int64)
+    total = int(counts.sum())
+    got = fastpath._shared_columns(chunks, envelopes, counts, total, "cafe")
+    want = fastpath._shared_by_rows(chunks, envelopes, counts, total, "cafe")
+    assert got is not None
+    for name, column in want.items():
+        if name in got:
+            assert got[name].type == column.type, name
+            assert got[name].equals(column), name
+    assert set(want) - set(got) == {"record_id", "batch_index", "sequence_id", "payload_len",
+                                    "payload_sha256", "payload", "payload_truncated",
+                                    "properties", "partition_key"}
+    bad = chunks[0]._replace(shared={**chunks[0].shared, "partition": 1 << 40})
+    assert fastpath._shared_columns([bad], envelopes[:1], counts[:1], int(counts[0]),
+                                    "cafe") is None
+    with pytest.raises(SchemaError):
+        fastpath._shared_by_rows([bad], envelopes[:1], counts[:1], int(counts[0]), "cafe")
