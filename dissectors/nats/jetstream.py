@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record
+from dissectors.arrowops import call
 from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.redaction import redact_text
 from dissectors.tables import Field, TableSpec, register_table
@@ -103,19 +104,22 @@ def parse_ack(reply: str | None) -> dict[str, Any] | None:
 def ack_arrays(op: pa.Array, reply_to: pa.Array) -> dict[str, pa.Array] | None:
     """The ``js_*`` columns of a batch of ``nats`` rows (compiled fast path), or None
     when no delivery in it has an ack reply subject (the common case: one vectorised
-    test, after a look for the prefix in the column's bytes that spares most runs the
-    import of ``pyarrow.compute``)."""
+    test, after a look for the prefix in the column's bytes that spares most runs even
+    that; the kernels are called through ``arrowops.call``, so a run with acks does not
+    import ``pyarrow.compute`` either)."""
     data = reply_to.buffers()[2]
     if data is None or _ACK_BYTES not in data.to_pybytes():
         return None
-    import pyarrow.compute as pc
+    from pyarrow import _compute
 
-    hits = pc.and_(pc.starts_with(reply_to, ACK_PREFIX),
-                   pc.is_in(op, pa.array(["MSG", "HMSG"])))
-    if not pc.any(hits).as_py():
+    hits = call("and", call("starts_with", reply_to,
+                            options=_compute.MatchSubstringOptions(ACK_PREFIX)),
+                call("is_in", op, options=_compute.SetLookupOptions(pa.array(["MSG", "HMSG"]))))
+    at = call("indices_nonzero", call("coalesce", hits, pa.scalar(False)))
+    if not len(at):
         return None
     cols: dict[str, list[Any]] = {name: [None] * len(op) for name in _NAMES}
-    for i in pc.indices_nonzero(pc.fill_null(hits, False)).to_pylist():
+    for i in at.to_pylist():
         parsed = parse_ack(reply_to[i].as_py())
         if parsed:
             for name, value in parsed.items():

@@ -212,7 +212,7 @@ NOT_FOR_NATS = ("pandas", "dissectors.pulsar.frame", "dissectors.pulsar.session"
                 "reassembly.quic.frames", "reassembly.tlscommon", "reassembly.tlskeys",
                 "reassembly.tls.protection", "dissectors.felix.wire", "dissectors.stan.decode",
                 "dissectors.liftbridge.decoder", "dissectors.liftbridge.envelope",
-                "dissectors.proto")
+                "dissectors.proto", "pyarrow.compute")
 
 
 def test_dissect_imports_what_the_capture_needs(tmp_path):
