@@ -468,6 +468,10 @@ typedef struct {
     int64_t d_packets, d_bytes; /* since the last sync */
     int mid;                    /* data taken while syn_seen is false */
     int data_ok;                /* light flow: its TcpHalfTracker already had data */
+    /* the reorder buffer (TcpHalfStream.pieces): how many pieces, their bytes, where the
+     * first starts and the last ends (the pieces themselves live in the reference's
+     * half, written there at each sync), and the bytes buffered since the sync */
+    int64_t npieces, buffered, p_first, p_end, d_pbytes;
 } Half;
 
 typedef struct {
@@ -493,6 +497,14 @@ typedef struct { /* one taken payload */
     uint32_t len;
     int64_t off, ts, frame;
 } Seg;
+
+typedef struct { /* one payload taken into a reorder buffer (take_piece) */
+    int32_t flow;
+    int dir;
+    PyObject *data; /* its bytes (a copy: the batch may be gone by the sync) */
+    int64_t off, ts, frame;
+    int64_t held; /* the buffer's budget charge after it (TcpHalfStream._hold_budget) */
+} Piece;
 
 typedef struct {
     PyObject_HEAD
@@ -521,6 +533,11 @@ typedef struct {
     PyObject *batch;
     int64_t room;
     int mixed;
+    /* segments taken into reorder buffers since the sync, and the reference's limits
+     * on those buffers (reorder(); max_psegs 0: none is taken) */
+    Piece *pieces;
+    Py_ssize_t npieces, piececap;
+    int64_t max_pbytes, max_psegs, piece_overhead, oow_slack;
 } Engine;
 
 static uint32_t key_hash(const uint8_t *k) {
@@ -630,6 +647,11 @@ static void engine_dealloc(Engine *e) {
     PyMem_Free(e->segs);
     PyMem_Free(e->dirty);
     PyMem_Free(e->holds);
+    {
+        Py_ssize_t j;
+        for (j = 0; j < e->npieces; j++) Py_XDECREF(e->pieces[j].data);
+    }
+    PyMem_Free(e->pieces);
     Py_XDECREF(e->batch);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
@@ -721,7 +743,9 @@ static int32_t claim_from_args(Engine *e, PyObject *args, PyObject **conn, PyObj
 /* register(v6, client, cport, server, sport, flow_id, conn, info, ts_last, frame_last,
  *          idle_timeout, half_c2s, half_s2c): a flow in the reference's common state;
  * half = (base, ref_off, next_off, acked_off|None, win_edge|None, win_size,
- *         last_end|None, syn_seen, keep, recent_len, recent_held, ack_shift).
+ *         last_end|None, syn_seen, keep, recent_len, recent_held, ack_shift,
+ *         pieces, buffered, first_piece_start, last_piece_end) (the reorder buffer's
+ *         count, bytes and extent; 0 0 0 0 when empty).
  * Replaces any registration under the same key. */
 static PyObject *engine_register(Engine *e, PyObject *args) {
     int d;
@@ -734,11 +758,16 @@ static PyObject *engine_register(Engine *e, PyObject *args) {
         Half *h = &f->h[d];
         PyObject *acked, *edge, *last_end;
         unsigned long base;
-        long long ref, next, wsize, keep, rlen, rheld;
+        long long ref, next, wsize, keep, rlen, rheld, np, nb, pfirst, pend;
         int syn, shift;
-        if (!PyArg_ParseTuple(hs[d], "kLLOOLOpLLLi", &base, &ref, &next, &acked, &edge, &wsize,
-                              &last_end, &syn, &keep, &rlen, &rheld, &shift))
+        if (!PyArg_ParseTuple(hs[d], "kLLOOLOpLLLiLLLL", &base, &ref, &next, &acked, &edge,
+                              &wsize, &last_end, &syn, &keep, &rlen, &rheld, &shift, &np, &nb,
+                              &pfirst, &pend))
             return NULL;
+        h->npieces = np;
+        h->buffered = nb;
+        h->p_first = pfirst;
+        h->p_end = pend;
         h->base = (uint32_t)base;
         h->ref_off = ref;
         h->next_off = next;
@@ -886,8 +915,32 @@ static inline void took(Engine *e, Flow *f, int32_t idx, const Rec *r, int v6) {
     f->last_ord = e->taken;
 }
 
+/* What TcpHalfStream.place does with dlen bytes at off ahead of the next byte due (a
+ * capture that lost a packet: each segment after the hole is out of order until the
+ * receiver's ACK proves the hole): appended to the reorder buffer when nothing but that
+ * can follow -- it starts past the delivered bytes and at or past the last piece (no
+ * overlap, no drain), is not out of window (_far_beyond), stays within the buffer's
+ * limits (no _enforce_limits anomaly) and its budget charge fits in the room (no
+ * reclaim).  Returns the buffer's charge after it (_hold_budget), or -1: the reference
+ * places it. */
+static int64_t piece_charge(const Engine *e, const Half *h, int64_t off, uint32_t dlen) {
+    int64_t sent_end = h->npieces ? h->p_end : h->next_off, slack, nb, np, old;
+    if (!e->max_psegs || off <= h->next_off || off < sent_end) return -1;
+    if (h->has_edge) {
+        slack = h->win_size > e->oow_slack ? h->win_size : e->oow_slack;
+        if (off > h->win_edge + slack && off > sent_end + slack) return -1;
+    }
+    nb = h->buffered + dlen;
+    np = h->npieces + 1;
+    if (nb > e->max_pbytes || np > e->max_psegs) return -1;
+    old = h->npieces ? h->buffered + h->npieces * e->piece_overhead : 0;
+    if (nb + np * e->piece_overhead - old > e->headroom) return -1;
+    return nb + np * e->piece_overhead;
+}
+
 /* Take one fast TCP record if the reference would only do bookkeeping and at most one
- * in-order delivery for it; 0 if not (the reference handles the frame). */
+ * in-order delivery, or one append to a reorder buffer (piece_charge), for it; 0 if
+ * not (the reference handles the frame). */
 static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
     uint8_t k[37];
     const uint8_t *ip = d + body + r->ip;
@@ -898,7 +951,8 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
     Flow *f;
     Half *mine, *peer;
     uint32_t dlen = r->l4len - r->hlen;
-    int64_t off = 0, aoff, wb, newlen = 0, grown = 0;
+    int64_t off = 0, aoff, wb, newlen = 0, grown = 0, pheld = -1;
+    PyObject *pdata = NULL;
     if ((r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) != F_ACK) return 0;
     make_key(k, v6, src, dst, r->sport, r->dport);
     idx = find(e, k);
@@ -930,9 +984,25 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         mine->has_last_end = 1;
         return 1;
     }
-    if (dlen) {
+    aoff = seq_off(peer, r->ack);
+    /* an ACK at or past the peer's first buffered piece proves the hole before it:
+     * on_ack makes it a gap and drains the buffer (the reference does) */
+    if (peer->npieces && aoff >= peer->p_first) return 0;
+    if (dlen && (seq_off(mine, r->seq) != mine->next_off || mine->npieces)) {
         off = seq_off(mine, r->seq);
-        if (off != mine->next_off) return 0;
+        pheld = piece_charge(e, mine, off, dlen);
+        if (pheld < 0) return 0;
+        if (e->npieces == e->piececap) {
+            Py_ssize_t ncap = e->piececap ? e->piececap * 2 : 64;
+            Piece *np = PyMem_Realloc(e->pieces, sizeof(Piece) * (size_t)ncap);
+            if (np == NULL) return -1;
+            e->pieces = np;
+            e->piececap = ncap;
+        }
+        pdata = PyBytes_FromStringAndSize((const char *)d + body + r->l4 + r->hlen, dlen);
+        if (pdata == NULL) return -1;
+    } else if (dlen) {
+        off = seq_off(mine, r->seq);
         if (mine->keep) {
             newlen = mine->rlen + dlen;
             if (newlen > mine->keep) newlen = mine->keep;
@@ -952,7 +1022,7 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
             }
         }
     }
-    if (dlen && e->nsegs == e->segcap) {
+    if (dlen && pdata == NULL && e->nsegs == e->segcap) {
         Py_ssize_t ncap = e->segcap ? e->segcap * 2 : 1024;
         Seg *ns = PyMem_Realloc(e->segs, sizeof(Seg) * (size_t)ncap);
         if (ns == NULL) return -1;
@@ -962,7 +1032,6 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
     /* taken: the reference's effects, in its order */
     took(e, f, idx, r, v6);
     mine->d_packets++;
-    aoff = seq_off(peer, r->ack);
     if (!peer->has_acked || aoff > peer->acked_off) {
         peer->acked_off = aoff;
         peer->has_acked = 1;
@@ -973,7 +1042,27 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         peer->has_edge = 1;
     }
     peer->win_size = wb;
-    if (dlen) {
+    if (pdata != NULL) { /* into the reorder buffer */
+        Piece *pc = &e->pieces[e->npieces++];
+        int64_t inc = pheld - (mine->npieces ? mine->buffered +
+                                                   mine->npieces * e->piece_overhead : 0);
+        if (!mine->syn_seen) mine->mid = 1;
+        pc->flow = idx;
+        pc->dir = dir;
+        pc->data = pdata;
+        pc->off = off;
+        pc->ts = r->ts_ns;
+        pc->frame = r->number;
+        pc->held = pheld;
+        if (!mine->npieces) mine->p_first = off;
+        mine->npieces++;
+        mine->buffered += dlen;
+        mine->p_end = off + dlen;
+        mine->ref_off = off + dlen;
+        mine->d_pbytes += dlen;
+        e->headroom -= inc;
+        e->room -= inc;
+    } else if (dlen) {
         Seg *s = &e->segs[e->nsegs++];
         if (!mine->syn_seen) mine->mid = 1;
         s->flow = idx;
@@ -1276,11 +1365,31 @@ static PyObject *engine_headroom(Engine *e, PyObject *arg) {
 
 static PyObject *engine_get_mixed(Engine *e, void *c) { return PyBool_FromLong(e->mixed); }
 
+/* reorder(max_bytes, max_segments, piece_overhead, oow_slack): the reference's limits
+ * on a direction's reorder buffer (Limits.max_buffered_bytes/_segments,
+ * tcp.PIECE_OVERHEAD_BYTES, tcp.OOW_SLACK_BYTES), under which segments ahead of a hole
+ * are taken into it (piece_charge); until it is called none is. */
+static PyObject *engine_reorder(Engine *e, PyObject *args) {
+    long long nb, ns, over, slack;
+    if (!PyArg_ParseTuple(args, "LLLL", &nb, &ns, &over, &slack)) return NULL;
+    if (nb < 0 || ns < 0 || over < 0 || slack < 0) {
+        PyErr_SetString(PyExc_ValueError, "reorder limits must not be negative");
+        return NULL;
+    }
+    e->max_pbytes = nb;
+    e->max_psegs = ns;
+    e->piece_overhead = over;
+    e->oow_slack = slack;
+    Py_RETURN_NONE;
+}
+
 /* sync() -> (frames, ipv4, ipv6, now_ns, [(conn, info, ts_last, frame_last, ordinal,
  * half_c2s, half_s2c)] in the order of their last taken packet, [(conn, direction,
- * held)] the windows' budget charges in order); half = (packets, bytes, mid, next_off,
- * ref_off, last_end|None, acked_off|None, win_edge|None, win_size, recent_len).
- * Resets what was taken. */
+ * held)] the windows' budget charges in order, [(conn, direction, offset, data, ts_ns,
+ * frame, held)] the segments taken into reorder buffers in order, each with its
+ * buffer's budget charge after it); half = (packets, bytes delivered, mid, next_off,
+ * ref_off, last_end|None, acked_off|None, win_edge|None, win_size, recent_len, bytes
+ * buffered).  Resets what was taken. */
 static PyObject *opt_obj(int has, int64_t v) {
     if (!has) Py_RETURN_NONE;
     return PyLong_FromLongLong(v);
@@ -1294,7 +1403,7 @@ static int cmp_ord(const void *a, const void *b) {
 }
 
 static PyObject *engine_sync(Engine *e, PyObject *unused) {
-    PyObject *list = PyList_New(e->ndirty), *res;
+    PyObject *list = PyList_New(e->ndirty), *res, *pieces;
     int32_t i;
     int d;
     if (list == NULL) return NULL;
@@ -1305,13 +1414,13 @@ static PyObject *engine_sync(Engine *e, PyObject *unused) {
         PyObject *h[2], *t;
         for (d = 0; d < 2; d++) {
             Half *x = &f->h[d];
-            h[d] = Py_BuildValue("(LLiLLNNNLL)", (long long)x->d_packets, (long long)x->d_bytes,
-                                 x->mid, (long long)x->next_off, (long long)x->ref_off,
-                                 opt_obj(x->has_last_end, x->last_end),
+            h[d] = Py_BuildValue("(LLiLLNNNLLL)", (long long)x->d_packets,
+                                 (long long)x->d_bytes, x->mid, (long long)x->next_off,
+                                 (long long)x->ref_off, opt_obj(x->has_last_end, x->last_end),
                                  opt_obj(x->has_acked, x->acked_off),
                                  opt_obj(x->has_edge, x->win_edge), (long long)x->win_size,
-                                 (long long)x->rlen);
-            x->d_packets = x->d_bytes = 0;
+                                 (long long)x->rlen, (long long)x->d_pbytes);
+            x->d_packets = x->d_bytes = x->d_pbytes = 0;
             x->mid = 0;
         }
         t = Py_BuildValue("(OOLLLNN)", f->conn, f->info, (long long)f->ts_last,
@@ -1342,8 +1451,32 @@ static PyObject *engine_sync(Engine *e, PyObject *unused) {
             PyList_SET_ITEM(holds, j, t);
         }
         e->nholds = 0;
-        res = Py_BuildValue("(LLLLNN)", (long long)e->taken, (long long)e->taken_v4,
-                            (long long)e->taken_v6, (long long)e->now_ns, list, holds);
+        pieces = PyList_New(e->npieces);
+        if (pieces == NULL) {
+            Py_DECREF(holds);
+            Py_DECREF(list);
+            return NULL;
+        }
+        for (j = 0; j < e->npieces; j++) {
+            Piece *pc = &e->pieces[j];
+            PyObject *t = Py_BuildValue("(OiLNLLL)", e->flows[pc->flow].conn, pc->dir,
+                                        (long long)pc->off, pc->data, (long long)pc->ts,
+                                        (long long)pc->frame, (long long)pc->held);
+            pc->data = NULL; /* (the tuple holds it now, or it was released) */
+            if (t == NULL) {
+                Py_ssize_t k;
+                for (k = j + 1; k < e->npieces; k++) Py_CLEAR(e->pieces[k].data);
+                e->npieces = 0;
+                Py_DECREF(pieces);
+                Py_DECREF(holds);
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(pieces, j, t);
+        }
+        e->npieces = 0;
+        res = Py_BuildValue("(LLLLNNN)", (long long)e->taken, (long long)e->taken_v4,
+                            (long long)e->taken_v6, (long long)e->now_ns, list, holds, pieces);
     }
     e->ndirty = 0;
     e->taken = e->taken_v4 = e->taken_v6 = 0;
@@ -1372,10 +1505,13 @@ static PyMethodDef engine_methods[] = {
      "from i on the reference handles whatever the flows' state, decoded"},
     {"regroup", (PyCFunction)engine_regroup, METH_NOARGS,
      "regroup() -> runs: the last run's payloads in the reference's order"},
+    {"reorder", (PyCFunction)engine_reorder, METH_VARARGS,
+     "reorder(max_bytes, max_segments, piece_overhead, oow_slack): segments ahead of a "
+     "hole are taken into reorder buffers within these limits"},
     {"headroom", (PyCFunction)engine_headroom, METH_O,
      "headroom(n): the memory budget's room, as the caller sees it now"},
     {"sync", (PyCFunction)engine_sync, METH_NOARGS,
-     "sync() -> (frames, ipv4, ipv6, now_ns, flows, holds): what was taken since the "
+     "sync() -> (frames, ipv4, ipv6, now_ns, flows, holds, pieces): what was taken since the "
      "last sync"},
     {NULL}};
 

@@ -9,9 +9,15 @@ Row = tuple[int, bytes, bytes, int, int, int, tuple[int, ...], int, int, int, in
 FrameFields = tuple[int, int, int, bytes, int, int]
 # (info, conn, direction, offset, data, packed int64 (end offset, ts_ns, frame) per segment)
 Run = tuple[FlowInfo, _Tcp, int, int, bytes, bytes]
-# (packets, bytes, mid, next_off, ref_off, last_end, acked_off, win_edge, win_size, recent_len)
-HalfDelta = tuple[int, int, int, int, int, int | None, int | None, int | None, int, int]
-HalfState = tuple[int, int, int, int | None, int | None, int, int | None, bool, int, int, int, int]
+# (packets, bytes delivered, mid, next_off, ref_off, last_end, acked_off, win_edge, win_size,
+#  recent_len, bytes buffered)
+HalfDelta = tuple[int, int, int, int, int, int | None, int | None, int | None, int, int, int]
+# (base, ref_off, next_off, acked_off, win_edge, win_size, last_end, syn_seen, keep,
+#  recent_len, recent_held, ack_shift, pieces, buffered, first piece start, last piece end)
+HalfState = tuple[int, int, int, int | None, int | None, int, int | None, bool, int, int, int, int,
+                  int, int, int, int]
+# (conn, direction, offset, data, ts_ns, frame, the buffer's budget charge after it)
+TakenPiece = tuple[_Tcp, int, int, bytes, int, int, int]
 # (src, dst, TCP header and data, ts_ns, frame number, vlans) of a record (handshakes)
 Handshake = tuple[bytes, bytes, bytes, int, int, tuple[int, ...]]
 # (last_end, syn_seen, had_data) of a TcpHalfTracker (register_light)
@@ -45,11 +51,13 @@ class Engine:
     def handshakes(self, batch: Batch, start: int, /) -> list[Handshake]: ...
     def regroup(self) -> list[Run]: ...
     def headroom(self, n: int, /) -> None: ...
+    def reorder(self, max_bytes: int, max_segments: int, piece_overhead: int, oow_slack: int,
+                /) -> None: ...
     @property
     def mixed(self) -> bool: ...
     def sync(self) -> tuple[int, int, int, int,
                             list[tuple[_Tcp, FlowInfo, int, int, int, HalfDelta, HalfDelta]],
-                            list[tuple[_Tcp, int, int]]]: ...
+                            list[tuple[_Tcp, int, int]], list[TakenPiece]]: ...
 
 def decode(linktype: int, data: bytes, /) -> Row | None: ...
 def batch_of(frames: Sequence[FrameFields], /) -> Batch: ...

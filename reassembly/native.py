@@ -36,7 +36,14 @@ from reassembly.limits import SECOND_NS, TIER_WINDOWS, Limits
 from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
 from reassembly.pcapng import Interface, PcapngReader
 from reassembly.provenance import SEGMENT, CoalescedData
-from reassembly.tcp import TcpHalfStream, TcpHalfTracker, _Window
+from reassembly.tcp import (
+    OOW_SLACK_BYTES,
+    PIECE_OVERHEAD_BYTES,
+    TcpHalfStream,
+    TcpHalfTracker,
+    _Piece,
+    _Window,
+)
 
 try:
     from reassembly import _engine
@@ -58,6 +65,8 @@ _DIRECTIONS = (Direction.C2S, Direction.S2C)
 _ONE_SEGMENT = SEGMENT.size
 _NEVER = (1 << 63) - 1  # the sweep interval of a clock that never ticks (``_tell_clock``)
 _unpack_segment = SEGMENT.unpack
+_pack_segment = SEGMENT.pack
+_unpack_segment_from = SEGMENT.unpack_from
 _unpack_ports = struct.Struct("!HH").unpack_from  # a TCP header's source and destination ports
 
 
@@ -226,9 +235,11 @@ def _half_state(half: TcpHalfStream, ack_shift: int) -> _engine.HalfState:
     recent = half.recent
     held = recent.held if isinstance(recent, _Window) else 0
     assert half.base is not None  # a condition of registration (``_clean``)
+    pieces = half.pieces
     return (half.base, half.ref_off, half.next_off, half.acked_off, half.win_edge,
             half.win_size, half.last_end, half.syn_seen, half.keep, len(recent), held,
-            ack_shift)
+            ack_shift, len(pieces), half.buffered, pieces[0].start if pieces else 0,
+            pieces[-1].end if pieces else 0)
 
 
 def _stream(conn: _Tcp, direction: int) -> TcpHalfStream:
@@ -271,6 +282,10 @@ class NativeReassembler:
     the reference's order (``Engine.regroup``), None also for every later stretch
     (``coalesce`` becomes ``"adjacent"``)."""
 
+    # whether the C core takes segments ahead of a hole into the reorder buffer
+    # (``Engine.reorder``); False: the reference places every one (for comparisons)
+    take_pieces = True
+
     def __init__(self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None,
                  coalesce: str = "adjacent", *, reference: Reassembler | None = None,
                  **options: object) -> None:
@@ -287,6 +302,14 @@ class NativeReassembler:
         self._capture_clock = type(self.ref.clock) is CaptureClock
         self._tickless = getattr(self.ref.clock, "ticks", True) is False
         self.core = _engine.Engine()
+        limits = self.ref.limits
+        if self.take_pieces:
+            # segments ahead of a hole go into the reorder buffer in C too (``_sync``)
+            self.core.reorder(limits.max_buffered_bytes, limits.max_buffered_segments,
+                              PIECE_OVERHEAD_BYTES, OOW_SLACK_BYTES)
+        # the budget charges of the segments the C core buffered, (frame, half, bytes),
+        # made as the runs before them are yielded (``_hold_pieces``)
+        self._piece_holds: list[tuple[int, TcpHalfStream, int]] = []
         # a flow whose roles swap (a layer above learned them) leaves the C core: its key
         # changes
         self.ref.flows.on_roles_swapped = lambda info, key: self.core.unregister(
@@ -306,11 +329,13 @@ class NativeReassembler:
 
     def _clean(self, conn: _Tcp) -> bool:
         """Whether the reference would treat the flow's next in-order ACK/data packet
-        as plain bookkeeping (the C core's condition to take it)."""
+        as plain bookkeeping (the C core's condition to take it).  A direction may have
+        a reorder buffer: the C core knows its extent (``_half_state``) and hands back
+        what would fill or flush it."""
         if not conn.owned or not self._open_alone(conn):
             return False
         for half in conn.halves:
-            if (half.__class__ is not TcpHalfStream or half.base is None or half.pieces
+            if (half.__class__ is not TcpHalfStream or half.base is None
                     or half.held or half.fin_seq_off is not None or half.alt_base is not None
                     or half.stream_id is not None):
                 return False
@@ -373,7 +398,7 @@ class NativeReassembler:
 
     def _sync(self, runs: list[_engine.Run]) -> None:
         """Write what the C core took into the reference's objects (module docstring)."""
-        frames, v4, v6, now_ns, flows, holds = self.core.sync()
+        frames, v4, v6, now_ns, flows, holds, pieces = self.core.sync()
         if not frames:
             return
         ref = self.ref
@@ -398,11 +423,11 @@ class NativeReassembler:
                 _sync_light(conn, info, (c2s, s2c))
                 continue
             for direction, (packets, nbytes, mid, next_off, ref_off, last_end, acked, edge,
-                            wsize, _rlen) in enumerate((c2s, s2c)):
+                            wsize, _rlen, buffered) in enumerate((c2s, s2c)):
                 half = _stream(conn, direction)
                 info.packets[direction] += packets
-                if nbytes:
-                    info.payload_bytes[direction] += nbytes
+                if nbytes or buffered:
+                    info.payload_bytes[direction] += nbytes + buffered
                     info.stream_bytes[direction] += nbytes
                     half.next_off = next_off
                     half.ref_off = ref_off
@@ -424,6 +449,40 @@ class NativeReassembler:
             window.held = held
             if budget is not None:
                 budget.hold(window, held, TIER_WINDOWS)
+        if pieces:
+            self._buffered(pieces)
+
+    def _buffered(self, pieces: list[_engine.TakenPiece]) -> None:
+        """The segments the C core took into reorder buffers, into the reference's
+        (``TcpHalfStream._insert`` appending each: none overlaps or precedes the last);
+        their budget charges wait for ``_hold_pieces``."""
+        holds = self._piece_holds
+        for conn, direction, offset, data, ts, frame, held in pieces:
+            half = _stream(conn, direction)
+            buf, starts = half.pieces, half.starts
+            if not buf or not starts:  # (both or neither, as in ``_insert``)
+                buf, starts = half.pieces, half.starts = [], []
+            buf.append(_Piece(offset, data, ts, frame))
+            starts.append(offset)
+            half.buffered += len(data)
+            holds.append((frame, half, held))
+
+    def _hold_pieces(self, before: int | None) -> None:
+        """The budget charges of the reorder buffers the C core grew, as the reference
+        made them (``TcpHalfStream._hold_budget``), for the segments up to frame
+        ``before`` (None: all): made as the runs of a stretch are yielded, each before
+        the first run that ends past its segment, so the budget's holders (the
+        consumer's among them) stand in the reference's order."""
+        holds = self._piece_holds
+        budget = self.ref.limits.budget
+        n = 0
+        for frame, half, held in holds:
+            if before is not None and frame > before:
+                break
+            n += 1
+            if budget is not None:
+                budget.hold(half, held)
+        del holds[:n]
 
     @staticmethod
     def _slide_windows(runs: list[_engine.Run]) -> None:
@@ -589,7 +648,10 @@ class NativeReassembler:
     def _emit(self, runs: list[_engine.Run]) -> Iterator[Event | CoalescedData]:
         """The events of a stretch's runs (``process`` has this loop written out)."""
         split = self.coalesce == "none"
+        pending = self._piece_holds
         for info, _conn, direction, offset, data, segs in runs:
+            if pending:
+                self._hold_pieces(_last_frame(segs))
             if len(segs) == _ONE_SEGMENT:
                 _, ts, frame = _unpack_segment(segs)
                 yield StreamData(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
@@ -599,6 +661,14 @@ class NativeReassembler:
                 yield from chunk.split()
             else:
                 yield chunk
+
+    def _frame_events(self) -> Iterator[Event | CoalescedData]:
+        """The events the reference made of a frame (taken from its pending list),
+        ``StreamData`` that follow each other joined (``_joined``) unless the caller
+        takes them one by one (``coalesce="none"``)."""
+        out = self.ref.pending
+        yield from out if self.coalesce == "none" or len(out) < 2 else _joined(out)
+        out.clear()
 
     def events(self, batches: Iterable[_engine.Batch]) -> Iterator[Event]:
         """``process`` with every ``CoalescedData`` split into the reference's
@@ -628,10 +698,13 @@ class NativeReassembler:
                         runs = core.regroup()
                         if verdict is None:
                             self.coalesce = "adjacent"
+                pending = self._piece_holds
                 if split:
                     yield from self._emit(runs)
                 else:  # (``_emit`` written out: no generator per stretch)
                     for info, _conn, direction, offset, data, segs in runs:
+                        if pending:
+                            self._hold_pieces(_last_frame(segs))
                         # (a run of one segment too where the movable flow directions
                         # are those the layers pass: a layer says it passes one when a
                         # run of it comes, ``reassembly.passing``)
@@ -641,6 +714,7 @@ class NativeReassembler:
                                              ts, frame, frame)
                         else:
                             yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
+                self._hold_pieces(None)
                 if i < n:
                     rows = core.handshakes(batch, i)
                     if rows:  # records only the reference handles, decoded already
@@ -652,10 +726,61 @@ class NativeReassembler:
                     self._reference_frame(Frame(*batch.frame(i)))
                     i += 1
                     if out:
-                        yield from out
-                        out.clear()
+                        yield from self._frame_events()
         self._sync([])
+        self._hold_pieces(None)
         yield from self.ref.finish()
+
+
+def _last_frame(segments: bytes) -> int:
+    """The frame of a run's last segment (``SEGMENT``)."""
+    return cast(int, _unpack_segment_from(segments, len(segments) - _ONE_SEGMENT)[2])
+
+
+def _joined(events: list[Event]) -> Iterator[Event | CoalescedData]:
+    """``events`` (a frame's, from the reference) with each stretch of ``StreamData`` of
+    one TCP flow direction that follow each other, offsets adjoining, one packet each,
+    as one ``CoalescedData`` (what ``split`` gives back).  Why: when an ACK proves a
+    capture's hole, the reference delivers the segments buffered behind it one event
+    each (~7 a hole on a bulk recording with drops); the conveyor takes a run whole.
+    (The list is read as it stands at each step: an event a consumer's call adds while
+    this generator is paused is yielded too, as a plain ``yield from`` would.)"""
+    i = 0
+    while i < len(events):
+        ev = events[i]
+        i += 1
+        if ev.__class__ is not StreamData or ev.stream_id is not None:
+            yield ev
+            continue
+        flow, direction = ev.flow, ev.direction
+        end = ev.offset + len(ev.data)
+        j = i
+        while j < len(events):
+            nxt = events[j]
+            if (nxt.__class__ is not StreamData or nxt.flow is not flow
+                    or nxt.direction is not direction or nxt.offset != end
+                    or nxt.stream_id is not None):
+                break
+            end += len(nxt.data)
+            j += 1
+        if j == i or not _one_packet(events, i - 1, j):
+            yield ev
+            continue
+        parts = cast(list[StreamData], events[i - 1:j])
+        yield CoalescedData(flow, direction, ev.offset, b"".join([p.data for p in parts]),
+                            b"".join([_pack_segment(p.offset + len(p.data), p.ts_first_ns,
+                                                    p.frame_first) for p in parts]))
+        i = j
+
+
+def _one_packet(events: list[Event], start: int, stop: int) -> bool:
+    """Whether each ``StreamData`` of ``events[start:stop]`` came in one packet (what a
+    ``CoalescedData`` segment records) and carries bytes."""
+    for k in range(start, stop):
+        ev = cast(StreamData, events[k])
+        if ev.ts_first_ns != ev.ts_last_ns or ev.frame_first != ev.frame_last or not ev.data:
+            return False
+    return True
 
 
 def enabled() -> bool:

@@ -618,6 +618,75 @@ def test_flow_coalescing_joins_round_robin_flows(tmp_path) -> None:
     assert len(coalesced) == 2 and sum(len(e.segments) for e in coalesced) // 24 > 30
 
 
+def _write_lossy_bulk(path: Path, seed: int) -> int:
+    """Two connections sending 1,400-byte segments in turn, the receiver ACKing every
+    eight with the sender's next sequence number, and packets the capture lost: a data
+    segment now and then (a hole, the segments after it out of order until the next
+    ACK proves it), sometimes two close together, sometimes retransmitted before the
+    ACK (it fills the hole), and now and then an ACK.  Returns the segments sent after
+    a hole and before the ACK that proves it (what the reference buffers)."""
+    rng = random.Random(seed)
+    w = PcapWriter(path)
+    s = bytes([10, 0, 0, 2])
+    conns = [[bytes([10, 0, 0, 1 + i]), 40000 + i, rng.randrange(1 << 32), rng.randrange(1 << 32),
+              0, None] for i in range(2)]  # client, port, seq, peer seq, unacked, lost seq
+    t = T0
+    behind = 0
+    for conn in conns:
+        c, port, seq, pseq = conn[:4]
+        w.write(t // 1000, tcp_frame(c, s, port, 4222, seq - 1, 0, SYN))
+        w.write(t // 1000 + 1, tcp_frame(s, c, 4222, port, pseq - 1, seq, SYN | ACK))
+        w.write(t // 1000 + 2, tcp_frame(c, s, port, 4222, seq, pseq, ACK))
+        t += 10_000
+    for n in range(600):
+        conn = conns[n % 2]
+        c, port, seq, pseq, unacked, lost = conn
+        t += 7_000
+        data = rng.randbytes(1400)
+        if rng.random() < 0.06:
+            conn[5] = lost if lost is not None else (seq, data)  # not in the capture
+        else:
+            w.write(t // 1000, tcp_frame(c, s, port, 4222, seq, pseq, ACK | PSH, data))
+            behind += lost is not None
+        if lost is not None and rng.random() < 0.1:  # the sender's retransmission
+            w.write(t // 1000 + 1, tcp_frame(c, s, port, 4222, lost[0], pseq, ACK, lost[1]))
+            conn[5] = None
+        conn[2] = seq + 1400
+        conn[4] = unacked + 1
+        if conn[4] == 8:
+            conn[4] = 0
+            conn[5] = None
+            if rng.random() < 0.95:
+                w.write(t // 1000 + 2, tcp_frame(s, c, 4222, port, pseq, conn[2], ACK))
+    w.close()
+    return behind
+
+
+@pytest.mark.parametrize("limits", [
+    None, Limits(max_buffered_segments=3), Limits(memory_limit_bytes=40_000)],
+    ids=["default", "few-pieces", "budget"])
+def test_engine_on_holes_followed_by_many_segments(tmp_path, monkeypatch,
+                                                   limits: Limits | None) -> None:
+    """A capture that lost packets (``_write_lossy_bulk``): the C core takes the
+    segments after a hole into the reorder buffer and hands the reference only what
+    fills or proves the hole (or would pass the buffer's limits or the budget's room);
+    events and state are the reference's in every mode."""
+    path = tmp_path / "lossy.pcap"
+    behind = _write_lossy_bulk(path, seed=7)
+    frames = _frames(path)
+    handed = []
+    for mode in native.COALESCE_MODES:
+        for batch in (16, 5000):
+            nat = assert_engine_equal(lambda b=batch: native.pcap_batches(path, max_records=b),
+                                      frames, limits, mode)
+            handed.append(nat.counters["reference"])
+    if limits is None:  # the segments behind the holes were the C core's
+        monkeypatch.setattr(native.NativeReassembler, "take_pieces", False)
+        nat = assert_engine_equal(lambda: native.pcap_batches(path), frames)
+        assert behind > 50 and nat.counters["reference"] > behind
+        assert max(handed) < nat.counters["reference"] // 3
+
+
 # -- wiring: capture_events ----------------------------------------------------------------
 
 
