@@ -472,6 +472,13 @@ typedef struct {
      * first starts and the last ends (the pieces themselves live in the reference's
      * half, written there at each sync), and the bytes buffered since the sync */
     int64_t npieces, buffered, p_first, p_end, d_pbytes;
+    /* the pieces the C core took itself, in order (their bytes, offset, time, frame):
+     * when they are all the buffer holds and adjoin one another (contig), an ACK that
+     * proves the hole before them is taken too (drain); d_drained: bytes delivered
+     * from the buffer since the sync */
+    struct HPiece { PyObject *obj; int64_t off, ts, frame; } *hp;
+    int64_t nhp, hpcap, d_drained;
+    int contig;
 } Half;
 
 typedef struct {
@@ -490,20 +497,33 @@ typedef struct {
     Half h[2];
 } Flow;
 
-typedef struct { /* one taken payload */
+typedef struct { /* one taken payload, or the gap a taken ACK proved (gap) */
     int32_t flow;
     uint8_t dir;
-    Py_ssize_t body; /* offset of the payload in the batch buffer */
+    uint8_t gap;     /* a StreamGap ("acked-unseen") of body bytes at off */
+    Py_ssize_t body; /* offset of the payload in the batch buffer (gap: its size) */
     uint32_t len;
     int64_t off, ts, frame;
+    PyObject *obj;   /* a drained piece's bytes (owned), else NULL: the batch's */
 } Seg;
 
-typedef struct { /* one payload taken into a reorder buffer (take_piece) */
+/* What the C core did since the sync that the reference's memory budget and buffers
+ * must learn, in order (sync() lists them): */
+enum {
+    FX_PIECE = 0,   /* a payload into a reorder buffer (data, off, ts, frame), held: the
+                     * buffer's charge after it (TcpHalfStream._hold_budget) */
+    FX_WINDOW = 1,  /* an overlap-check window grew: held, its charge (_hold_window) */
+    FX_DRAIN = 2,   /* a gap of held bytes at off proved by the ACK at ts, frame; the
+                     * window forgotten, every piece delivered (_flush_hole) */
+    FX_RELEASE = 3, /* the drained buffer's charge given back (_hold_budget: 0) */
+};
+typedef struct {
+    int kind;
     int32_t flow;
     int dir;
-    PyObject *data; /* its bytes (a copy: the batch may be gone by the sync) */
+    PyObject *data; /* FX_PIECE: its bytes (a copy: the batch may be gone by the sync) */
     int64_t off, ts, frame;
-    int64_t held; /* the buffer's budget charge after it (TcpHalfStream._hold_budget) */
+    int64_t held;
 } Piece;
 
 typedef struct {
@@ -519,11 +539,8 @@ typedef struct {
     int has_sweep;
     int lt_cur;
     int64_t taken, taken_v4, taken_v6; /* frames taken since the sync */
-    /* the memory budget's room (limit - used) and the overlap-check windows that grew
-     * into it since the sync, in order: (flow, direction, bytes now held) */
+    /* the memory budget's room (limit - used) */
     int64_t headroom;
-    struct Hold { int32_t flow; int dir; int64_t held; } *holds;
-    Py_ssize_t nholds, holdcap;
     int32_t *dirty;
     int32_t ndirty;
     /* the last run(): its batch (the segments point into its buffer, so regroup() can
@@ -569,6 +586,22 @@ static int32_t find(Engine *e, const uint8_t *k) {
     return -1;
 }
 
+/* Drop the references a direction keeps to the pieces it took. */
+static void half_clear(Half *h) {
+    int64_t k;
+    for (k = 0; k < h->nhp; k++) Py_XDECREF(h->hp[k].obj);
+    PyMem_Free(h->hp);
+    h->hp = NULL;
+    h->nhp = h->hpcap = 0;
+}
+
+/* Drop the segments of the last run() (and the drained pieces' bytes they own). */
+static void clear_segs(Engine *e) {
+    Py_ssize_t j;
+    for (j = 0; j < e->nsegs; j++) Py_CLEAR(e->segs[j].obj);
+    e->nsegs = 0;
+}
+
 static void unlink_flow(Engine *e, int32_t idx) {
     Flow *f = &e->flows[idx];
     int32_t *p = &e->buckets[key_hash(f->key) & (uint32_t)(e->nbuckets - 1)];
@@ -576,6 +609,8 @@ static void unlink_flow(Engine *e, int32_t idx) {
     if (*p == idx) *p = f->next;
     Py_CLEAR(f->conn);
     Py_CLEAR(f->info);
+    half_clear(&f->h[0]);
+    half_clear(&f->h[1]);
     f->used = 0;
     f->next = e->free_head;
     e->free_head = idx;
@@ -638,15 +673,19 @@ static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 
 static void engine_dealloc(Engine *e) {
     int32_t i;
+    clear_segs(e);
     for (i = 0; i < e->cap; i++) {
         Py_XDECREF(e->flows[i].conn);
         Py_XDECREF(e->flows[i].info);
+        if (e->flows[i].used) {
+            half_clear(&e->flows[i].h[0]);
+            half_clear(&e->flows[i].h[1]);
+        }
     }
     PyMem_Free(e->flows);
     PyMem_Free(e->buckets);
     PyMem_Free(e->segs);
     PyMem_Free(e->dirty);
-    PyMem_Free(e->holds);
     {
         Py_ssize_t j;
         for (j = 0; j < e->npieces; j++) Py_XDECREF(e->pieces[j].data);
@@ -915,6 +954,20 @@ static inline void took(Engine *e, Flow *f, int32_t idx, const Rec *r, int v6) {
     f->last_ord = e->taken;
 }
 
+/* An effect with no bytes (FX_WINDOW, FX_RELEASE) of the record r on a flow direction
+ * (the caller made room for it). */
+static inline void fx(Engine *e, int kind, int32_t flow, int dir, int64_t held, const Rec *r) {
+    Piece *pc = &e->pieces[e->npieces++];
+    pc->kind = kind;
+    pc->flow = flow;
+    pc->dir = dir;
+    pc->data = NULL;
+    pc->off = 0;
+    pc->ts = r->ts_ns;
+    pc->frame = r->number;
+    pc->held = held;
+}
+
 /* What TcpHalfStream.place does with dlen bytes at off ahead of the next byte due (a
  * capture that lost a packet: each segment after the hole is out of order until the
  * receiver's ACK proves the hole): appended to the reorder buffer when nothing but that
@@ -951,8 +1004,9 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
     Flow *f;
     Half *mine, *peer;
     uint32_t dlen = r->l4len - r->hlen;
-    int64_t off = 0, aoff, wb, newlen = 0, grown = 0, pheld = -1;
+    int64_t off = 0, aoff, wb, newlen = 0, grown = 0, pheld = -1, pnewlen = 0, pgrown = 0;
     PyObject *pdata = NULL;
+    int drain = 0;
     if ((r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) != F_ACK) return 0;
     make_key(k, v6, src, dst, r->sport, r->dport);
     idx = find(e, k);
@@ -985,19 +1039,44 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         return 1;
     }
     aoff = seq_off(peer, r->ack);
-    /* an ACK at or past the peer's first buffered piece proves the hole before it:
-     * on_ack makes it a gap and drains the buffer (the reference does) */
-    if (peer->npieces && aoff >= peer->p_first) return 0;
+    if (peer->npieces && aoff >= peer->p_first) {
+        /* an ACK at or past the peer's first buffered piece proves the hole before it:
+         * on_ack makes it a gap ("acked-unseen"), forgets the overlap-check window and
+         * delivers the pieces that now follow.  Taken when the C core took every piece
+         * itself and they adjoin (all of them are delivered), the packet carries no
+         * data, and the new window's charge fits in the room; else the reference does */
+        if (dlen || !peer->contig || peer->nhp != peer->npieces) return 0;
+        if (peer->keep) {
+            pnewlen = peer->buffered < peer->keep ? peer->buffered : peer->keep;
+            for (pgrown = 256; pgrown < pnewlen; pgrown <<= 1) {}
+            if (pgrown - peer->rheld > e->headroom) return 0;
+        }
+        while (e->nsegs + peer->npieces + 1 > e->segcap) {
+            Py_ssize_t ncap = e->segcap ? e->segcap * 2 : 1024;
+            Seg *ns = PyMem_Realloc(e->segs, sizeof(Seg) * (size_t)ncap);
+            if (ns == NULL) return -1;
+            e->segs = ns;
+            e->segcap = ncap;
+        }
+        drain = 1;
+    }
+    while (e->npieces + 3 > e->piececap) { /* (a drain's three, or a piece or a window) */
+        Py_ssize_t ncap = e->piececap ? e->piececap * 2 : 64;
+        Piece *np = PyMem_Realloc(e->pieces, sizeof(Piece) * (size_t)ncap);
+        if (np == NULL) return -1;
+        e->pieces = np;
+        e->piececap = ncap;
+    }
     if (dlen && (seq_off(mine, r->seq) != mine->next_off || mine->npieces)) {
         off = seq_off(mine, r->seq);
         pheld = piece_charge(e, mine, off, dlen);
         if (pheld < 0) return 0;
-        if (e->npieces == e->piececap) {
-            Py_ssize_t ncap = e->piececap ? e->piececap * 2 : 64;
-            Piece *np = PyMem_Realloc(e->pieces, sizeof(Piece) * (size_t)ncap);
-            if (np == NULL) return -1;
-            e->pieces = np;
-            e->piececap = ncap;
+        if (mine->nhp == mine->hpcap) {
+            int64_t ncap = mine->hpcap ? mine->hpcap * 2 : 8;
+            struct HPiece *nh = PyMem_Realloc(mine->hp, sizeof(struct HPiece) * (size_t)ncap);
+            if (nh == NULL) return -1;
+            mine->hp = nh;
+            mine->hpcap = ncap;
         }
         pdata = PyBytes_FromStringAndSize((const char *)d + body + r->l4 + r->hlen, dlen);
         if (pdata == NULL) return -1;
@@ -1012,13 +1091,6 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
                  * reference would not have reclaimed anything */
                 for (grown = 256; grown < newlen; grown <<= 1) {}
                 if (grown - mine->rheld > e->headroom) return 0;
-                if (e->nholds == e->holdcap) {
-                    Py_ssize_t ncap = e->holdcap ? e->holdcap * 2 : 64;
-                    struct Hold *nh = PyMem_Realloc(e->holds, sizeof(struct Hold) * (size_t)ncap);
-                    if (nh == NULL) return -1;
-                    e->holds = nh;
-                    e->holdcap = ncap;
-                }
             }
         }
     }
@@ -1042,11 +1114,58 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         peer->has_edge = 1;
     }
     peer->win_size = wb;
+    if (drain) { /* the gap, then the pieces as in-order data (TcpHalfStream._flush_hole) */
+        Seg *g = &e->segs[e->nsegs++];
+        Piece *pc = &e->pieces[e->npieces++];
+        int64_t kk, charge = peer->buffered + peer->npieces * e->piece_overhead;
+        g->flow = pc->flow = idx;
+        g->dir = (uint8_t)(1 - dir);
+        pc->dir = 1 - dir;
+        g->gap = 1;
+        g->body = (Py_ssize_t)(peer->p_first - peer->next_off);
+        g->len = 0;
+        g->off = pc->off = peer->next_off;
+        g->ts = pc->ts = r->ts_ns;
+        g->frame = pc->frame = r->number;
+        g->obj = pc->data = NULL;
+        pc->kind = FX_DRAIN;
+        pc->held = peer->p_first - peer->next_off;
+        for (kk = 0; kk < peer->nhp; kk++) {
+            struct HPiece *h = &peer->hp[kk];
+            Seg *q = &e->segs[e->nsegs++];
+            q->flow = idx;
+            q->dir = (uint8_t)(1 - dir);
+            q->gap = 0;
+            q->body = 0;
+            q->len = (uint32_t)PyBytes_GET_SIZE(h->obj);
+            q->off = h->off;
+            q->ts = h->ts;
+            q->frame = h->frame;
+            q->obj = h->obj; /* (the segment owns it now) */
+            h->obj = NULL;
+        }
+        peer->nhp = 0;
+        peer->next_off = peer->p_end;
+        peer->d_drained += peer->buffered;
+        e->room -= peer->buffered;
+        peer->npieces = peer->buffered = peer->p_first = peer->p_end = 0;
+        peer->contig = 0;
+        peer->rlen = pnewlen;
+        if (peer->keep) { /* the window after the gap (TcpHalfStream._hold_window) */
+            fx(e, FX_WINDOW, idx, 1 - dir, pgrown, r);
+            e->headroom -= pgrown - peer->rheld;
+            e->room -= pgrown - peer->rheld;
+            peer->rheld = pgrown;
+        }
+        fx(e, FX_RELEASE, idx, 1 - dir, 0, r);
+        e->headroom += charge; /* what the buffer held, given back (_hold_budget) */
+    }
     if (pdata != NULL) { /* into the reorder buffer */
         Piece *pc = &e->pieces[e->npieces++];
         int64_t inc = pheld - (mine->npieces ? mine->buffered +
                                                    mine->npieces * e->piece_overhead : 0);
         if (!mine->syn_seen) mine->mid = 1;
+        pc->kind = FX_PIECE;
         pc->flow = idx;
         pc->dir = dir;
         pc->data = pdata;
@@ -1054,6 +1173,13 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         pc->ts = r->ts_ns;
         pc->frame = r->number;
         pc->held = pheld;
+        Py_INCREF(pdata);
+        mine->hp[mine->nhp].obj = pdata;
+        mine->hp[mine->nhp].off = off;
+        mine->hp[mine->nhp].ts = r->ts_ns;
+        mine->hp[mine->nhp].frame = r->number;
+        mine->nhp++;
+        mine->contig = mine->npieces ? mine->contig && off == mine->p_end : 1;
         if (!mine->npieces) mine->p_first = off;
         mine->npieces++;
         mine->buffered += dlen;
@@ -1067,6 +1193,8 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         if (!mine->syn_seen) mine->mid = 1;
         s->flow = idx;
         s->dir = (uint8_t)dir;
+        s->gap = 0;
+        s->obj = NULL;
         s->body = body + r->l4 + r->hlen;
         s->len = dlen;
         s->off = off;
@@ -1078,10 +1206,7 @@ static int take(Engine *e, const uint8_t *d, Py_ssize_t body, const Rec *r) {
         mine->rlen = newlen;
         e->room -= dlen;
         if (grown) {
-            struct Hold *h = &e->holds[e->nholds++];
-            h->flow = idx;
-            h->dir = dir;
-            h->held = grown;
+            fx(e, FX_WINDOW, idx, dir, grown, r);
             e->headroom -= grown - mine->rheld;
             e->room -= grown - mine->rheld;
             mine->rheld = grown;
@@ -1162,8 +1287,8 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow, PyObject 
         if (per_flow) {
             int mov = movable(f, s->dir, keys);
             if (mov < 0) goto fail;
-            r = (f->cur_run >= 0 && f->cur_dir == s->dir && count[f->cur_run] < MAX_RUN_SEGS)
-                    ? f->cur_run : -1;
+            r = (f->cur_run >= 0 && f->cur_dir == s->dir && count[f->cur_run] < MAX_RUN_SEGS &&
+                 !s->gap) ? f->cur_run : -1;
             if (!mov) {
                 if (r != last_fixed) r = -1; /* a fixed run ends at another fixed one */
                 last_fixed = r >= 0 ? r : (int32_t)nruns;
@@ -1171,7 +1296,8 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow, PyObject 
             if (r >= 0 && run_of[i - 1] != r) e->mixed = 1;
         } else {
             r = (nruns > 0 && e->segs[first[nruns - 1]].flow == s->flow &&
-                 e->segs[first[nruns - 1]].dir == s->dir) ? (int32_t)(nruns - 1) : -1;
+                 e->segs[first[nruns - 1]].dir == s->dir && !s->gap &&
+                 !e->segs[first[nruns - 1]].gap) ? (int32_t)(nruns - 1) : -1;
         }
         if (r < 0) {
             r = (int32_t)nruns++;
@@ -1183,6 +1309,7 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow, PyObject 
         run_of[i] = r;
         last[r] = (int32_t)i;
         count[r]++;
+        if (s->gap) f->cur_run = -1; /* a gap is a run of its own: the flow's next starts anew */
     }
     { /* the segments grouped by run, each run's in their order */
         Py_ssize_t at = 0;
@@ -1201,6 +1328,21 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow, PyObject 
         int64_t *q;
         if (last[r] != i) continue;
         s0 = &e->segs[first[r]];
+        if (s0->gap) { /* (info, conn, direction, offset, None, packed (nbytes, ts, frame)) */
+            int64_t g3[3];
+            g3[0] = (int64_t)s0->body;
+            g3[1] = s0->ts;
+            g3[2] = s0->frame;
+            t = Py_BuildValue("(OOiLOy#)", e->flows[s0->flow].info, e->flows[s0->flow].conn,
+                              (int)s0->dir, (long long)s0->off, Py_None, (const char *)g3,
+                              (Py_ssize_t)sizeof g3);
+            if (t == NULL || PyList_Append(out, t) < 0) {
+                Py_XDECREF(t);
+                goto fail;
+            }
+            Py_DECREF(t);
+            continue;
+        }
         for (j = fill[r]; j < fill[r] + k; j++) total += e->segs[order[j]].len;
         data = PyBytes_FromStringAndSize(NULL, total);
         segs = PyBytes_FromStringAndSize(NULL, k * 3 * (Py_ssize_t)sizeof(int64_t));
@@ -1213,7 +1355,8 @@ static PyObject *build_runs(Engine *e, const uint8_t *d, int per_flow, PyObject 
         q = (int64_t *)PyBytes_AS_STRING(segs);
         for (j = fill[r]; j < fill[r] + k; j++) {
             Seg *g = &e->segs[order[j]];
-            memcpy(p, d + g->body, g->len);
+            memcpy(p, g->obj != NULL ? (const uint8_t *)PyBytes_AS_STRING(g->obj) : d + g->body,
+                   g->len);
             p += g->len;
             *q++ = g->off + g->len;
             *q++ = g->ts;
@@ -1267,7 +1410,7 @@ static PyObject *engine_run(Engine *e, PyObject *args) {
         return NULL;
     }
     d = (const uint8_t *)b->buf.buf;
-    e->nsegs = 0;
+    clear_segs(e);
     e->room = e->headroom;
     Py_INCREF(b);
     Py_XSETREF(e->batch, (PyObject *)b);
@@ -1384,12 +1527,13 @@ static PyObject *engine_reorder(Engine *e, PyObject *args) {
 }
 
 /* sync() -> (frames, ipv4, ipv6, now_ns, [(conn, info, ts_last, frame_last, ordinal,
- * half_c2s, half_s2c)] in the order of their last taken packet, [(conn, direction,
- * held)] the windows' budget charges in order, [(conn, direction, offset, data, ts_ns,
- * frame, held)] the segments taken into reorder buffers in order, each with its
- * buffer's budget charge after it); half = (packets, bytes delivered, mid, next_off,
- * ref_off, last_end|None, acked_off|None, win_edge|None, win_size, recent_len, bytes
- * buffered).  Resets what was taken. */
+ * half_c2s, half_s2c)] in the order of their last taken packet, [(kind, conn, direction,
+ * offset, data|None, ts_ns, frame, held)] the effects on buffers, windows and the
+ * budget in order (FX_*: the windows' charges, the segments taken into reorder buffers,
+ * the buffers drained)); half =
+ * (packets, bytes delivered in order, mid, next_off, ref_off, last_end|None,
+ * acked_off|None, win_edge|None, win_size, recent_len, bytes buffered, bytes delivered
+ * from the buffer).  Resets what was taken. */
 static PyObject *opt_obj(int has, int64_t v) {
     if (!has) Py_RETURN_NONE;
     return PyLong_FromLongLong(v);
@@ -1414,13 +1558,14 @@ static PyObject *engine_sync(Engine *e, PyObject *unused) {
         PyObject *h[2], *t;
         for (d = 0; d < 2; d++) {
             Half *x = &f->h[d];
-            h[d] = Py_BuildValue("(LLiLLNNNLLL)", (long long)x->d_packets,
+            h[d] = Py_BuildValue("(LLiLLNNNLLLL)", (long long)x->d_packets,
                                  (long long)x->d_bytes, x->mid, (long long)x->next_off,
                                  (long long)x->ref_off, opt_obj(x->has_last_end, x->last_end),
                                  opt_obj(x->has_acked, x->acked_off),
                                  opt_obj(x->has_edge, x->win_edge), (long long)x->win_size,
-                                 (long long)x->rlen, (long long)x->d_pbytes);
-            x->d_packets = x->d_bytes = x->d_pbytes = 0;
+                                 (long long)x->rlen, (long long)x->d_pbytes,
+                                 (long long)x->d_drained);
+            x->d_packets = x->d_bytes = x->d_pbytes = x->d_drained = 0;
             x->mid = 0;
         }
         t = Py_BuildValue("(OOLLLNN)", f->conn, f->info, (long long)f->ts_last,
@@ -1433,34 +1578,18 @@ static PyObject *engine_sync(Engine *e, PyObject *unused) {
         f->last_ord = -1;
     }
     {
-        PyObject *holds = PyList_New(e->nholds);
         Py_ssize_t j;
-        if (holds == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        for (j = 0; j < e->nholds; j++) {
-            struct Hold *h = &e->holds[j];
-            PyObject *t = Py_BuildValue("(OiL)", e->flows[h->flow].conn, h->dir,
-                                        (long long)h->held);
-            if (t == NULL) {
-                Py_DECREF(holds);
-                Py_DECREF(list);
-                return NULL;
-            }
-            PyList_SET_ITEM(holds, j, t);
-        }
-        e->nholds = 0;
         pieces = PyList_New(e->npieces);
         if (pieces == NULL) {
-            Py_DECREF(holds);
             Py_DECREF(list);
             return NULL;
         }
         for (j = 0; j < e->npieces; j++) {
             Piece *pc = &e->pieces[j];
-            PyObject *t = Py_BuildValue("(OiLNLLL)", e->flows[pc->flow].conn, pc->dir,
-                                        (long long)pc->off, pc->data, (long long)pc->ts,
+            PyObject *t = Py_BuildValue("(iOiLNLLL)", pc->kind, e->flows[pc->flow].conn,
+                                        pc->dir, (long long)pc->off,
+                                        pc->data != NULL ? pc->data : Py_NewRef(Py_None),
+                                        (long long)pc->ts,
                                         (long long)pc->frame, (long long)pc->held);
             pc->data = NULL; /* (the tuple holds it now, or it was released) */
             if (t == NULL) {
@@ -1468,15 +1597,14 @@ static PyObject *engine_sync(Engine *e, PyObject *unused) {
                 for (k = j + 1; k < e->npieces; k++) Py_CLEAR(e->pieces[k].data);
                 e->npieces = 0;
                 Py_DECREF(pieces);
-                Py_DECREF(holds);
                 Py_DECREF(list);
                 return NULL;
             }
             PyList_SET_ITEM(pieces, j, t);
         }
         e->npieces = 0;
-        res = Py_BuildValue("(LLLLNNN)", (long long)e->taken, (long long)e->taken_v4,
-                            (long long)e->taken_v6, (long long)e->now_ns, list, holds, pieces);
+        res = Py_BuildValue("(LLLLNN)", (long long)e->taken, (long long)e->taken_v4,
+                            (long long)e->taken_v6, (long long)e->now_ns, list, pieces);
     }
     e->ndirty = 0;
     e->taken = e->taken_v4 = e->taken_v6 = 0;
@@ -1511,7 +1639,7 @@ static PyMethodDef engine_methods[] = {
     {"headroom", (PyCFunction)engine_headroom, METH_O,
      "headroom(n): the memory budget's room, as the caller sees it now"},
     {"sync", (PyCFunction)engine_sync, METH_NOARGS,
-     "sync() -> (frames, ipv4, ipv6, now_ns, flows, holds, pieces): what was taken since the "
+     "sync() -> (frames, ipv4, ipv6, now_ns, flows, effects): what was taken since the "
      "last sync"},
     {NULL}};
 

@@ -7,17 +7,20 @@ from reassembly.flows import _Tcp
 
 Row = tuple[int, bytes, bytes, int, int, int, tuple[int, ...], int, int, int, int, int, int, int]
 FrameFields = tuple[int, int, int, bytes, int, int]
-# (info, conn, direction, offset, data, packed int64 (end offset, ts_ns, frame) per segment)
-Run = tuple[FlowInfo, _Tcp, int, int, bytes, bytes]
-# (packets, bytes delivered, mid, next_off, ref_off, last_end, acked_off, win_edge, win_size,
-#  recent_len, bytes buffered)
-HalfDelta = tuple[int, int, int, int, int, int | None, int | None, int | None, int, int, int]
+# (info, conn, direction, offset, data, packed int64 (end offset, ts_ns, frame) per segment);
+# a gap the C core proved: data None, packed (nbytes, ts_ns, frame) of the ACK
+Run = tuple[FlowInfo, _Tcp, int, int, bytes | None, bytes]
+# (packets, bytes delivered in order, mid, next_off, ref_off, last_end, acked_off, win_edge,
+#  win_size, recent_len, bytes buffered, bytes delivered from the buffer)
+HalfDelta = tuple[int, int, int, int, int, int | None, int | None, int | None, int, int, int,
+                  int]
 # (base, ref_off, next_off, acked_off, win_edge, win_size, last_end, syn_seen, keep,
 #  recent_len, recent_held, ack_shift, pieces, buffered, first piece start, last piece end)
 HalfState = tuple[int, int, int, int | None, int | None, int, int | None, bool, int, int, int, int,
                   int, int, int, int]
-# (conn, direction, offset, data, ts_ns, frame, the buffer's budget charge after it)
-TakenPiece = tuple[_Tcp, int, int, bytes, int, int, int]
+# (kind, conn, direction, offset, data, ts_ns, frame, held): what sync() reports taken
+# into buffers and windows, in order (reassembly/_engine.c FX_*)
+Effect = tuple[int, _Tcp, int, int, bytes | None, int, int, int]
 # (src, dst, TCP header and data, ts_ns, frame number, vlans) of a record (handshakes)
 Handshake = tuple[bytes, bytes, bytes, int, int, tuple[int, ...]]
 # (last_end, syn_seen, had_data) of a TcpHalfTracker (register_light)
@@ -57,7 +60,7 @@ class Engine:
     def mixed(self) -> bool: ...
     def sync(self) -> tuple[int, int, int, int,
                             list[tuple[_Tcp, FlowInfo, int, int, int, HalfDelta, HalfDelta]],
-                            list[tuple[_Tcp, int, int]], list[TakenPiece]]: ...
+                            list[Effect]]: ...
 
 def decode(linktype: int, data: bytes, /) -> Row | None: ...
 def batch_of(frames: Sequence[FrameFields], /) -> Batch: ...

@@ -24,15 +24,15 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from itertools import groupby
 from typing import NamedTuple, TypeGuard, cast
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.engine import CaptureClock, Reassembler
-from reassembly.events import Direction, Event, FlowInfo, StreamData, Transport
+from reassembly.events import Direction, Event, FlowInfo, StreamData, StreamGap, Transport
 from reassembly.flows import UNKNOWN_WSCALE, _Tcp
-from reassembly.limits import SECOND_NS, TIER_WINDOWS, Limits
+from reassembly.limits import SECOND_NS, TIER_BUFFERS, TIER_WINDOWS, Limits, MemoryHolder
 from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
 from reassembly.pcapng import Interface, PcapngReader
 from reassembly.provenance import SEGMENT, CoalescedData
@@ -63,6 +63,8 @@ TCP = 6
 ENV_SWITCH = "MSGCAP_NATIVE_ENGINE"
 _DIRECTIONS = (Direction.C2S, Direction.S2C)
 _ONE_SEGMENT = SEGMENT.size
+# ``Engine.sync``'s effects (reassembly/_engine.c FX_*)
+_FX_PIECE, _FX_WINDOW, _FX_DRAIN, _FX_RELEASE = range(4)
 _NEVER = (1 << 63) - 1  # the sweep interval of a clock that never ticks (``_tell_clock``)
 _unpack_segment = SEGMENT.unpack
 _pack_segment = SEGMENT.pack
@@ -307,9 +309,9 @@ class NativeReassembler:
             # segments ahead of a hole go into the reorder buffer in C too (``_sync``)
             self.core.reorder(limits.max_buffered_bytes, limits.max_buffered_segments,
                               PIECE_OVERHEAD_BYTES, OOW_SLACK_BYTES)
-        # the budget charges of the segments the C core buffered, (frame, half, bytes),
-        # made as the runs before them are yielded (``_hold_pieces``)
-        self._piece_holds: list[tuple[int, TcpHalfStream, int]] = []
+        # the memory budget's charges of what the C core took, (frame, holder, bytes,
+        # tier), made as the runs before them are yielded (``_hold_pieces``)
+        self._piece_holds: list[tuple[int, MemoryHolder, int, int]] = []
         # a flow whose roles swap (a layer above learned them) leaves the C core: its key
         # changes
         self.ref.flows.on_roles_swapped = lambda info, key: self.core.unregister(
@@ -398,7 +400,7 @@ class NativeReassembler:
 
     def _sync(self, runs: list[_engine.Run]) -> None:
         """Write what the C core took into the reference's objects (module docstring)."""
-        frames, v4, v6, now_ns, flows, holds, pieces = self.core.sync()
+        frames, v4, v6, now_ns, flows, effects = self.core.sync()
         if not frames:
             return
         ref = self.ref
@@ -423,12 +425,12 @@ class NativeReassembler:
                 _sync_light(conn, info, (c2s, s2c))
                 continue
             for direction, (packets, nbytes, mid, next_off, ref_off, last_end, acked, edge,
-                            wsize, _rlen, buffered) in enumerate((c2s, s2c)):
+                            wsize, _rlen, buffered, drained) in enumerate((c2s, s2c)):
                 half = _stream(conn, direction)
                 info.packets[direction] += packets
-                if nbytes or buffered:
+                if nbytes or buffered or drained:
                     info.payload_bytes[direction] += nbytes + buffered
-                    info.stream_bytes[direction] += nbytes
+                    info.stream_bytes[direction] += nbytes + drained
                     half.next_off = next_off
                     half.ref_off = ref_off
                     half.started = half.had_data = True
@@ -438,50 +440,65 @@ class NativeReassembler:
                 half.acked_off = acked
                 half.win_edge = edge
                 half.win_size = wsize
+        if effects:  # (before the windows slide: a drain forgets its direction's)
+            self._effects(effects)
         if runs:
             self._slide_windows(runs)
-        budget = self.ref.limits.budget
-        for conn, direction, held in holds:
-            # the windows' charges, in the order the reference made them (the C core
-            # took them only while the budget had room: no reclaim can have happened)
-            window = _stream(conn, direction).recent
-            assert isinstance(window, _Window)
-            window.held = held
-            if budget is not None:
-                budget.hold(window, held, TIER_WINDOWS)
-        if pieces:
-            self._buffered(pieces)
 
-    def _buffered(self, pieces: list[_engine.TakenPiece]) -> None:
-        """The segments the C core took into reorder buffers, into the reference's
-        (``TcpHalfStream._insert`` appending each: none overlaps or precedes the last);
-        their budget charges wait for ``_hold_pieces``."""
-        holds = self._piece_holds
-        for conn, direction, offset, data, ts, frame, held in pieces:
+    def _effects(self, effects: list[_engine.Effect]) -> None:
+        """What the C core did to buffers and windows, into the reference's objects in
+        its order: an overlap-check window grew (``_hold_window``), a segment went into a
+        reorder buffer (``TcpHalfStream._insert`` appending it: none overlaps or precedes
+        the last), a buffer was drained (``_flush_hole``: a gap of ``held`` bytes, the
+        window forgotten, every piece delivered; the gap and the pieces are among the
+        runs) and its charge given back.  The budget's charges wait for
+        ``_hold_pieces`` (the C core took them only while the budget had room: no
+        reclaim can have happened)."""
+        later = self._piece_holds
+        for kind, conn, direction, offset, data, ts, frame, held in effects:
             half = _stream(conn, direction)
-            buf, starts = half.pieces, half.starts
-            if not buf or not starts:  # (both or neither, as in ``_insert``)
-                buf, starts = half.pieces, half.starts = [], []
-            buf.append(_Piece(offset, data, ts, frame))
-            starts.append(offset)
-            half.buffered += len(data)
-            holds.append((frame, half, held))
+            if kind == _FX_PIECE:
+                assert data is not None
+                buf, starts = half.pieces, half.starts
+                if not buf or not starts:  # (both or neither, as in ``_insert``)
+                    buf, starts = half.pieces, half.starts = [], []
+                buf.append(_Piece(offset, data, ts, frame))
+                starts.append(offset)
+                half.buffered += len(data)
+                later.append((frame, half, held, TIER_BUFFERS))
+            elif kind == _FX_WINDOW:
+                window = half.recent
+                if not isinstance(window, _Window):  # the first bytes, or the first after a gap
+                    window = half.recent = _Window()
+                    window.half = half
+                window.held = held
+                later.append((frame, window, held, TIER_WINDOWS))
+            elif kind == _FX_DRAIN:
+                conn.info.gap_bytes[direction] += held
+                window = half.recent
+                if isinstance(window, _Window):  # (``forget_recent``)
+                    half.recent = b""
+                    later.append((frame, window, 0, TIER_WINDOWS))
+                del half.pieces[:], half.starts[:]
+                half.buffered = 0
+            else:  # _FX_RELEASE
+                later.append((frame, half, 0, TIER_BUFFERS))
 
     def _hold_pieces(self, before: int | None) -> None:
-        """The budget charges of the reorder buffers the C core grew, as the reference
-        made them (``TcpHalfStream._hold_budget``), for the segments up to frame
-        ``before`` (None: all): made as the runs of a stretch are yielded, each before
-        the first run that ends past its segment, so the budget's holders (the
-        consumer's among them) stand in the reference's order."""
+        """The budget charges of what the C core took (``_effects``), as the reference
+        made them, for the packets up to frame ``before`` (None: all): made as the runs
+        of a stretch are yielded, each before the first run that ends past its packet,
+        so the budget's holders (the consumer's among them) stand in the reference's
+        order."""
         holds = self._piece_holds
         budget = self.ref.limits.budget
         n = 0
-        for frame, half, held in holds:
+        for frame, holder, held, tier in holds:
             if before is not None and frame > before:
                 break
             n += 1
             if budget is not None:
-                budget.hold(half, held)
+                budget.hold(holder, held, tier)
         del holds[:n]
 
     @staticmethod
@@ -491,17 +508,18 @@ class NativeReassembler:
         are the same)."""
         # the runs' bytes per flow direction (by the flow's ``_Tcp`` and the direction:
         # no lookup of the direction's state per run)
+        # (a gap, data None, forgot the window: only the bytes after it count)
         taken: dict[tuple[int, int], tuple[_Tcp, int, list[bytes]]] = {}
         for _info, conn, direction, _off, data, _segs in runs:
             entry = taken.get((id(conn), direction))
-            if entry is None:
-                taken[(id(conn), direction)] = (conn, direction, [data])
+            if entry is None or data is None:
+                taken[(id(conn), direction)] = (conn, direction, [] if data is None else [data])
             else:
                 entry[2].append(data)
         for conn, direction, parts in taken.values():
             half = _stream(conn, direction)
             keep, recent = half.keep, half.recent
-            if not keep:
+            if not keep or not parts:
                 continue
             if not isinstance(recent, _Window):  # the first bytes, or the first after a gap
                 recent = half.recent = _Window()
@@ -652,6 +670,9 @@ class NativeReassembler:
         for info, _conn, direction, offset, data, segs in runs:
             if pending:
                 self._hold_pieces(_last_frame(segs))
+            if data is None:
+                yield _gap(info, direction, offset, segs)
+                continue
             if len(segs) == _ONE_SEGMENT:
                 _, ts, frame = _unpack_segment(segs)
                 yield StreamData(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
@@ -661,6 +682,22 @@ class NativeReassembler:
                 yield from chunk.split()
             else:
                 yield chunk
+
+    def _hand_over(self, batch: _engine.Batch, i: int
+                   ) -> Generator[Event | CoalescedData, None, int]:
+        """The records from ``i`` that the reference handles: a run of handshakes
+        (``_handshakes``) or one frame; yields their events, returns the next index."""
+        rows = self.core.handshakes(batch, i)
+        out = self.ref.pending
+        if rows:  # records only the reference handles, decoded already
+            for _ in self._handshakes(rows):
+                yield from out
+                out.clear()
+            return i + len(rows)
+        self._reference_frame(Frame(*batch.frame(i)))
+        if out:
+            yield from self._frame_events()
+        return i + 1
 
     def _frame_events(self) -> Iterator[Event | CoalescedData]:
         """The events the reference made of a frame (taken from its pending list),
@@ -681,7 +718,7 @@ class NativeReassembler:
 
     def process(self, batches: Iterable[_engine.Batch]) -> Iterator[Event | CoalescedData]:
         """The events of the batches' records, then the end-of-capture flush."""
-        core, out = self.core, self.ref.pending
+        core = self.core
         split = self.coalesce == "none"
         for batch in batches:
             n = len(batch)
@@ -705,6 +742,9 @@ class NativeReassembler:
                     for info, _conn, direction, offset, data, segs in runs:
                         if pending:
                             self._hold_pieces(_last_frame(segs))
+                        if data is None:
+                            yield _gap(info, direction, offset, segs)
+                            continue
                         # (a run of one segment too where the movable flow directions
                         # are those the layers pass: a layer says it passes one when a
                         # run of it comes, ``reassembly.passing``)
@@ -716,25 +756,23 @@ class NativeReassembler:
                             yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
                 self._hold_pieces(None)
                 if i < n:
-                    rows = core.handshakes(batch, i)
-                    if rows:  # records only the reference handles, decoded already
-                        for _ in self._handshakes(rows):
-                            yield from out
-                            out.clear()
-                        i += len(rows)
-                        continue
-                    self._reference_frame(Frame(*batch.frame(i)))
-                    i += 1
-                    if out:
-                        yield from self._frame_events()
+                    i = yield from self._hand_over(batch, i)
         self._sync([])
         self._hold_pieces(None)
         yield from self.ref.finish()
 
 
 def _last_frame(segments: bytes) -> int:
-    """The frame of a run's last segment (``SEGMENT``)."""
+    """The frame of a run's last segment (``SEGMENT``), or of a gap's ACK."""
     return cast(int, _unpack_segment_from(segments, len(segments) - _ONE_SEGMENT)[2])
+
+
+def _gap(info: FlowInfo, direction: int, offset: int, packed: bytes) -> StreamGap:
+    """The ``StreamGap`` of a gap run, ``packed`` its size, time and frame as one
+    ``SEGMENT`` (the C core took the ACK that proved a hole: ``TcpHalfStream._flush_hole``,
+    reason ``acked-unseen``)."""
+    nbytes, ts, frame = _unpack_segment(packed)
+    return StreamGap(info, _DIRECTIONS[direction], offset, nbytes, ts, frame, "acked-unseen")
 
 
 def _joined(events: list[Event]) -> Iterator[Event | CoalescedData]:
