@@ -668,9 +668,11 @@ def _write_lossy_bulk(path: Path, seed: int) -> int:
 def test_engine_on_holes_followed_by_many_segments(tmp_path, monkeypatch,
                                                    limits: Limits | None) -> None:
     """A capture that lost packets (``_write_lossy_bulk``): the C core takes the
-    segments after a hole into the reorder buffer and hands the reference only what
-    fills or proves the hole (or would pass the buffer's limits or the budget's room);
-    events and state are the reference's in every mode."""
+    segments after a hole into the reorder buffer and the ACK that proves the hole (the
+    gap, then the pieces), and hands the reference what fills a hole, what proves one
+    it did not buffer whole, or what would pass the buffer's limits or the budget's
+    room; events and state (the budget's holders, sizes and peak too) are the
+    reference's in every mode."""
     path = tmp_path / "lossy.pcap"
     behind = _write_lossy_bulk(path, seed=7)
     frames = _frames(path)
