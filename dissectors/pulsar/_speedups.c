@@ -24,12 +24,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* A varint of at most 10 bytes inside [*pos, end); the value as the reference keeps it
  * (bits above 64 dropped).  0 when cut or longer than 10 bytes. */
@@ -217,213 +213,6 @@ static void hex_digest(const uint8_t *buf, Py_ssize_t n, char *out)
     }
 }
 
-/* ---- digests on a thread of their own -------------------------------------------------
- *
- * The entries' SHA-256 is most of split_batch's time (0.10 of 0.13 s over bench_pulsar.py's
- * 2,631 distinct batches) and the rows need the digests only when their Arrow batch is
- * built.  With ``hash`` 2 split_batch queues them for one POSIX thread of this module,
- * which never takes the GIL (a Python thread would wait for it: the main thread holds it
- * nearly always), and returns a capsule; ``digests(capsule)`` waits for them (the GIL
- * released) and gives the same 64 hex bytes per entry as inline hashing.  A job keeps its
- * batch's buffer and the hash functions it was queued with.  In a process forked while
- * jobs were queued or running, no thread of ours runs: their waiter hashes them itself. */
-typedef struct djob {
-    struct djob *next;
-    Py_buffer data;      /* the batch, held until hashed and collected */
-    int64_t *st, *sz;    /* entries: where each payload starts, its size (owned) */
-    Py_ssize_t n;
-    PyObject *out;       /* bytes of n * 64: written by the thread before anyone reads it */
-    sha_init_fn init;
-    sha_update_fn update;
-    sha_final_fn final;
-    pid_t pid;           /* the process that queued it */
-    int done;            /* under djob_mu */
-    int released;        /* data, st and sz given back (with the GIL) */
-} djob;
-
-static pthread_mutex_t djob_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t djob_work = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t djob_done = PTHREAD_COND_INITIALIZER;
-static djob *djob_head = NULL, *djob_tail = NULL;
-static pid_t djob_worker_pid = 0;  /* the process whose thread runs (0: none yet) */
-static int djob_atfork = 0;
-
-static void djob_hash(djob *j)
-{
-    static const char hexd[] = "0123456789abcdef";
-    char *out = PyBytes_AS_STRING(j->out);
-    const uint8_t *buf = (const uint8_t *)j->data.buf;
-    for (Py_ssize_t i = 0; i < j->n; i++) {
-        unsigned char md[32];
-        uint64_t ctx[32]; /* SHA256_CTX is 112 bytes */
-        j->init(ctx);
-        j->update(ctx, buf + j->st[i], (size_t)j->sz[i]);
-        j->final(md, ctx);
-        for (int k = 0; k < 32; k++) {
-            out[64 * i + 2 * k] = hexd[md[k] >> 4];
-            out[64 * i + 2 * k + 1] = hexd[md[k] & 15];
-        }
-    }
-}
-
-static void *djob_thread(void *arg)
-{
-    (void)arg;
-    sigset_t all; /* signals are the Python threads' business */
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    for (;;) {
-        pthread_mutex_lock(&djob_mu);
-        while (!djob_head)
-            pthread_cond_wait(&djob_work, &djob_mu);
-        djob *j = djob_head;
-        djob_head = j->next;
-        if (!djob_head)
-            djob_tail = NULL;
-        pthread_mutex_unlock(&djob_mu);
-        djob_hash(j);
-        pthread_mutex_lock(&djob_mu);
-        j->done = 1; /* (j is not touched after this: its waiter may free it) */
-        pthread_cond_broadcast(&djob_done);
-        pthread_mutex_unlock(&djob_mu);
-    }
-    return NULL;
-}
-
-static void djob_after_fork(void)
-{
-    /* the child has no thread of ours; what was queued is hashed by its waiters */
-    pthread_mutex_init(&djob_mu, NULL);
-    pthread_cond_init(&djob_work, NULL);
-    pthread_cond_init(&djob_done, NULL);
-    djob_head = djob_tail = NULL;
-    djob_worker_pid = 0;
-}
-
-/* Wait for ``j`` (the GIL released when ``unlock_gil``), hashing it here when it was
- * queued by another process (before a fork) or no thread could be started. */
-static void djob_wait(djob *j, int unlock_gil)
-{
-    if (j->pid != getpid()) {
-        if (!j->done) {
-            djob_hash(j);
-            j->done = 1;
-        }
-        return;
-    }
-    pthread_mutex_lock(&djob_mu);
-    int done = j->done;
-    pthread_mutex_unlock(&djob_mu);
-    if (done)
-        return;
-    PyThreadState *ts = unlock_gil ? PyEval_SaveThread() : NULL;
-    pthread_mutex_lock(&djob_mu);
-    while (!j->done)
-        pthread_cond_wait(&djob_done, &djob_mu);
-    pthread_mutex_unlock(&djob_mu);
-    if (ts)
-        PyEval_RestoreThread(ts);
-}
-
-static void djob_release(djob *j)
-{
-    if (!j->released) {
-        j->released = 1;
-        PyBuffer_Release(&j->data);
-        free(j->st);
-        free(j->sz);
-        j->st = j->sz = NULL;
-    }
-}
-
-static void djob_capsule_free(PyObject *capsule)
-{
-    djob *j = PyCapsule_GetPointer(capsule, "msgcap.pulsar.digests");
-    if (!j)
-        return;
-    djob_wait(j, 0); /* (the thread must be done with the buffers; it never takes the GIL) */
-    djob_release(j);
-    Py_XDECREF(j->out);
-    free(j);
-}
-
-/* Queue the digests of entries st/sz of ``data``; a capsule, or NULL with an exception. */
-static PyObject *djob_submit(PyObject *data, const int64_t *st, const int64_t *sz, Py_ssize_t n)
-{
-    djob *j = calloc(1, sizeof(djob));
-    if (!j)
-        return PyErr_NoMemory();
-    j->st = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    j->sz = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    j->out = PyBytes_FromStringAndSize(NULL, n * 64);
-    if (!j->st || !j->sz || !j->out || PyObject_GetBuffer(data, &j->data, PyBUF_SIMPLE) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
-        free(j->st);
-        free(j->sz);
-        Py_XDECREF(j->out);
-        free(j);
-        return NULL;
-    }
-    memcpy(j->st, st, (size_t)n * sizeof(int64_t));
-    memcpy(j->sz, sz, (size_t)n * sizeof(int64_t));
-    j->n = n;
-    j->init = sha_init;
-    j->update = sha_update;
-    j->final = sha_final;
-    j->pid = getpid();
-    PyObject *capsule = PyCapsule_New(j, "msgcap.pulsar.digests", djob_capsule_free);
-    if (!capsule) {
-        j->done = 1;
-        djob_release(j);
-        Py_DECREF(j->out);
-        free(j);
-        return NULL;
-    }
-    int queued = 0;
-    pthread_mutex_lock(&djob_mu);
-    if (djob_worker_pid != j->pid) {
-        pthread_t t;
-        pthread_attr_t attr;
-        if (!djob_atfork)
-            djob_atfork = pthread_atfork(NULL, NULL, djob_after_fork) == 0;
-        if (djob_atfork && pthread_attr_init(&attr) == 0) {
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            if (pthread_create(&t, &attr, djob_thread, NULL) == 0)
-                djob_worker_pid = j->pid;
-            pthread_attr_destroy(&attr);
-        }
-    }
-    if (djob_worker_pid == j->pid) {
-        if (djob_tail)
-            djob_tail->next = j;
-        else
-            djob_head = j;
-        djob_tail = j;
-        pthread_cond_signal(&djob_work);
-        queued = 1;
-    }
-    pthread_mutex_unlock(&djob_mu);
-    if (!queued) { /* no thread: hashed here, now */
-        djob_hash(j);
-        j->done = 1;
-    }
-    return capsule;
-}
-
-static PyObject *digests(PyObject *self, PyObject *args)
-{
-    PyObject *capsule;
-    if (!PyArg_ParseTuple(args, "O", &capsule))
-        return NULL;
-    djob *j = PyCapsule_GetPointer(capsule, "msgcap.pulsar.digests");
-    if (!j)
-        return NULL;
-    djob_wait(j, 1);
-    djob_release(j); /* (the batch is no longer needed; the digests stay with the capsule) */
-    return Py_NewRef(j->out);
-}
-
 static PyObject *sha256_hex(PyObject *self, PyObject *args)
 {
     Py_buffer view;
@@ -443,8 +232,8 @@ static PyObject *sha256_hex(PyObject *self, PyObject *args)
 /* The kept payloads as one Arrow-layout column piece (data, int32 offsets from 0), the
  * truncation flags and, with the handed-over function, the hex digests (64 bytes each,
  * one buffer): no Python object per entry. */
-static PyObject *columns(PyObject *batch, const uint8_t *buf, Py_ssize_t n, const int64_t *st,
-                         const int64_t *sz, Py_ssize_t cap, int hash)
+static PyObject *columns(const uint8_t *buf, Py_ssize_t n, const int64_t *st, const int64_t *sz,
+                         Py_ssize_t cap)
 {
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -456,9 +245,7 @@ static PyObject *columns(PyObject *batch, const uint8_t *buf, Py_ssize_t n, cons
     PyObject *data = PyBytes_FromStringAndSize(NULL, total);
     PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     PyObject *trunc = PyBytes_FromStringAndSize(NULL, n);
-    PyObject *hex = !sha_init ? Py_NewRef(Py_None)
-                    : hash == 2 ? djob_submit(batch, st, sz, n)
-                                : PyBytes_FromStringAndSize(NULL, n * 64);
+    PyObject *hex = sha_init ? PyBytes_FromStringAndSize(NULL, n * 64) : Py_NewRef(Py_None);
     PyObject *result = NULL;
     if (!data || !offsets || !trunc || !hex)
         goto done;
@@ -472,7 +259,7 @@ static PyObject *columns(PyObject *batch, const uint8_t *buf, Py_ssize_t n, cons
         at += keep;
         off[i + 1] = (int32_t)at;
         t[i] = keep < sz[i];
-        if (hex != Py_None && hash != 2)
+        if (hex != Py_None)
             hex_digest(buf + st[i], (Py_ssize_t)sz[i], PyBytes_AS_STRING(hex) + i * 64);
     }
     result = PyTuple_Pack(4, data, offsets, trunc, hex);
@@ -523,10 +310,9 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t n, cap;
-    int has_seq, hash = 1;
+    int has_seq;
     unsigned long long seq;
-    PyObject *batch = PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, 0) : NULL;
-    if (!PyArg_ParseTuple(args, "y*npKn|i", &view, &n, &has_seq, &seq, &cap, &hash))
+    if (!PyArg_ParseTuple(args, "y*npKn", &view, &n, &has_seq, &seq, &cap))
         return NULL;
     PyObject *result = NULL;
     PyObject *starts = NULL, *sizes = NULL, *seqs = NULL, *cols = NULL, *props = NULL,
@@ -625,7 +411,7 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
     }
     if (pos != end)
         goto refuse;
-    cols = columns(batch, buf, n, st, sz, cap, hash);
+    cols = columns(buf, n, st, sz, cap);
     props = cols ? properties(buf, n, lists, &keys, &values) : NULL;
     pkeys = props ? partition_keys(buf, n, pk, pk_valid, pk_count) : NULL;
     if (pkeys)
@@ -1021,11 +807,7 @@ static PyMethodDef methods[] = {
      "each) or None, properties: (int32 map offsets per entry, key data, key offsets,\n"
      "value data, value offsets) or None, partition keys: (valid: packed bool, data,\n"
      "offsets) or None), or None when the batch is not plain (the reference then takes\n"
-     "it); cap -1: keep whole payloads; hash 2: the digests made on this module's\n"
-     "thread, a capsule for digests() in their place."},
-    {"digests", digests, METH_VARARGS,
-     "digests(capsule) -> the hex digests split_batch(..., hash=2) queued (64 bytes per\n"
-     "entry), waited for with the GIL released"},
+     "it); cap -1: keep whole payloads."},
     {"use_sha256", use_sha256, METH_VARARGS,
      "use_sha256(init, update, final): libcrypto's SHA256_Init/Update/Final (0s: digests\n"
      "left to hashlib)"},

@@ -129,7 +129,7 @@ class Chunk(NamedTuple):
     n: int
     sequence_id: bytes  # int64 per entry
     payload_len: bytes  # int64 per entry
-    payload_sha256: Any  # 64 hex characters per entry: bytes, or their capsule (made)
+    payload_sha256: bytes  # 64 hex characters per entry
     payload: bytes  # the kept payloads back to back ...
     payload_offsets: bytes  # ... and where each starts (int32, n + 1, from 0)
     payload_truncated: bytes  # one bool byte per entry
@@ -174,11 +174,10 @@ def _split(data: bytes, n: int, seq: int | None, cap: int | None,
         return None
     keep_all = cap is None or cap >= len(data)  # (any cap above the data keeps it all)
     got = _speedups.split_batch(data, n, seq is not None, 0 if seq is None else seq,
-                                -1 if keep_all else cap, 2 if DIGEST_THREAD else 1)
+                                -1 if keep_all else cap)
     if got is None:
         return None
-    # (bytes, or with DIGEST_THREAD a capsule: the digests being made, see _digest_bytes)
-    digests: Any = got[6]
+    digests: bytes | None = got[6]
     if digests is None:  # no libcrypto handed over: hashlib, one call per entry
         starts = np.frombuffer(got[0], dtype=np.int64)
         sizes = np.frombuffer(got[1], dtype=np.int64)
@@ -203,24 +202,6 @@ def _split(data: bytes, n: int, seq: int | None, cap: int | None,
         nbytes += len(keys[1]) + 4 * n
     return Chunk(shared, provenance, n, got[2], got[1], digests, kept, got[4], got[5],
                  props, keys, nbytes)
-
-
-# The entries' digests (SHA-256 of each payload, in hex) are most of ``split_batch``'s
-# time (0.10 of 0.13 s over bench_pulsar.py's 2,631 distinct batches) and are needed only
-# when the rows' Arrow batch is built: ``split_batch`` queues them for a POSIX thread of
-# the extension, which never takes the GIL (a Python thread waited for it: the main
-# thread, the run's bottleneck, holds it nearly always), and ``to_batch`` collects them.
-# The same function makes the same digests; ``MSGCAP_PULSAR_DIGEST_THREAD=0`` makes them
-# inline again.
-DIGEST_THREAD = os.environ.get("MSGCAP_PULSAR_DIGEST_THREAD", "1") != "0"
-
-
-def _digest_bytes(digests: object) -> bytes:
-    """A chunk's digests: its bytes, or those its capsule stands for (waited for)."""
-    if type(digests) is bytes:
-        return digests
-    got: bytes = _speedups.digests(digests)
-    return got
 
 
 # Recent payloads kept for ``decompress`` and ``split``: a broker delivers the batch a
@@ -452,7 +433,7 @@ class MessageAccumulator:
                                  _joined(payload_offsets, counts + 1)),
             "payload_sha256": pa.Array.from_buffers(pa.string(), total, [
                 None, pa.py_buffer(np.arange(0, 64 * (total + 1), 64, dtype=np.int32)),
-                pa.py_buffer(b"".join([_digest_bytes(c.payload_sha256) for c in cs]))]),
+                pa.py_buffer(b"".join([c.payload_sha256 for c in cs]))]),
             "properties": _properties(cs, total),
             "partition_key": _partition_keys(cs, total),
         }

@@ -12,7 +12,6 @@ compared in tests/perf/test_pulsar_fastpath.py.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import struct
 import zlib
@@ -563,48 +562,3 @@ def test_shared_columns_are_the_rows_conversion():
                                     "cafe") is None
     with pytest.raises(SchemaError):
         fastpath._shared_by_rows([bad], envelopes[:1], counts[:1], int(counts[0]), "cafe")
-
-
-@pytest.mark.parametrize("thread", [False, True])
-def test_digests_on_their_thread_or_inline(monkeypatch, thread):
-    # with libcrypto the digests are made on the extension's own thread (DIGEST_THREAD,
-    # collected by to_batch) or inline in split_batch: the reference's rows either way
-    if fastpath.SHA256_IMPL == "hashlib":
-        pytest.skip("no libcrypto: digests come from hashlib")
-    monkeypatch.setattr(fastpath, "DIGEST_THREAD", thread)
-    for codec in (0, 2):
-        a, b = both_ways(_plain_frames(codec), 2)
-        assert_same(a, b)
-    raw = batch(PLAIN * 50)
-    got = fastpath._split(raw, len(PLAIN) * 50, 5, None)
-    assert got is not None
-    assert (type(got.payload_sha256) is not bytes) is thread
-    want = "".join(hashlib.sha256(p).hexdigest() for p, _ in PLAIN * 50).encode()
-    assert fastpath._digest_bytes(got.payload_sha256) == want
-    assert fastpath._digest_bytes(got.payload_sha256) == want  # (collected twice: reused)
-    # dropped without being collected (a counting-only session): freed after the thread
-    assert fastpath._split(raw, len(PLAIN) * 50, 5, None) is not None
-
-
-def test_digests_queued_before_a_fork_are_made_in_the_child(monkeypatch):
-    # the child of a fork has no digest thread: what its parent queued, it hashes itself
-    if fastpath.SHA256_IMPL == "hashlib":
-        pytest.skip("no libcrypto: digests come from hashlib")
-    monkeypatch.setattr(fastpath, "DIGEST_THREAD", True)
-    raws = [batch([(bytes([i]) * 30_000, {})] * 40) for i in range(20)]
-    chunks = [fastpath._split(raw, 40, 1, None) for raw in raws]
-    pid = os.fork()
-    if pid == 0:  # the child: collect every chunk's digests, check them, exit at once
-        ok = all(fastpath._digest_bytes(c.payload_sha256)
-                 == hashlib.sha256(bytes([i]) * 30_000).hexdigest().encode() * 40
-                 for i, c in enumerate(chunks) if c is not None)
-        more = fastpath._split(raws[0], 40, 1, None)  # (and a thread of its own after it)
-        ok = ok and more is not None and fastpath._digest_bytes(more.payload_sha256) \
-            == hashlib.sha256(bytes([0]) * 30_000).hexdigest().encode() * 40
-        os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    for i, c in enumerate(chunks):
-        assert c is not None
-        assert fastpath._digest_bytes(c.payload_sha256) == \
-            hashlib.sha256(bytes([i]) * 30_000).hexdigest().encode() * 40
