@@ -38,6 +38,7 @@ from analyzer.cliutil import (
     print_error,
     print_table,
     print_user_error,
+    settle_gc,
     silence_stdout,
     skip_pandas_probe,
     stdin_spooled,
@@ -470,6 +471,8 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     options = options_from_args(args, registry)
     out = Path(args.output)
     created = not out.exists()
+    if _OWN_PROCESS:
+        settle_gc()
     try:
         with stdin_spooled(args.captures) as (captures, spooled):
             results, elapsed = _dissect_all(captures, args, options, registry)
@@ -1009,10 +1012,17 @@ def main(argv: list[str] | None = None) -> int:
     stdout closed by the reader (``| head``) ends the run quietly with exit 0.  Called
     without ``argv`` (the command line: the ``msgcap`` script, ``python -m analyzer.cli``)
     the process usually ends here (``_exit_without_teardown``)."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = argv is None
     code = _main(argv)
     if argv is None:
         _exit_without_teardown(code)
     return code
+
+
+# whether this run is the process's own command line (``main()`` without ``argv``): only
+# then does a command change process-wide settings (``cliutil.settle_gc``)
+_OWN_PROCESS = False
 
 
 def _exit_without_teardown(code: int) -> None:
