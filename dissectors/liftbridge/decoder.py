@@ -21,7 +21,7 @@ from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_he
 from dissectors.liftbridge.table import ENTRIES_TABLE, MSG_TYPES
 from dissectors.proto import Decoded, Kind, decode, schema
 from dissectors.proto.columns import rows_for
-from dissectors.proto.wire import FieldSpec
+from dissectors.proto.wire import FieldSpec, zero_value
 
 __all__ = ["MAX_STREAM_SUBJECTS", "LiftbridgeDecoder"]
 
@@ -280,7 +280,7 @@ class LiftbridgeDecoder:
             if field_name in ov:
                 _set(values, col, ov[field_name], specs[field_name], anomalies, opname)
             elif field_name in specs and op.error is None and col not in values:
-                _set(values, col, _default(specs[field_name].kind), specs[field_name],
+                _set(values, col, zero_value(specs[field_name].kind), specs[field_name],
                      anomalies, opname)
 
     @classmethod
@@ -451,22 +451,12 @@ def _plan(full: str) -> tuple[tuple[str, str, object, FieldSpec, int], ...]:
         default: object = _ABSENT
         if name not in _TS_FIELDS and spec.kind is not Kind.MESSAGE:
             # (a map's default is never changed: ``_set`` lists its items)
-            default = {} if spec.kind is Kind.MAP else _default(spec.kind)
+            default = {} if spec.kind is Kind.MAP else zero_value(spec.kind)
         how = (_VALUE if name == "value" else
                _SET if spec.kind in (Kind.ENUM, Kind.UINT64, Kind.MAP) or col in _U64_FIELDS
                else _COPY)
         out.append((name, col, default, spec, how))
     return tuple(out)
-
-
-def _default(kind: Kind) -> str | bytes | bool | int:
-    if kind is Kind.STRING:
-        return ""
-    if kind is Kind.BYTES:
-        return b""
-    if kind is Kind.BOOL:
-        return False
-    return 0
 
 
 def _set_u64(values: dict[str, Any], col: str, v: int, anomalies: list[tuple[str, str]],

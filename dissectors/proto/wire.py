@@ -34,6 +34,7 @@ __all__ = [
     "decode",
     "field_keys",
     "scan",
+    "zero_value",
 ]
 
 # Nested messages deeper than this are reported, not followed (our schemas nest at most
@@ -434,16 +435,20 @@ def _merge_child(out: Decoded, name: str, sub: Decoded) -> None:
     out.bad_utf8.extend(f"{name}.{b}" for b in sub.bad_utf8)
 
 
-def _default(spec: FieldSpec) -> str | bytes | bool | int | None:
-    if spec.kind is Kind.STRING:
+def zero_value(kind: Kind) -> str | bytes | bool | int:
+    """proto3's default of a scalar field of this kind (what an absent field reads as):
+    "", b"", False, else 0 (numbers and enums)."""
+    if kind is Kind.STRING:
         return ""
-    if spec.kind is Kind.BYTES:
+    if kind is Kind.BYTES:
         return b""
-    if spec.kind is Kind.BOOL:
+    if kind is Kind.BOOL:
         return False
-    if spec.kind in (Kind.MESSAGE, Kind.MAP):
-        return None
     return 0
+
+
+def _default(spec: FieldSpec) -> str | bytes | bool | int | None:
+    return None if spec.kind in (Kind.MESSAGE, Kind.MAP) else zero_value(spec.kind)
 
 
 def scan(buf: bytes) -> frozenset[tuple[int, int]] | None:

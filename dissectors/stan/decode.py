@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeGuard
 
-from dissectors.proto import Decoded, Kind, decode, enum_names, schema
-from dissectors.proto.wire import field_keys, scan
+from dissectors.proto import Decoded, decode, enum_names, schema
+from dissectors.proto.wire import field_keys, scan, zero_value
 
 __all__ = [
     "FIRST_BYTES",
@@ -165,21 +165,11 @@ def _plan(full: str) -> tuple[tuple[str, str, object, int], ...]:
     for spec in schema(full).fields.values():
         name = spec.name
         # crc32 / timestamp: absent stays null (crc_status says so; no invented 1970 time)
-        default = _ABSENT if name in ("crc32", "timestamp") else _default(spec.kind)
+        default = _ABSENT if name in ("crc32", "timestamp") else zero_value(spec.kind)
         special = (_DATA if name == "data" else _UINT64 if name in _UINT64_FIELDS
                    else _ENUM if name == "start_position" else 0)
         out.append((name, _COLUMN.get(name, name), default, special))
     return tuple(out)
-
-
-def _default(kind: Kind) -> str | bytes | bool | int:
-    if kind is Kind.STRING:
-        return ""
-    if kind is Kind.BYTES:
-        return b""
-    if kind is Kind.BOOL:
-        return False
-    return 0
 
 
 def _data_columns(values: dict[str, Any], data: bytes, cap: int | None) -> bytes:
