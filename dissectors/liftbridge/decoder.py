@@ -21,7 +21,7 @@ from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_he
 from dissectors.liftbridge.table import ENTRIES_TABLE, MSG_TYPES
 from dissectors.proto import Decoded, Kind, decode, schema
 from dissectors.proto.columns import rows_for
-from dissectors.proto.wire import FieldSpec, zero_value
+from dissectors.proto.wire import ABSENT, FieldSpec, planned_values, zero_value
 
 __all__ = ["MAX_STREAM_SUBJECTS", "LiftbridgeDecoder"]
 
@@ -233,13 +233,7 @@ class LiftbridgeDecoder:
             cls._propagated_response(values, d, clean_end, anomalies)
         else:
             got = d.values
-            for name, col, default, spec, how in _plan(full):
-                if name in got:
-                    v = got[name]
-                elif clean_end and default is not _ABSENT:
-                    v = default
-                else:
-                    continue
+            for (_, col, _, spec, how), v in planned_values(got, _plan(full), clean_end):
                 if how == _COPY:
                     values[col] = v
                 elif how == _VALUE:
@@ -434,7 +428,6 @@ class LiftbridgeDecoder:
             )
 
 
-_ABSENT = object()  # a field left null when absent (no invented default)
 _COPY, _VALUE, _SET = 0, 1, 2  # straight to its column / the value columns / ``_set``
 
 
@@ -448,7 +441,7 @@ def _plan(full: str) -> tuple[tuple[str, str, object, FieldSpec, int], ...]:
     for spec in sch.fields.values():
         name = spec.name
         col = _RENAME.get((sch.name, name), name)
-        default: object = _ABSENT
+        default: object = ABSENT
         if name not in _TS_FIELDS and spec.kind is not Kind.MESSAGE:
             # (a map's default is never changed: ``_set`` lists its items)
             default = {} if spec.kind is Kind.MAP else zero_value(spec.kind)

@@ -21,11 +21,13 @@ above ``2**63 - 1``).  Nesting is bounded by ``MAX_DEPTH``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Final, TypeVar
 
 __all__ = [
+    "ABSENT",
     "MAX_DEPTH",
     "Decoded",
     "FieldSpec",
@@ -33,6 +35,7 @@ __all__ = [
     "MessageSchema",
     "decode",
     "field_keys",
+    "planned_values",
     "scan",
     "zero_value",
 ]
@@ -433,6 +436,27 @@ def _field(out: Decoded, buf: bytes, pos: int, end: int, base: int, depth: int) 
 def _merge_child(out: Decoded, name: str, sub: Decoded) -> None:
     out.unknown.extend(f"{name}.{u}" for u in sub.unknown)
     out.bad_utf8.extend(f"{name}.{b}" for b in sub.bad_utf8)
+
+
+# a field that stays null when absent, where a plan would otherwise give its zero value
+ABSENT: Final = object()
+
+_Entry = TypeVar("_Entry", bound=tuple[Any, ...])
+
+
+def planned_values(got: Mapping[str, Any], plan: Iterable[_Entry], clean_end: bool
+                   ) -> Iterator[tuple[_Entry, Any]]:
+    """Each entry of a payload dissector's per-type ``plan`` (field name first, value
+    when absent third) with its value in a decoded message: the decoded value; else,
+    when the message ended cleanly, the value when absent (proto3 reads an absent field
+    as its zero value; ``ABSENT`` leaves it null); else nothing (a cut message says
+    nothing of the fields after the cut), and the entry is skipped."""
+    for entry in plan:
+        name = entry[0]
+        if name in got:
+            yield entry, got[name]
+        elif clean_end and entry[2] is not ABSENT:
+            yield entry, entry[2]
 
 
 def zero_value(kind: Kind) -> str | bytes | bool | int:

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any, TypeGuard
 
 from dissectors.proto import Decoded, decode, enum_names, schema
-from dissectors.proto.wire import field_keys, scan, zero_value
+from dissectors.proto.wire import ABSENT, field_keys, planned_values, scan, zero_value
 
 __all__ = [
     "FIRST_BYTES",
@@ -120,13 +120,7 @@ def decode_kind(
         ))
     got = d.values
     data_digest = None
-    for name, column, default, special in _plan(full):
-        if name in got:
-            v = got[name]
-        elif clean_end and default is not _ABSENT:
-            v = default
-        else:
-            continue
+    for (name, column, _, special), v in planned_values(got, _plan(full), clean_end):
         if special:
             if special == _DATA:
                 data_digest = _data_columns(values, v, payload_cap)
@@ -153,7 +147,6 @@ def decode_kind(
     return values, d, problems
 
 
-_ABSENT = object()  # a field left null when absent (no invented default)
 _DATA, _UINT64, _ENUM = 1, 2, 3  # fields that need more than a copy to their column
 
 
@@ -165,7 +158,7 @@ def _plan(full: str) -> tuple[tuple[str, str, object, int], ...]:
     for spec in schema(full).fields.values():
         name = spec.name
         # crc32 / timestamp: absent stays null (crc_status says so; no invented 1970 time)
-        default = _ABSENT if name in ("crc32", "timestamp") else zero_value(spec.kind)
+        default = ABSENT if name in ("crc32", "timestamp") else zero_value(spec.kind)
         special = (_DATA if name == "data" else _UINT64 if name in _UINT64_FIELDS
                    else _ENUM if name == "start_position" else 0)
         out.append((name, _COLUMN.get(name, name), default, special))
