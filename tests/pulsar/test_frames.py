@@ -13,7 +13,7 @@ import cramjam
 import lz4.block
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dissectors.api import Verdict
@@ -402,6 +402,33 @@ def test_corrupt_compressed_payload():
     md = metadata(**MD, uncompressed_size=50) + bytes([0x40, 9])  # compression 9
     r = one(frame(cmd("SEND", producer_id=1, sequence_id=11), md, b"x"))
     assert r.anomalies() == ["pulsar.unknown_compression"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=3000), st.sampled_from([0, 1, 6, 9]),
+       st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
+       st.integers(0, 4000), st.booleans())
+@example(b"hello" * 50, 6, [(0, 0x88), (1, 28)], 0, False)  # 64 KiB window: zlib refuses
+def test_zlib_isal_and_zlib_agree(src, level, edits, limit, cut):
+    """ISA-L's inflate (codec._zlib, when isal is installed) gives what zlib alone gives:
+    the same bytes, or the same problem (zlib's message), on damaged streams too."""
+    from dissectors.pulsar import codec as codec_mod
+
+    wire = bytearray(zlib.compress(src, level))
+    for at, byte in edits:  # damage: header, Huffman tables, body, checksum
+        wire[at % len(wire)] = byte
+    wire = bytes(wire[: len(wire) // 2] if cut else wire)
+    declared = limit or len(src)
+
+    def outcome():
+        return codec_mod.decompress(2, wire, declared, 1 << 20)
+
+    got = outcome()
+    saved, codec_mod._isal_zlib = codec_mod._isal_zlib, None
+    try:
+        assert outcome() == got
+    finally:
+        codec_mod._isal_zlib = saved
 
 
 def test_encrypted_payload_kept_as_sent():
