@@ -800,6 +800,175 @@ static PyObject *plain_json(PyObject *self, PyObject *args)
     return result;
 }
 
+/* ---- shared columns repeated by runs (fastpath.MessageAccumulator.to_batch) ---------- */
+
+enum { RV_INT64, RV_INT32, RV_BOOL, RV_STRING, RV_BINARY };
+
+/* Value i of repeat_values' input: values[i], or values[i].get(key) when key is set
+ * (borrowed; NULL with an error set when values[i] is not a dict). */
+static PyObject *rv_item(PyObject *seq, Py_ssize_t i, PyObject *key)
+{
+    PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
+    if (key == Py_None)
+        return v;
+    if (!PyDict_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "repeat_values: dicts expected");
+        return NULL;
+    }
+    v = PyDict_GetItemWithError(v, key);
+    if (v == NULL && !PyErr_Occurred())
+        v = Py_None;
+    return v;
+}
+
+/* One column of the chunks' shared values, value i repeated counts[i] (> 0) times, as
+ * Arrow buffers: what pa.array(values, type) and runs.repeat_runs make, without a Python
+ * object per value or an intermediate array.  Only exact ints (in range), bools, str (UTF-8)
+ * and bytes, and None; anything else returns None and the caller converts as before (which
+ * raises where pa.array raises). */
+static PyObject *repeat_values(PyObject *self, PyObject *args)
+{
+    PyObject *values, *key;
+    Py_buffer cb;
+    int kind;
+    if (!PyArg_ParseTuple(args, "OOy*i", &values, &key, &cb, &kind))
+        return NULL;
+    PyObject *seq = PySequence_Fast(values, "repeat_values: a sequence expected");
+    PyObject *result = NULL, *bitmap = NULL, *data = NULL, *offsets = NULL;
+    if (seq == NULL)
+        goto done;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    const int64_t *counts = (const int64_t *)cb.buf;
+    if (cb.len != m * (Py_ssize_t)sizeof(int64_t) || kind < RV_INT64 || kind > RV_BINARY) {
+        PyErr_SetString(PyExc_ValueError, "repeat_values: one int64 count per value");
+        goto done;
+    }
+    Py_ssize_t n = 0, nulls = 0, bytes_total = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (counts[i] <= 0 || counts[i] > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "repeat_values: counts must be positive");
+            goto done;
+        }
+        PyObject *v = rv_item(seq, i, key);
+        if (v == NULL)
+            goto done;
+        n += counts[i];
+        if (v == Py_None) {
+            nulls += counts[i];
+            continue;
+        }
+        Py_ssize_t len;
+        switch (kind) {
+        case RV_INT64:
+        case RV_INT32: {
+            if (!PyLong_CheckExact(v))
+                goto unhandled;
+            int overflow;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || (x == -1 && PyErr_Occurred()))
+                goto unhandled_clear;
+            if (kind == RV_INT32 && (x < INT32_MIN || x > INT32_MAX))
+                goto unhandled;
+            break;
+        }
+        case RV_BOOL:
+            if (v != Py_True && v != Py_False)
+                goto unhandled;
+            break;
+        case RV_STRING:
+            if (!PyUnicode_CheckExact(v) || PyUnicode_AsUTF8AndSize(v, &len) == NULL)
+                goto unhandled_clear;
+            bytes_total += len * counts[i];
+            break;
+        default:
+            if (!PyBytes_CheckExact(v))
+                goto unhandled;
+            bytes_total += PyBytes_GET_SIZE(v) * counts[i];
+        }
+    }
+    if (n > INT32_MAX || bytes_total > INT32_MAX)
+        goto unhandled;
+    if (nulls) {
+        bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (bitmap == NULL)
+            goto done;
+        memset(PyBytes_AS_STRING(bitmap), 0, (size_t)((n + 7) / 8));
+    }
+    Py_ssize_t width = kind == RV_INT64 ? 8 : kind == RV_INT32 ? 4 : 0;
+    Py_ssize_t dsize = width ? n * width : kind == RV_BOOL ? (n + 7) / 8 : bytes_total;
+    data = PyBytes_FromStringAndSize(NULL, dsize);
+    if (data == NULL)
+        goto done;
+    char *d = PyBytes_AS_STRING(data);
+    if (kind == RV_BOOL)
+        memset(d, 0, (size_t)dsize);
+    int32_t *off = NULL;
+    if (kind == RV_STRING || kind == RV_BINARY) {
+        offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+        if (offsets == NULL)
+            goto done;
+        off = (int32_t *)PyBytes_AS_STRING(offsets);
+        off[0] = 0;
+    }
+    uint8_t *bits = bitmap ? (uint8_t *)PyBytes_AS_STRING(bitmap) : NULL;
+    Py_ssize_t row = 0, at = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *v = rv_item(seq, i, key);
+        Py_ssize_t k = (Py_ssize_t)counts[i];
+        int valid = v != Py_None;
+        if (bits && valid)
+            for (Py_ssize_t r = row; r < row + k; r++)
+                bits[r >> 3] |= (uint8_t)(1u << (r & 7));
+        if (width == 8) {
+            int64_t x = valid ? (int64_t)PyLong_AsLongLong(v) : 0;
+            int64_t *out = (int64_t *)d + row;
+            for (Py_ssize_t r = 0; r < k; r++)
+                out[r] = x;
+        } else if (width == 4) {
+            int32_t x = valid ? (int32_t)PyLong_AsLongLong(v) : 0;
+            int32_t *out = (int32_t *)d + row;
+            for (Py_ssize_t r = 0; r < k; r++)
+                out[r] = x;
+        } else if (kind == RV_BOOL) {
+            if (v == Py_True)
+                for (Py_ssize_t r = row; r < row + k; r++)
+                    d[r >> 3] |= (char)(1u << (r & 7));
+        } else {
+            const char *src = "";
+            Py_ssize_t len = 0;
+            if (valid) {
+                if (kind == RV_STRING)
+                    src = PyUnicode_AsUTF8AndSize(v, &len);
+                else {
+                    src = PyBytes_AS_STRING(v);
+                    len = PyBytes_GET_SIZE(v);
+                }
+            }
+            for (Py_ssize_t r = 0; r < k; r++) {
+                if (len)
+                    memcpy(d + at, src, (size_t)len);
+                at += len;
+                off[row + r + 1] = (int32_t)at;
+            }
+        }
+        row += k;
+    }
+    result = Py_BuildValue("(nnOOO)", n, nulls, bitmap ? bitmap : Py_None, data,
+                           offsets ? offsets : Py_None);
+    goto done;
+unhandled_clear:
+    PyErr_Clear();
+unhandled:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(seq);
+    Py_XDECREF(bitmap);
+    Py_XDECREF(data);
+    Py_XDECREF(offsets);
+    PyBuffer_Release(&cb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"split_batch", split_batch, METH_VARARGS,
      "split_batch(data, n, has_seq, seq, cap) -> (starts, sizes, seqs: packed int64, kept\n"
@@ -816,6 +985,12 @@ static PyMethodDef methods[] = {
      "protobuf message (nested ones made alike), or None when dissectors.proto.wire must\n"
      "decode it"},
     {"sha256_hex", sha256_hex, METH_VARARGS, "sha256_hex(data) -> hex, with that function"},
+    {"repeat_values", repeat_values, METH_VARARGS,
+     "repeat_values(values, key, counts, kind) -> (rows, nulls, validity bitmap or None,\n"
+     "data, int32 offsets or None): value i (values[i], or values[i].get(key) unless key\n"
+     "is None) repeated counts[i] (packed int64) times as an Arrow column's buffers; kind\n"
+     "0 int64, 1 int32, 2 bool, 3 string, 4 binary; None when a value is not exactly of\n"
+     "the kind (or None)"},
     {"plain_json", plain_json, METH_VARARGS,
      "plain_json(decoded, specs, cls) -> the command's compact JSON as session.py makes it,\n"
      "or None when the reference must make it"},

@@ -56,7 +56,6 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -69,7 +68,7 @@ from dissectors.proto.wire import decode as wire_decode
 from dissectors.pulsar import codec
 from dissectors.pulsar.table import PULSAR_MESSAGES
 from dissectors.schema import rows_to_batch, timestamp_from_ns
-from dissectors.tables import NS_SUFFIX
+from dissectors.tables import NS_SUFFIX, Field
 
 _speedups: Any  # C, no stub (imported by name: the package's lazy __getattr__ is untyped)
 try:
@@ -216,10 +215,13 @@ _RECENT_BYTES = 8 << 20
 _RECENT_MAX_PAYLOAD = 1 << 20  # larger payloads are not kept
 
 
+_Key = tuple[int, int | None, int, int, bytes, bytes, bytes]
+
+
 class _Entry:
     __slots__ = ("key", "raw", "result", "data", "splits", "nbytes")
 
-    def __init__(self, key: tuple[int, int | None, int, int, int], raw: bytes,
+    def __init__(self, key: _Key, raw: bytes,
                  result: codec.Result) -> None:
         self.key = key
         self.raw = raw
@@ -236,8 +238,7 @@ class _Recent:
     __slots__ = ("entries", "by_data", "nbytes", "reused", "inflated")
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[tuple[int, int | None, int, int, int], _Entry] = \
-            OrderedDict()
+        self.entries: OrderedDict[_Key, _Entry] = OrderedDict()
         self.by_data: dict[int, _Entry] = {}  # id of an entry's data (it holds the data)
         self.nbytes = 0
         self.reused = 0  # splits and decompressions not done again
@@ -287,7 +288,10 @@ def decompress(compression: int, raw: bytes, declared: int | None, cap: int) -> 
     if len(raw) > _RECENT_MAX_PAYLOAD:
         return codec.decompress(compression, raw, declared, cap)
     recent = _recent()
-    key = (compression, declared, cap, len(raw), crc32c.crc32c(raw))
+    # (a few of its bytes pick the entry, the whole payload is compared: a checksum of
+    # every payload read each one once more for nothing)
+    mid = len(raw) >> 1
+    key = (compression, declared, cap, len(raw), raw[:16], raw[mid:mid + 16], raw[-16:])
     entry = recent.entries.get(key)
     if entry is not None and entry.raw == raw:
         recent.entries.move_to_end(key)
@@ -296,7 +300,7 @@ def decompress(compression: int, raw: bytes, declared: int | None, cap: int) -> 
     recent.inflated += 1
     result = codec.decompress(compression, raw, declared, cap)
     if result.data is not None and len(result.data) <= _RECENT_MAX_PAYLOAD:
-        if entry is not None:  # (another payload with the same checksum: the newer wins)
+        if entry is not None:  # (another payload with the same key: the newer wins)
             recent.drop(entry)
         recent.add(_Entry(key, raw, result))
     return result
@@ -456,6 +460,11 @@ _SHARED = tuple(f for f in PULSAR_MESSAGES.columns if f.name not in _PER_ENTRY
                 and f.name not in ("properties", "partition_key", "capture_id")
                 and f.exact_of is None)
 
+# ``_speedups.repeat_values``' kind of a shared column's Arrow type (a timestamp's values
+# are its nanoseconds); lists have none (converted and gathered)
+_KIND_OF = {pa.int64(): 0, pa.int32(): 1, pa.bool_(): 2, pa.string(): 3, pa.binary(): 4}
+_KINDS = tuple(0 if pa.types.is_timestamp(f.type) else _KIND_OF.get(f.type) for f in _SHARED)
+
 
 def _shared_columns(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],
                     counts: npt.NDArray[np.int64], total: int, capture_id: str
@@ -476,16 +485,24 @@ def _shared_columns(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],
     keys = set().union(*dicts)
     out = {"capture_id": repeated_bytes(pa.string(), capture_id.encode(), total)}
     index: pa.Array | None = None
+    repeat = getattr(_speedups, "repeat_values", None)
     try:
-        for f in _SHARED:
+        for f, kind in zip(_SHARED, _KINDS, strict=True):
             name = f.name
             values: Sequence[Any] | None = by_envelope.get(name)
-            if values is None:
-                if name not in keys:
-                    out[name] = nulls(f.type, total)
-                    if pa.types.is_timestamp(f.type):
-                        out[name + NS_SUFFIX] = nulls(pa.int64(), total)
+            if values is None and name not in keys:
+                out[name] = nulls(f.type, total)
+                if pa.types.is_timestamp(f.type):
+                    out[name + NS_SUFFIX] = nulls(pa.int64(), total)
+                continue
+            if kind is not None and repeat is not None:
+                # in C, straight from the chunks' values (None: one it does not take)
+                got = repeat(dicts, name, counts, kind) if values is None \
+                    else repeat(values, None, counts, kind)
+                if got is not None:
+                    _repeated_column(out, f, got)
                     continue
+            if values is None:
                 values = [d.get(name) for d in dicts]
             if pa.types.is_timestamp(f.type):
                 ns = repeat_runs(pa.array(values, pa.int64()), counts)
@@ -503,6 +520,27 @@ def _shared_columns(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],
     except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeEncodeError):
         return None
     return out
+
+
+def _repeated_column(out: dict[str, pa.Array], f: Field,
+                     got: tuple[int, int, bytes | None, bytes, bytes | None]) -> None:
+    """``out[f.name]`` (and a timestamp's ``_ns``) from ``_speedups.repeat_values``'
+    buffers: the values ``repeat_runs(pa.array(values, type), counts)`` gives."""
+    n, null_count, bitmap, data, offsets = got
+    typ = pa.int64() if pa.types.is_timestamp(f.type) else f.type
+    if null_count == n:
+        column = nulls(typ, n)
+    else:
+        buffers = [None if bitmap is None else pa.py_buffer(bitmap)]
+        if offsets is not None:
+            buffers.append(pa.py_buffer(offsets))
+        buffers.append(pa.py_buffer(data))
+        column = pa.Array.from_buffers(typ, n, buffers, null_count=null_count)
+    if typ is f.type:
+        out[f.name] = column
+    else:
+        out[f.name + NS_SUFFIX] = column
+        out[f.name] = timestamp_from_ns(column)
 
 
 def _shared_by_rows(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],
