@@ -15,6 +15,10 @@ reference is ``reassembly.network``/``flows``/``tcp`` (tests/perf/test_engine_na
 ``reassembly/_engine.c`` includes ``reassembly/_pcapng_walk.c``, the pcapng block walk
 (it makes that file's batches, whose types are static there); the reference of the walk
 is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).
+
+``dissectors.proto._walk`` (STAN and Liftbridge row values from clean protobufs,
+``dissectors/proto/walk.py``) likewise; its reference is ``dissectors.proto.wire``
+(tests/stan/test_walk.py).
 """
 
 from setuptools import Extension, setup
@@ -30,6 +34,12 @@ setup(
         Extension(  # the Pulsar batch split (dissectors/pulsar/fastpath.py), same terms
             "dissectors.pulsar._speedups",
             ["dissectors/pulsar/_speedups.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
+        Extension(  # STAN/Liftbridge row values from clean protobufs (dissectors/proto/walk.py)
+            "dissectors.proto._walk",
+            ["dissectors/proto/_walk.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -57,6 +57,7 @@ _SHORT = {int(d): d.short for d in Direction}
 # what a row is reckoned to hold besides its payload's bytes (for ``nbytes``)
 _ROW_OVERHEAD = 512
 CONVERT_ROWS = 4096  # values dicts held before conversion to Arrow (``PayloadRows``)
+_new_tuple = tuple.__new__
 
 
 def enabled(options: SessionOptions, dissector: str) -> bool:
@@ -90,7 +91,9 @@ class RowsFormat:
         one, children included)."""
         row = (values, len(msg.payload), msg.offset_start, msg.offset_end, msg.ts_first_ns,
                msg.ts_last_ns, msg.frame_first, msg.frame_last)
-        batch = ColumnBatch(self.spec.name, msg.direction, 1, row, self)
+        # (the tuple made directly: the NamedTuple's own __new__ is a Python function,
+        # ~0.3 µs more per row)
+        batch = _new_tuple(ColumnBatch, (self.spec.name, msg.direction, 1, row, self, ()))
         return batch  # type: ignore[return-value]  # stands for the Record (see above)
 
 

@@ -41,13 +41,12 @@ from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
-from dissectors.dispatch import subject_matches
 from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.stan.table import MSG_TYPES, STAN_TABLE
 
 if TYPE_CHECKING:
-    from dissectors.proto import Decoded
     from dissectors.proto.columns import RowsFormat
+    from dissectors.stan.decoder import StanDecoder
 
 __all__ = ["MSG_TYPES", "STAN_TABLE", "StanDissector", "StanState"]
 
@@ -86,19 +85,16 @@ def _columns() -> RowsFormat:
 
     return RowsFormat(STAN_TABLE)
 
-_LEARNED = "learned"
-_INFERRED = "inferred"
 
+@cache
+def _decoder() -> type[StanDecoder]:
+    """The decoder (``dissectors.stan.decoder``), imported by the first message: a run
+    that meets no STAN reads none of its schemas.  (Once, not per message: an import
+    statement cost ~1 µs each time it ran.)"""
+    from dissectors.stan.decoder import StanDecoder
 
-def _static_kind(subject: str) -> str | None:
-    """The kind a STAN default subject gives ``subject`` (most specific pattern)."""
-    toks = tuple(subject.split("."))
-    if subject_matches(("_STAN", "discover", "*", "pings"), toks):
-        return "Ping"
-    for pattern, kind in _STATIC_TOKENS:
-        if subject_matches(pattern, toks):
-            return kind
-    return None
+    return StanDecoder
+
 
 
 class StanState:
@@ -148,108 +144,4 @@ class StanDissector(PayloadDissector):
     def decode(
         cls, state: StanState, bindings: Bindings, msg: CarriedMessage, hint: str
     ) -> list[Record]:
-        from dissectors.proto.columns import rows_for
-        from dissectors.stan.decode import KINDS, decode_kind, infer
-
-        payload = msg.payload
-        has_reply = bool(msg.reply_to)
-        alternatives: tuple[str, ...] | None = None
-        if hint:
-            kind, _, source = hint.partition("|")
-            if kind not in KINDS:
-                return [msg.anomaly("stan.internal", f"unknown binding hint {hint!r}")]
-            typed_by = "learned" if source else "default_subject"
-            inferred = source == _INFERRED
-            if inferred and _static_kind(msg.subject) == kind:
-                typed_by, inferred = "default_subject", False
-            if kind == "ConnectRequest" and msg.subject.rsplit(".", 1)[-1] == "pings":
-                kind = "Ping"  # <prefix>.<cluster id with dots>.pings
-        else:
-            decision = infer(payload, has_reply)
-            if decision is None:
-                return []
-            kind, typed_by, inferred = decision.kind, "inference", True
-            alternatives = decision.alternatives
-
-        values, decoded, problems = decode_kind(kind, payload, state.payload_cap)
-        values["typed_by"] = typed_by
-        values["inferred"] = inferred
-        values["inferred_alternatives"] = list(alternatives) if alternatives is not None else None
-        if kind in ("UnsubscribeRequest", "SubCloseRequest") and typed_by == "inference":
-            values["sub_close"] = None  # the subject that would tell was never learned
-        fmt = None if problems else rows_for(state.columns, bindings)
-        if fmt is not None:
-            out = [fmt.record(msg, values)]
-        else:
-            out = [msg.record(NAME, values)]
-            out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
-        cls._learn(state, bindings, msg, kind, values, decoded, inferred, typed_by)
-        return out
-
-    # -- learning -------------------------------------------------------------------
-
-    @classmethod
-    def _learn(
-        cls,
-        state: StanState,
-        bindings: Bindings,
-        msg: CarriedMessage,
-        kind: str,
-        values: dict[str, Any],
-        decoded: Decoded | None,
-        inferred: bool,
-        typed_by: str,
-    ) -> None:
-        from dissectors.stan.decode import REPLY_KINDS, plausible_subject, score
-
-        suffix = _INFERRED if inferred else _LEARNED
-
-        def bind(subject: object, k: str, sfx: str = suffix) -> None:
-            if plausible_subject(subject):
-                bindings.bind_subject(subject, NAME, f"{k}|{sfx}")
-
-        reply = msg.reply_to
-        if reply and kind in REPLY_KINDS:
-            bind(reply, REPLY_KINDS[kind])
-        if kind == "ConnectRequest":
-            bind(values.get("heartbeat_inbox"), "Heartbeat")
-            if typed_by == "inference" and reply and "." in msg.subject:
-                prefix = msg.subject.rsplit(".", 1)[0]
-                if prefix not in state.discover_prefixes:
-                    state.pending_discover[reply] = (prefix, values.get("heartbeat_inbox"))
-                    state.pending_discover.move_to_end(reply)
-                    while len(state.pending_discover) > MAX_PENDING_DISCOVER:
-                        state.pending_discover.popitem(last=False)
-        elif kind == "ConnectResponse":
-            pending = state.pending_discover.pop(msg.subject, None)
-            if pending is not None and decoded is not None and decoded.clean and \
-                    score("ConnectResponse", decoded) > 0:
-                # a ConnectRequest-looking message whose reply got a ConnectResponse:
-                # <prefix> is a discover prefix, and this client's subjects are learned
-                prefix, hb_inbox = pending
-                state.discover_prefixes.add(prefix)
-                bindings.bind_pattern(f"{prefix}.*", NAME, f"ConnectRequest|{_LEARNED}")
-                bindings.bind_pattern(f"{prefix}.*.pings", NAME, f"Ping|{_LEARNED}")
-                bind(hb_inbox, "Heartbeat", _LEARNED)
-                state.confirmed[msg.subject] = None
-                while len(state.confirmed) > MAX_PENDING_DISCOVER:
-                    state.confirmed.popitem(last=False)
-            if msg.subject in state.confirmed:
-                suffix = _LEARNED
-            pub = values.get("pub_prefix")
-            if plausible_subject(pub):
-                bindings.bind_pattern(f"{pub}.>", NAME, f"PubMsg|{suffix}")
-            for col, k in (
-                ("sub_requests", "SubscriptionRequest"),
-                ("unsub_requests", "UnsubscribeRequest"),
-                ("close_requests", "CloseRequest"),
-                ("sub_close_requests", "SubCloseRequest"),
-                ("ping_requests", "Ping"),
-            ):
-                bind(values.get(col), k, suffix)
-        elif kind == "SubscriptionRequest":
-            bind(values.get("inbox"), "MsgProto")
-        elif kind == "SubscriptionResponse":
-            bind(values.get("ack_inbox"), "Ack")
-        elif kind in ("MsgProto", "Ack") and typed_by == "inference":
-            bind(msg.subject, kind)
+        return _decoder().decode(state, bindings, msg, hint)

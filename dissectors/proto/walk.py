@@ -1,0 +1,89 @@
+"""A payload row's values straight from a clean protobuf message (issue 22).
+
+Why: per STAN or Liftbridge message, the tolerant reader (``wire.decode``) built a
+``Decoded`` and the dissector's per-type plan (``wire.planned_values``) copied its
+fields to their columns, with defaults, renames and enum names: about half of the
+~24 µs each message cost in Python.  The C walk (``_walk.values``) reads the wire once
+and fills the values dict itself, per a ``WalkPlan`` made once per message type from
+the same plan the reference uses.
+
+What stays the definition: ``wire``.  ``walk`` answers None whenever the message is not
+one the reader decodes cleanly with nothing to report (an unknown, repeated, nested or
+map field, a wrong wire type, a cut or over-long varint, invalid UTF-8, an unsigned
+value a column flagged int64-only cannot hold): the caller then decodes it with the
+reader, as before.  Without the compiled module (not built) or with
+``MSGCAP_PROTO_WALK=0`` it always answers None.  ``tests/stan/test_walk.py`` checks
+the walk against the reader under hypothesis; the dissectors' own tests check their
+rows either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from dissectors.proto.wire import ABSENT, FieldSpec, Kind
+
+__all__ = ["SWITCH", "WalkPlan", "available", "walk", "walk_plan"]
+
+SWITCH = "MSGCAP_PROTO_WALK"
+
+try:
+    from dissectors.proto import _walk  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - the extension is optional (setup.py)
+    _walk = None
+
+_SIMPLE = frozenset({Kind.STRING, Kind.BYTES, Kind.INT32, Kind.INT64, Kind.UINT32,
+                     Kind.UINT64, Kind.BOOL, Kind.ENUM})
+_MAX_NUMBER = 128  # field numbers a plan may name (_walk.c's MAX_NUMBER)
+
+
+class WalkPlan(NamedTuple):
+    """``_walk.values``'s arguments for one message type (see ``walk_plan``)."""
+
+    table: list[tuple[str, int, Any] | None]
+    base: dict[str, Any]
+    defaults: tuple[tuple[int, str, Any], ...]
+
+
+def available() -> bool:
+    """Whether ``walk`` may answer (the extension is built and not switched off)."""
+    return _walk is not None and os.environ.get(SWITCH) != "0"
+
+
+def walk_plan(entries: Iterable[tuple[FieldSpec, str, object, Any]], base: dict[str, Any],
+              always: Iterable[tuple[str, Any]] = ()) -> WalkPlan | None:
+    """The plan of one message type: ``entries`` are (field, column, value when absent
+    (``ABSENT``: none), extra), extra being an enum field's names (number -> name; the
+    number as text when it has none), True for an unsigned 64-bit field whose column
+    must fit int64, else None.  ``base``: the values every row starts with; ``always``:
+    (column, value) set on every row (a list value is copied per row).  A repeated,
+    nested or map field stays out of the table (a message holding one goes to the
+    reader) but keeps its value when absent.  None when the walk cannot serve the type
+    (a field number over 127, or a column that is also a ``base`` key), and when the
+    walk is not ``available`` (asked here, once per plan, not per message)."""
+    if not available():
+        return None
+    table: list[tuple[str, int, Any] | None] = []
+    defaults: list[tuple[int, str, Any]] = [(0, col, v) for col, v in always]
+    for spec, column, absent, extra in entries:
+        if spec.number >= _MAX_NUMBER or column in base:
+            return None
+        if spec.kind in _SIMPLE and not spec.repeated:
+            while len(table) <= spec.number:
+                table.append(None)
+            table[spec.number] = (column, int(spec.kind), extra)
+        if absent is not ABSENT:
+            defaults.append((spec.number, column, absent))
+    table.append(None)  # (at least one slot past field 0)
+    return WalkPlan(table, dict(base), tuple(defaults))
+
+
+def walk(data: bytes, pos: int, plan: WalkPlan) -> tuple[dict[str, Any], int] | None:
+    """(values, the field numbers present as bits of an int) of the message
+    ``data[pos:]`` per ``plan`` (made while the walk was ``available``), or None: the
+    reader must decode it (module docstring)."""
+    got: tuple[dict[str, Any], int] | None = _walk.values(data, pos, plan.table, plan.base,
+                                                         plan.defaults)
+    return got

@@ -1,0 +1,147 @@
+"""The compiled walk (dissectors.proto.walk, ``_walk.c``) against the tolerant reader
+(dissectors.proto.wire), which stays the definition: whatever the walk answers is what
+the reader decodes, and the STAN values it gives are ``decode_kind``'s."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dissectors.proto import schema
+from dissectors.proto.walk import WalkPlan, available, walk, walk_plan
+from dissectors.proto.wire import ABSENT, Kind, MessageSchema, decode
+from dissectors.stan.decode import KINDS, clean_values, decode_kind
+from tests.stan.wirehelp import pb, tag, varint
+
+_SCHEMAS = [schema(n) for n in (
+    *sorted({full for full, _ in KINDS.values() if full is not None}),
+    "msgcap.liftbridge.api.Message", "msgcap.liftbridge.api.Ack",
+    "msgcap.liftbridge.internal.PropagatedRequest",
+    "msgcap.liftbridge.internal.ServerInfoResponse",
+)]
+# field numbers the schemas use (and some they do not), values of every wire type
+_NUMBERS = st.one_of(st.integers(1, 14), st.sampled_from([100, 127, 128, 300]))
+_VALUES = st.one_of(
+    st.integers(0, 300), st.integers(0, (1 << 64) - 1), st.booleans(),
+    st.binary(max_size=40), st.text(max_size=12), st.tuples(st.just("fixed32"), st.integers(0, 9)),
+)
+_SIMPLE = (Kind.STRING, Kind.BYTES, Kind.INT32, Kind.INT64, Kind.UINT32, Kind.UINT64, Kind.BOOL,
+           Kind.ENUM)
+
+
+def _typed_value(kind: Kind) -> st.SearchStrategy[object]:
+    if kind is Kind.STRING:
+        return st.one_of(st.text(max_size=12), st.binary(max_size=6))  # (bytes: bad UTF-8)
+    if kind is Kind.BYTES:
+        return st.binary(max_size=40)
+    if kind is Kind.MESSAGE or kind is Kind.MAP:
+        return st.binary(max_size=6)
+    return st.one_of(st.integers(0, 300), st.integers(0, (1 << 64) - 1))
+
+
+@st.composite
+def _fields(draw: st.DrawFn, sch: MessageSchema) -> list[tuple[int, object]]:
+    """Mostly the schema's own fields with values of their kind, sometimes anything."""
+    specs = list(sch.fields.values())
+    out = []
+    for _ in range(draw(st.integers(0, 7))):
+        if draw(st.integers(0, 5)):
+            f = draw(st.sampled_from(specs))
+            out.append((f.number, draw(_typed_value(f.kind))))
+        else:
+            out.append((draw(_NUMBERS), draw(_VALUES)))
+    return out
+
+
+def _identity(sch: MessageSchema) -> WalkPlan:
+    """Each field to the column of its own name, nothing when absent."""
+    plan = walk_plan([(f, f.name, ABSENT, None) for f in sch.fields.values()], {})
+    assert plan is not None
+    return plan
+
+
+def test_the_walk_is_built():
+    assert available(), "dissectors.proto._walk is not built (pip install -e .)"
+
+
+@given(st.data(), st.sampled_from(_SCHEMAS), st.integers(0, 200), st.binary(max_size=3),
+       st.binary(max_size=3))
+def test_what_the_walk_takes_the_reader_decodes_the_same(data_, sch, cut, tail, prefix):
+    """Well-formed, cut and trailing-garbage messages (wrong wire types, unknown fields,
+    bad UTF-8, long lengths, repeated and nested fields, over-long varints): the walk
+    answers only for a clean message of simple fields, with the reader's values and the
+    numbers present; and it answers for every such message."""
+    full = pb(*data_.draw(_fields(sch)))
+    by_name = {f.name: f for f in sch.fields.values()}
+    for data in (full, full[:cut], full + tail, tag(1, 0) + b"\xff" * 10 + b"\x01"):
+        got = walk(prefix + data, len(prefix), _identity(sch))
+        d = decode(data, sch)
+        simple = d.clean and all(
+            by_name[n].kind in _SIMPLE and not by_name[n].repeated for n in d.values)
+        if got is None:
+            assert not simple, data
+            continue
+        values, present = got
+        assert simple and values == d.values
+        assert present == sum(1 << by_name[n].number for n in d.values)
+
+
+def test_defaults_base_and_extras():
+    sch = schema("msgcap.stan.SubscriptionRequest")
+    f = {s.name: s for s in sch.fields.values()}
+    names = {0: "NewOnly", 1: "LastReceived"}
+    plan = walk_plan([(f["client_id"], "client", "", None),
+                      (f["start_position"], "pos", "x", names),
+                      (f["start_sequence"], "seq", ABSENT, True)], {"kind": "k"},
+                     (("seen", []),))
+    assert plan is not None
+    assert walk(b"", 0, plan) == ({"kind": "k", "client": "", "pos": "x", "seen": []}, 0)
+    one, _ = walk(pb((10, 1)), 0, plan)  # type: ignore[misc]
+    two, _ = walk(pb((10, 1)), 0, plan)  # type: ignore[misc]
+    assert one["pos"] == "LastReceived" and one["seen"] is not two["seen"]  # (a list per row)
+    assert walk(pb((10, 7)), 0, plan)[0]["pos"] == "7"  # type: ignore[index]  # unnamed
+    assert walk(pb((11, (1 << 63) - 1)), 0, plan)[0]["seq"] == (1 << 63) - 1  # type: ignore[index]
+    assert walk(pb((11, 1 << 63)), 0, plan) is None  # the reference reports the overflow
+    assert walk(pb((2, "chan")), 0, plan) is None  # a field the plan does not name
+    assert walk(tag(1, 2) + varint(5) + b"ab", 0, plan) is None  # cut short
+    assert walk_plan([(f["client_id"], "kind", "", None)], {"kind": "k"}) is None  # a base key
+
+
+@given(st.data(), st.sampled_from(sorted(KINDS)), st.sampled_from([None, 0, 3, 4096]),
+       st.booleans())
+def test_stan_clean_values_are_decode_kinds(data_, kind, cap, crc_right):
+    """Random STAN messages of every kind (a MsgProto's CRC right or wrong, a PubMsg's
+    digest present or not): ``clean_values`` answers only where ``decode_kind`` reports
+    no problem, with its values."""
+    full = KINDS[kind][0]
+    payload = pb(*data_.draw(_fields(schema(full)))) if full else data_.draw(st.binary(max_size=2))
+    if kind == "MsgProto" and crc_right:
+        import zlib
+
+        d = decode(payload, schema("msgcap.stan.MsgProto"))
+        if d.clean and isinstance(d.values.get("data", b""), bytes):
+            payload += pb((10, zlib.crc32(d.values.get("data", b""))))
+    fast = clean_values(kind, payload, cap)
+    if fast is not None:
+        values, _, problems = decode_kind(kind, payload, cap)
+        assert not problems and fast == values
+
+
+def test_typical_stan_messages_take_the_walk():
+    import hashlib
+    import zlib
+
+    data = b"hello"
+    for kind, payload in (
+        ("PubMsg", pb((1, "c1"), (2, "g"), (3, "chan"), (5, data),
+                      (10, hashlib.sha256(data).digest()))),
+        ("MsgProto", pb((1, 7), (2, "chan"), (4, data), (5, 1_700_000_000 * 10**9),
+                        (10, zlib.crc32(data)))),
+        ("SubscriptionRequest", pb((1, "c1"), (2, "chan"), (4, "_INBOX.x"), (5, 10), (6, 30),
+                                   (10, 2))),
+        ("Ack", pb((1, "chan"), (2, 7))),
+        ("PubAck", pb((1, "g"))),
+    ):
+        fast = clean_values(kind, payload, 4096)
+        values, _, problems = decode_kind(kind, payload, 4096)
+        assert fast is not None and not problems and fast == values, kind
