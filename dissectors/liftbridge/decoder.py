@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from functools import cache
+import re
+from collections.abc import Mapping
+from functools import cache, lru_cache
 from typing import Any
 
 from dissectors.api import Bindings, CarriedMessage, Record
@@ -21,6 +23,7 @@ from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_he
 from dissectors.liftbridge.table import ENTRIES_TABLE, MSG_TYPES
 from dissectors.proto import Decoded, Kind, decode, schema
 from dissectors.proto.columns import rows_for
+from dissectors.proto.walk import WalkPlan, present_fields, walk, walk_plan
 from dissectors.proto.wire import ABSENT, FieldSpec, planned_values, zero_value
 
 __all__ = ["MAX_STREAM_SUBJECTS", "LiftbridgeDecoder"]
@@ -56,6 +59,8 @@ _TS_FIELDS = frozenset({"timestamp", "reception_timestamp", "commit_timestamp"})
 _U64_FIELDS = frozenset({"leader_epoch", "epoch"})
 _I64_MAX = (1 << 63) - 1
 _HINT_STREAM = "stream"
+# whitespace as ``str.isspace`` has it (re's ``\s`` on str patterns is the same test)
+_SPACE = re.compile(r"\s")
 _HINT_REPLY = "reply"
 
 
@@ -69,6 +74,7 @@ def _hint(kind: str, stream: str, partition: int | None) -> str:
     return f"{kind}|{stream}|{'' if partition is None else partition}"
 
 
+@lru_cache(maxsize=4096)  # (a scope's hints are few: one per stream and partition)
 def _parse_hint(hint: str) -> tuple[str, str | None, int | None]:
     kind, _, rest = hint.partition("|")
     stream, _, part = rest.partition("|")
@@ -212,6 +218,20 @@ class LiftbridgeDecoder:
                   anomalies: list[tuple[str, str]]) -> None:
         full = _SCHEMAS[code]
         assert full is not None
+        walked = _walk_plans(full) if code not in (8, 9) else None  # (8, 9: their own rows)
+        got = walk(msg.payload, at, walked[0], _NO_BASE) if walked is not None else None
+        if got is not None:  # a clean message of plain fields: the walk's values
+            assert walked is not None  # (it walked)
+            fields, present = got
+            _, columns, has_value = walked
+            values.update(fields)
+            if has_value:  # (its raw value, kept by ``present_fields`` below)
+                _value_columns(values, fields["value"], state.payload_cap)
+            held = present_fields(fields, present, columns) if code in (0, 1) else {}
+            if code == 0:
+                cls._internal_value(msg, values, held)
+            cls._learn_streams(state, bindings, code, values, held)
+            return
         d = decode(body, schema(full), base=at)
         clean_end = d.error is None
         if not clean_end:
@@ -232,8 +252,7 @@ class LiftbridgeDecoder:
         elif code == 9:
             cls._propagated_response(values, d, clean_end, anomalies)
         else:
-            got = d.values
-            for (_, col, _, spec, how), v in planned_values(got, _plan(full), clean_end):
+            for (_, col, _, spec, how), v in planned_values(d.values, _plan(full), clean_end):
                 if how == _COPY:
                     values[col] = v
                 elif how == _VALUE:
@@ -241,8 +260,8 @@ class LiftbridgeDecoder:
                 else:
                     _set(values, col, v, spec, anomalies, MSG_TYPES[code])
         if code == 0:
-            cls._internal_value(msg, values, d)
-        cls._learn_streams(state, bindings, code, values, d)
+            cls._internal_value(msg, values, d.values)
+        cls._learn_streams(state, bindings, code, values, d.values)
 
     @classmethod
     def _propagated_request(cls, values: dict[str, Any], d: Decoded, clean_end: bool,
@@ -297,13 +316,15 @@ class LiftbridgeDecoder:
             _set(values, "epoch", epoch, resp.schema.fields[2], anomalies, "PropagatedResponse")
 
     @classmethod
-    def _internal_value(cls, msg: CarriedMessage, values: dict[str, Any], d: Decoded) -> None:
-        """Values of the internal `__activity` / `__cursors` streams, when they decode."""
-        value = d.values.get("value")
+    def _internal_value(cls, msg: CarriedMessage, values: dict[str, Any],
+                        got: Mapping[str, Any]) -> None:
+        """Values of the internal `__activity` / `__cursors` streams, when they decode
+        (``got``: the message's fields, ``Decoded.values``)."""
+        value = got.get("value")
         if not value:
             return
         last = msg.subject.rsplit(".", 1)[-1]
-        stream = d.values.get("stream", "")
+        stream = got.get("stream", "")
         if last == "activity" or stream == "__activity":
             full = _API + "ActivityStreamEvent"
         elif last == "cursors" or stream == "__cursors":
@@ -375,7 +396,7 @@ class LiftbridgeDecoder:
     @classmethod
     def _bind_stream(cls, state: LiftbridgeState, bindings: Bindings, subject: object,
                      stream: str, partition: int | None) -> None:
-        if not isinstance(subject, str) or not subject or any(c.isspace() for c in subject):
+        if not isinstance(subject, str) or not subject or _SPACE.search(subject):
             return
         old = state.stream_subjects.get(subject)
         if old is not None and (old[0] or not stream) and (old[1] is not None or partition is None):
@@ -396,17 +417,18 @@ class LiftbridgeDecoder:
 
     @classmethod
     def _learn_streams(cls, state: LiftbridgeState, bindings: Bindings, code: int,
-                       values: dict[str, Any], d: Decoded) -> None:
+                       values: dict[str, Any], got: Mapping[str, Any]) -> None:
+        """Stream subjects a message names (``got``: its fields, ``Decoded.values``)."""
         if code == 0:  # a forwarded publish names its stream subject
-            stream = d.values.get("stream", "")
-            subj = d.values.get("subject")
+            stream = got.get("stream", "")
+            subj = got.get("subject")
             if stream and subj:
-                cls._bind_stream(state, bindings, subj, stream, d.values.get("partition"))
+                cls._bind_stream(state, bindings, subj, stream, got.get("partition"))
         elif code == 1:
-            cls._bind_stream(state, bindings, d.values.get("partition_subject"),
-                             d.values.get("stream", ""), None)
+            cls._bind_stream(state, bindings, got.get("partition_subject"),
+                             got.get("stream", ""), None)
         elif code == 8:
-            op = d.values.get("create_stream_op")
+            op = got.get("create_stream_op")
             stream = op.values.get("stream") if isinstance(op, Decoded) else None
             if not isinstance(stream, Decoded):
                 return
@@ -452,6 +474,35 @@ def _plan(full: str) -> tuple[tuple[str, str, object, FieldSpec, int], ...]:
     return tuple(out)
 
 
+_NO_BASE: dict[str, Any] = {}  # (the walk's values go into the row's own dict)
+
+
+@cache
+def _walk_plans(full: str) -> tuple[WalkPlan, tuple[tuple[int, str, str], ...], bool] | None:
+    """The compiled walk's plan of ``full`` (``dissectors.proto.walk``), the (number,
+    field, column) of its fields and whether it has the ``value`` field: ``_plan`` as
+    ``_protobuf`` applies it to a clean message (enums by name, absent ones too; maps
+    only when absent, as an empty list; unsigned 64-bit values only while they fit
+    int64, which ``_set`` reports otherwise).  None: no walk."""
+    entries = []
+    for _, col, default, spec, how in _plan(full):
+        extra: object = None
+        if how == _SET and spec.kind is Kind.ENUM:
+            extra = spec.enum or {}
+            if default is not ABSENT:  # (named when absent too, as ``_set`` names it)
+                default = _enum_name(spec, default)
+        elif how == _SET and spec.kind is Kind.UINT64:
+            extra = True
+        elif how == _SET and spec.kind is Kind.MAP:
+            default = []  # (``_set`` lists a map's items)
+        entries.append((spec, col, default, extra))
+    plan = walk_plan(entries, _NO_BASE)
+    if plan is None:
+        return None
+    columns = tuple((spec.number, spec.name, col) for _, col, _, spec, _ in _plan(full))
+    return plan, columns, any(how == _VALUE for *_, how in _plan(full))
+
+
 def _set_u64(values: dict[str, Any], col: str, v: int, anomalies: list[tuple[str, str]],
              where: str) -> None:
     if v > _I64_MAX:
@@ -464,10 +515,14 @@ def _set_u64(values: dict[str, Any], col: str, v: int, anomalies: list[tuple[str
         values[col] = v
 
 
+def _enum_name(spec: FieldSpec, v: Any) -> str:
+    return spec.enum.get(v, str(v)) if spec.enum else str(v)
+
+
 def _set(values: dict[str, Any], col: str, v: Any, spec: FieldSpec,
          anomalies: list[tuple[str, str]], where: str) -> None:
     if spec.kind is Kind.ENUM:
-        v = spec.enum.get(v, str(v)) if spec.enum else str(v)
+        v = _enum_name(spec, v)
     elif spec.kind is Kind.UINT64 or col in _U64_FIELDS:
         _set_u64(values, col, v, anomalies, where)
         return

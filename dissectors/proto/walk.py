@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from dissectors.proto.wire import ABSENT, FieldSpec, Kind
 
-__all__ = ["SWITCH", "WalkPlan", "available", "walk", "walk_plan"]
+__all__ = ["SWITCH", "WalkPlan", "available", "present_fields", "walk", "walk_plan"]
 
 SWITCH = "MSGCAP_PROTO_WALK"
 
@@ -80,10 +80,20 @@ def walk_plan(entries: Iterable[tuple[FieldSpec, str, object, Any]], base: dict[
     return WalkPlan(table, dict(base), tuple(defaults))
 
 
-def walk(data: bytes, pos: int, plan: WalkPlan) -> tuple[dict[str, Any], int] | None:
+def walk(data: bytes, pos: int, plan: WalkPlan, base: dict[str, Any] | None = None
+         ) -> tuple[dict[str, Any], int] | None:
     """(values, the field numbers present as bits of an int) of the message
     ``data[pos:]`` per ``plan`` (made while the walk was ``available``), or None: the
-    reader must decode it (module docstring)."""
-    got: tuple[dict[str, Any], int] | None = _walk.values(data, pos, plan.table, plan.base,
-                                                         plan.defaults)
+    reader must decode it (module docstring).  ``base``: the values to start from
+    instead of the plan's (copied; the message's fields and defaults overwrite them)."""
+    got: tuple[dict[str, Any], int] | None = _walk.values(
+        data, pos, plan.table, plan.base if base is None else base, plan.defaults)
     return got
+
+
+def present_fields(values: dict[str, Any], present: int,
+                   columns: tuple[tuple[int, str, str], ...]) -> dict[str, Any]:
+    """The fields a walked message held, by field name, as the reader's
+    ``Decoded.values`` holds them (for code that asks what was on the wire, not what the
+    row shows): ``columns`` are (field number, name, column) of the plan's fields."""
+    return {name: values[col] for number, name, col in columns if present >> number & 1}

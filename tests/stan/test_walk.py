@@ -1,17 +1,24 @@
 """The compiled walk (dissectors.proto.walk, ``_walk.c``) against the tolerant reader
 (dissectors.proto.wire), which stays the definition: whatever the walk answers is what
-the reader decodes, and the STAN values it gives are ``decode_kind``'s."""
+the reader decodes, the STAN values it gives are ``decode_kind``'s, and Liftbridge's
+rows and learning are those of the reader alone."""
 
 from __future__ import annotations
+
+from unittest import mock
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dissectors.api import CarriedMessage
+from dissectors.dispatch import ScopeDispatcher
+from dissectors.liftbridge.decoder import _SCHEMAS as _LB_SCHEMAS
+from dissectors.liftbridge.magic import MAGIC
 from dissectors.proto import schema
 from dissectors.proto.walk import WalkPlan, available, walk, walk_plan
 from dissectors.proto.wire import ABSENT, Kind, MessageSchema, decode
 from dissectors.stan.decode import KINDS, clean_values, decode_kind
-from tests.stan.wirehelp import pb, tag, varint
+from tests.stan.wirehelp import carried, pb, tag, varint
 
 _SCHEMAS = [schema(n) for n in (
     *sorted({full for full, _ in KINDS.values() if full is not None}),
@@ -145,3 +152,54 @@ def test_typical_stan_messages_take_the_walk():
         fast = clean_values(kind, payload, 4096)
         values, _, problems = decode_kind(kind, payload, 4096)
         assert fast is not None and not problems and fast == values, kind
+
+
+# -- Liftbridge: rows and learning with the walk and with the reader alone ------------
+
+_LB_CODES = [c for c, full in _LB_SCHEMAS.items() if full is not None]
+
+
+def _lb_arm(messages: list[CarriedMessage], walked: bool) -> tuple[object, ...]:
+    """Records and what the scope learned from ``messages``, with or without the walk."""
+    from dissectors import liftbridge
+    from dissectors.liftbridge import decoder
+
+    scope = ScopeDispatcher([liftbridge.LiftbridgeDissector], {"payload_cap": 16}, strict=True)
+    with mock.patch.object(decoder, "walk", decoder.walk if walked else lambda *a: None):
+        out = [[(r.table, r.values, [(c.table, c.values) for c in r.children])
+                for r in scope.dispatch(m)] for m in messages]
+    return out, dict(scope.exact), list(scope.patterns), \
+        dict(scope.states["liftbridge"].stream_subjects)
+
+
+@given(st.data(), st.lists(st.sampled_from(_LB_CODES), min_size=1, max_size=6))
+def test_liftbridge_rows_and_learning_are_the_readers(data_, codes):
+    """Random envelopes of every protobuf type (plain fields of their kind mostly, so
+    the walk takes many), some on a ``.replicate`` / ``.offset`` subject, the same rows,
+    anomalies and bindings with the walk as with the reader alone."""
+    messages = []
+    for code in codes:
+        body = pb(*data_.draw(_fields(schema(_LB_SCHEMAS[code]))))
+        payload = MAGIC + bytes([0, 8, 0, code]) + body
+        subject = data_.draw(st.sampled_from(["s.x", "ns.orders.0.replicate", "ns.o.1.offset",
+                                              "a.activity"]))
+        messages.append(carried(subject, payload, reply=data_.draw(st.sampled_from([None, "r"]))))
+    assert _lb_arm(messages, True) == _lb_arm(messages, False)
+
+
+def test_liftbridge_forwarded_publishes_and_acks_learn_the_same():
+    """What a walked message teaches depends on which fields were on the wire (a
+    forwarded publish without ``partition`` binds its subject to no partition, with
+    ``partition`` = 0 to partition 0), and the internal streams' values decode."""
+    msgs = [carried("s.x", MAGIC + bytes([0, 8, 0, code]) + pb(*fields)) for code, fields in (
+        (0, [(5, "orders"), (7, "orders.a")]),
+        (0, [(5, "orders"), (7, "orders.b"), (6, 0)]),
+        (0, [(5, "orders"), (7, "orders.c"), (6, 2), (3, b"v" * 40)]),
+        (0, [(5, "__activity"), (3, pb((1, 1), (2, 7)))]),
+        (1, [(1, "orders"), (2, "orders.d")]),
+        (1, [(1, "orders"), (3, "orders.e")]),
+    )]
+    walked = _lb_arm(msgs, True)
+    assert walked == _lb_arm(msgs, False)
+    assert walked[3] == {"orders.a": ("orders", None), "orders.b": ("orders", 0),
+                         "orders.c": ("orders", 2), "orders.d": ("orders", None)}
