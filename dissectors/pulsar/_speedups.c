@@ -587,6 +587,185 @@ static PyObject *decode_clean(PyObject *self, PyObject *args)
     return r;
 }
 
+/* ---- a whole frame (frame.parse_frame) ------------------------------------------------
+ *
+ * ``parse_frame(data, base, bem, metadata, make, frame_cls, payload_types, send, crc)``
+ * is ``frame.parse_frame(data, fastpath.decode)`` for a clean frame: the PDU is exactly
+ * the frame (4 + totalSize bytes), its command (and, on SEND/MESSAGE, the broker entry
+ * metadata and the message metadata) decode cleanly (as decode_clean: base, bem and
+ * metadata are (table, schema) pairs), a payload section only on SEND/MESSAGE and
+ * whole, the checksum absent or matching (``crc``: crc32c.crc32c, called on a
+ * memoryview of the checked bytes), and nothing the reference would report (no
+ * ``problems``).  The result is ``frame_cls(...)`` (``Frame``) with every field as the
+ * reference sets it; anything else returns None and the reference parses the frame.
+ * Why: ~5 us of Python per frame (struct, slices, the dataclass, the checks), ~0.05 s
+ * over the 150 MB benchmark capture's 9,970 frames.
+ */
+static uint32_t be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* decode_message of buf[pos:end] with a (table, schema) pair; Py_None when not clean. */
+static PyObject *decode_pair(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end,
+                             PyObject *pair, PyObject *make)
+{
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+        return Py_NewRef(Py_None);
+    return decode_message(buf, pos, end, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1),
+                          make, 0);
+}
+
+static PyObject *parse_frame(PyObject *self, PyObject *args)
+{
+    PyObject *data, *base, *bem_pair, *md_pair, *make, *frame_cls, *payload_types, *send, *crc;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOO", &PyBytes_Type, &data, &base, &bem_pair, &md_pair,
+                          &make, &frame_cls, &payload_types, &send, &crc))
+        return NULL;
+    const uint8_t *buf = (const uint8_t *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n < 8)
+        return Py_NewRef(Py_None);
+    uint32_t total = be32(buf), cmd_size = be32(buf + 4);
+    Py_ssize_t end = 4 + (Py_ssize_t)total, cmd_end = 8 + (Py_ssize_t)cmd_size;
+    if (end != n || cmd_end > end)
+        return Py_NewRef(Py_None);
+    PyObject *command = NULL, *t = NULL, *bem = NULL, *md = NULL, *payload = NULL;
+    PyObject *problems = NULL, *checksum = NULL, *computed = NULL, *result = NULL;
+    PyObject *status = NULL, *msize_obj = NULL, *values = NULL;
+    command = decode_pair(buf, 8, cmd_end, base, make);
+    if (command == NULL || command == Py_None)
+        goto done;
+    values = PyObject_GetAttrString(command, "values");
+    if (values == NULL)
+        goto done;
+    if (!PyDict_Check(values))
+        goto refuse;
+    t = PyDict_GetItemString(values, "type"); /* borrowed */
+    if (t == NULL || !PyLong_CheckExact(t))
+        goto refuse;
+    Py_INCREF(t);
+    int payload_cmd = PySet_Contains(payload_types, t);
+    if (payload_cmd < 0)
+        goto done;
+    PyObject *tot = PyLong_FromUnsignedLong(total), *csz = PyLong_FromUnsignedLong(cmd_size);
+    if (tot == NULL || csz == NULL) {
+        Py_XDECREF(tot);
+        Py_XDECREF(csz);
+        goto done;
+    }
+    if (cmd_end >= end) {  /* a command alone (a payload command without one: reported) */
+        if (!payload_cmd)
+            result = PyObject_CallFunctionObjArgs(frame_cls, tot, csz, command, t, NULL);
+        Py_DECREF(tot);
+        Py_DECREF(csz);
+        goto finish;
+    }
+    if (!payload_cmd) {  /* bytes after a command that has no payload: reported */
+        Py_DECREF(tot);
+        Py_DECREF(csz);
+        goto refuse;
+    }
+    Py_ssize_t pos = cmd_end;
+    int is_send = PyObject_RichCompareBool(t, send, Py_EQ);
+    if (is_send < 0)
+        goto fail_sizes;
+    if (end - pos >= 2 && buf[pos] == 0x0e && buf[pos + 1] == 0x02) {
+        if (is_send || end - pos < 6)
+            goto refuse_sizes;
+        uint32_t size = be32(buf + pos + 2);
+        if ((Py_ssize_t)size > end - pos - 6)
+            goto refuse_sizes;
+        bem = decode_pair(buf, pos + 6, pos + 6 + (Py_ssize_t)size, bem_pair, make);
+        if (bem == NULL)
+            goto fail_sizes;
+        if (bem == Py_None)
+            goto refuse_sizes;
+        pos += 6 + (Py_ssize_t)size;
+    }
+    if (end - pos >= 2 && buf[pos] == 0x0e && buf[pos + 1] == 0x01) {
+        if (end - pos < 6)
+            goto refuse_sizes;
+        uint32_t sum = be32(buf + pos + 2);
+        pos += 6;
+        PyObject *view = PyMemoryView_FromMemory((char *)buf + pos, end - pos, PyBUF_READ);
+        if (view == NULL)
+            goto fail_sizes;
+        computed = PyObject_CallOneArg(crc, view);
+        Py_DECREF(view);
+        if (computed == NULL)
+            goto fail_sizes;
+        checksum = PyLong_FromUnsignedLong(sum);
+        if (checksum == NULL)
+            goto fail_sizes;
+        int same = PyObject_RichCompareBool(computed, checksum, Py_EQ);
+        if (same < 0)
+            goto fail_sizes;
+        if (!same)
+            goto refuse_sizes;  /* a mismatch: reported */
+        status = PyUnicode_FromString("ok");
+    } else {
+        checksum = Py_NewRef(Py_None);
+        computed = Py_NewRef(Py_None);
+        status = PyUnicode_FromString("absent");
+    }
+    if (status == NULL)
+        goto fail_sizes;
+    if (end - pos < 4)
+        goto refuse_sizes;
+    uint32_t msize = be32(buf + pos);
+    pos += 4;
+    if ((Py_ssize_t)msize > end - pos)
+        goto refuse_sizes;
+    md = decode_pair(buf, pos, pos + (Py_ssize_t)msize, md_pair, make);
+    if (md == NULL)
+        goto fail_sizes;
+    if (md == Py_None)
+        goto refuse_sizes;
+    payload = PyBytes_FromStringAndSize((const char *)buf + pos + msize, end - pos - msize);
+    problems = PyList_New(0);
+    msize_obj = PyLong_FromUnsignedLong(msize);
+    if (payload == NULL || problems == NULL || msize_obj == NULL)
+        goto fail_sizes;
+    result = PyObject_CallFunctionObjArgs(frame_cls, tot, csz, command, t, Py_True,
+                                          bem ? bem : Py_None, checksum, status, computed,
+                                          msize_obj, md, payload, problems, NULL);
+    Py_DECREF(tot);
+    Py_DECREF(csz);
+    goto finish;
+refuse_sizes:
+    Py_DECREF(tot);
+    Py_DECREF(csz);
+    goto refuse;
+fail_sizes:
+    Py_DECREF(tot);
+    Py_DECREF(csz);
+    goto done;
+finish:
+    if (result == NULL && !PyErr_Occurred())
+        goto refuse;
+    goto done;
+refuse:
+    result = Py_NewRef(Py_None);
+done:
+    if (command == Py_None) {
+        result = command;  /* (not clean: the reference decodes it) */
+        command = NULL;
+    }
+    Py_XDECREF(command);
+    Py_XDECREF(values);
+    Py_XDECREF(t);
+    Py_XDECREF(bem);
+    Py_XDECREF(md);
+    Py_XDECREF(payload);
+    Py_XDECREF(problems);
+    Py_XDECREF(checksum);
+    Py_XDECREF(computed);
+    Py_XDECREF(status);
+    Py_XDECREF(msize_obj);
+    return result;
+}
+
 /* ---- the command's JSON (command_json) ---------------------------------------------
  *
  * ``plain_json(decoded, specs, cls)`` is session.py's ``_COMPACT_JSON(_plain(decoded))``
@@ -985,6 +1164,10 @@ static PyMethodDef methods[] = {
      "protobuf message (nested ones made alike), or None when dissectors.proto.wire must\n"
      "decode it"},
     {"sha256_hex", sha256_hex, METH_VARARGS, "sha256_hex(data) -> hex, with that function"},
+    {"parse_frame", parse_frame, METH_VARARGS,
+     "parse_frame(data, base, bem, metadata, make, frame_cls, payload_types, send, crc) ->\n"
+     "frame.parse_frame(data, fastpath.decode) of a clean frame (no problem to report),\n"
+     "or None when the reference must parse it"},
     {"repeat_values", repeat_values, METH_VARARGS,
      "repeat_values(values, key, counts, kind) -> (rows, nulls, validity bitmap or None,\n"
      "data, int32 offsets or None): value i (values[i], or values[i].get(key) unless key\n"

@@ -56,6 +56,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -66,6 +67,8 @@ from dissectors.arrowops import from_numpy, nulls, repeated_bytes, take
 from dissectors.proto.wire import Decoded, Kind, MessageSchema
 from dissectors.proto.wire import decode as wire_decode
 from dissectors.pulsar import codec
+from dissectors.pulsar.codes import CommandType
+from dissectors.pulsar.frame import Frame, parse_frame
 from dissectors.pulsar.table import PULSAR_MESSAGES
 from dissectors.schema import rows_to_batch, timestamp_from_ns
 from dissectors.tables import NS_SUFFIX, Field
@@ -77,7 +80,7 @@ except ImportError:  # not built (no C compiler at install time): reference only
     _speedups = None
 
 __all__ = ["AVAILABLE", "FORMAT", "Chunk", "MessageAccumulator", "MessageRows", "decode",
-           "decompress", "enabled", "split"]
+           "decompress", "enabled", "frame", "split"]
 
 AVAILABLE = _speedups is not None
 
@@ -334,6 +337,31 @@ def decode(buf: bytes, schema: MessageSchema) -> Decoded:
         table = _TABLES[schema.full_name] = _table(schema, {})
     got: Decoded | None = _speedups.decode_clean(buf, table, schema, Decoded)
     return wire_decode(buf, schema) if got is None else got
+
+
+_FRAME_ARGS: tuple[Any, ...] | None = None
+
+
+def frame(data: bytes) -> Frame:
+    """``frame.parse_frame(data, decode)``, the same ``Frame``: a clean frame (nothing to
+    report, every message clean) taken apart in C (``_speedups.parse_frame``), anything
+    else by the reference."""
+    global _FRAME_ARGS
+    args = _FRAME_ARGS
+    if args is None:
+        from dissectors.pulsar import frame as fr  # (its schemas, read once)
+
+        pairs = []
+        for schema in (fr._BASE, fr._BEM, fr._METADATA):
+            table = _TABLES.get(schema.full_name)
+            if table is None:
+                table = _TABLES[schema.full_name] = _table(schema, {})
+            pairs.append((table, schema))
+        args = _FRAME_ARGS = (*pairs, Decoded, fr.Frame,
+                              frozenset(int(t) for t in fr.PAYLOAD_COMMANDS),
+                              int(CommandType.SEND), crc32c.crc32c)
+    got: Frame | None = _speedups.parse_frame(data, *args)
+    return parse_frame(data, decode) if got is None else got
 
 
 # message full name -> {field name: enum map, or None for a field shown another way}

@@ -375,7 +375,7 @@ class PulsarSession(FramedSession, ColumnarSession):
     # ---- one frame -----------------------------------------------------------------
 
     def _frame(self, direction: Direction, pdu: Pdu, out: list[Record]) -> None:
-        fr = parse_frame(pdu.data, fastpath.decode) if self.fast_on else parse_frame(pdu.data)
+        fr = fastpath.frame(pdu.data) if self.fast_on else parse_frame(pdu.data)
         t = fr.type
         values: dict[str, Any] = {
             "command": "?" if t is None else command_name(t),
