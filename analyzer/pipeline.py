@@ -295,11 +295,16 @@ class CaptureDissection:
 
     def _emit_records(self, fd: FlowDispatch, records: list) -> None:
         """Rows of one event's records, handed to the sink one list per table."""
-        if len(records) == 1 and type(records[0]) is ColumnBatch and not records[0].children:
-            self._column_rows(fd, records[0], None)  # the usual bulk case, kept short
-            return
-        pending: dict[str, list[dict]] = {}
-        self._collect(fd, records, None, pending)
+        pending: dict[str, list[dict]]
+        if len(records) == 1 and type(records[0]) is ColumnBatch:  # the usual bulk case,
+            if not records[0].children:  # kept short
+                self._column_rows(fd, records[0], None)
+                return
+            pending = {}
+            self._column_rows(fd, records[0], pending)  # (``_collect`` of it)
+        else:
+            pending = {}
+            self._collect(fd, records, None, pending)
         for table, rows in pending.items():
             self._write_rows(table, rows)
 
@@ -340,7 +345,10 @@ class CaptureDissection:
         acc = self._accs.get(table)
         if acc is None:
             acc = self._accs[table] = fmt.accumulator()
-        src, dst = flow.endpoint(d)
+        if d:  # (``flow.endpoint(d)``, inline: once per row batch)
+            src, dst = flow.server, flow.client
+        else:
+            src, dst = flow.client, flow.server
         acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
                  src.ip, src.port, dst.ip, dst.port)
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
@@ -372,11 +380,11 @@ class CaptureDissection:
         parent: int | None,
         pending: dict[str, list[dict]],
     ) -> None:
-        name = fd.dissector.name if fd.dissector else "?"
         for rec in records:
             if type(rec) is ColumnBatch:
                 self._column_rows(fd, rec, pending)
                 continue
+            name = fd.dissector.name if fd.dissector else "?"
             if rec.table == ANOMALIES.name:
                 v = rec.values
                 self._anomaly_row(
@@ -564,7 +572,9 @@ class CaptureDissection:
             self._coalesced(ev)
             return
         if type(ev) is StreamData:
-            fd = self._dispatch(ev.flow, ev.stream_id)
+            fd = self._flows.get((ev.flow.flow_id, ev.stream_id))  # (``_dispatch``, inline)
+            if fd is None:
+                fd = self._dispatch(ev.flow, ev.stream_id)
             span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
             self._feed(fd, ev.direction, ev.data, span)
             ready = self.roles.ready
@@ -743,9 +753,14 @@ class CaptureDissection:
 
     def _feed(self, fd: FlowDispatch, direction: Direction, data: bytes, span: Span) -> None:
         """Bytes of a stream or a datagram to the flow's detection or session
-        (``_guarded`` without its closure: this is the per-segment path)."""
+        (``_guarded`` without its closure: this is the per-segment path).  A flow with
+        its session is fed directly: all ``Detector.data`` would do."""
+        session = fd.session
         try:
-            records = self.detector.data(fd, direction, data, span)
+            if session is not None:
+                records = session.feed(direction, data, span)
+            else:
+                records = self.detector.data(fd, direction, data, span)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit of a plugin too

@@ -355,7 +355,7 @@ def capture_events(
         passing = Passing()
         # keys of a pcapng DSB (``with_secrets``) may have queued an anomaly in ``out``:
         # no run skips the layers until the QUIC layer let it out, in its place
-        passing.veto(lambda _flow: bool(out))
+        passing.veto(lambda _flow: bool(out), out)
         if reorder is not None:
             engine.coalesce = "flow"
             engine.movable = passing.keys

@@ -1095,15 +1095,22 @@ class RoleSwaps:
         """Whether ``info``'s events still arrive in the orientation before its swap."""
         return info.flow_id in self._turning
 
+    @property
+    def turning(self) -> set[int]:
+        """The ids of the flows whose events are still turned (the live set, empty
+        whenever ``turns`` is False for every flow: read it, do not change it)."""
+        return self._turning._flows
+
     def turn(self, ev: _E) -> _E:
         """``ev`` in the orientation meant now (an event that reached the consumer other
         than through ``events``: a part of a ``CoalescedData`` it splits)."""
-        return self._turning.see(ev) if self._turning else ev
+        return self._turning.see(ev) if self._turning._flows else ev
 
     def events(self, events: Iterable[_E]) -> Iterator[_E]:
         turning, delivered = self._turning, self._delivered
+        swapped = turning._flows  # (its truth without a ``Turning.__bool__`` call per event)
         for ev in events:
-            if turning:
+            if swapped:
                 ev = turning.see(ev)
             if delivered and delivered.pop(id(ev), None) is not None:
                 continue

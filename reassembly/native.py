@@ -740,18 +740,22 @@ class NativeReassembler:
                     yield from self._emit(runs)
                 else:  # (``_emit`` written out: no generator per stretch)
                     for info, _conn, direction, offset, data, segs in runs:
+                        # (a run of one segment too where the movable flow directions
+                        # are those the layers pass: a layer says it passes one when a
+                        # run of it comes, ``reassembly.passing``)
+                        if (data is not None and len(segs) == _ONE_SEGMENT
+                                and (not per_flow or self.movable is None)):
+                            _, ts, frame = _unpack_segment(segs)
+                            # (``_hold_pieces`` only when a charge is due by this frame)
+                            if pending and pending[0][0] <= frame:
+                                self._hold_pieces(frame)
+                            yield StreamData(info, _DIRECTIONS[direction], offset, data, ts,
+                                             ts, frame, frame)
+                            continue
                         if pending:
                             self._hold_pieces(_last_frame(segs))
                         if data is None:
                             yield _gap(info, direction, offset, segs)
-                            continue
-                        # (a run of one segment too where the movable flow directions
-                        # are those the layers pass: a layer says it passes one when a
-                        # run of it comes, ``reassembly.passing``)
-                        if len(segs) == _ONE_SEGMENT and (not per_flow or self.movable is None):
-                            _, ts, frame = _unpack_segment(segs)
-                            yield StreamData(info, _DIRECTIONS[direction], offset, data, ts,
-                                             ts, frame, frame)
                         else:
                             yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
                 self._hold_pieces(None)

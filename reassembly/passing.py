@@ -16,7 +16,18 @@ test that keeps a flow's runs in the layers anyway (a ``RoleSwaps`` of a layer s
 turning the flow's events).  ``around(source, stack)`` is ``stack(source)`` with every
 run that all members pass (and no veto holds) handed over directly; so is a TCP
 ``StreamData`` of such a flow direction (the engine's run of one segment): a member
-passes one exactly as it passes a run of that direction.
+passes one exactly as it passes a run of that direction, and says so when one passes
+through it as when a run does.
+
+A member that watches the first byte of each segment near a direction's start (the TLS
+layer: a client segment that begins with a handshake record within the first 64 KiB may
+start TLS) passes that direction *unless* a segment begins with that byte before a
+stream offset (``passes(..., watch=(before, byte))``): such a run goes through the
+layers, which then decide on it as without ``Passing``; every other run skips them.
+Why: a short flow never gets past such a window, so without the watch its runs never
+skipped the layers (a STAN capture of 1,380 short flows: every segment went through
+every layer).  A watched direction is not among ``keys`` (the engine's ``movable``: a
+run moved among other flows' would reach the layers out of order if it had to stop).
 
 Why the order and every state stay those of the full stack: every layer yields all the
 events an input made before it asks for its next input, so when the source gives an
@@ -35,11 +46,11 @@ per run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any, Final
 
 from reassembly.events import FlowInfo, StreamData
-from reassembly.provenance import CoalescedData
+from reassembly.provenance import SEGMENT, CoalescedData
 
 __all__ = ["PAUSE", "Passing"]
 
@@ -54,19 +65,25 @@ class _Pause:
 
 
 PAUSE: Final = _Pause()
+_ALWAYS: Final = (True,)  # the ``active`` of a veto that is always asked
 
 
 class Passing:
     """Which flow directions' ``CoalescedData`` every member layer passes on as it is
     (the module docstring).  ``skipped`` counts the runs handed past the layers."""
 
-    __slots__ = ("_members", "_marks", "_keys", "_vetoes", "skipped", "pauses")
+    __slots__ = ("_members", "_marks", "_keys", "_vetoes", "_watches", "_watched",
+                 "skipped", "pauses")
 
     def __init__(self) -> None:
         self._members = 0
         self._marks: dict[int, int] = {}  # flow direction -> bit set of the members passing
-        self._keys: set[int] = set()  # flow directions every member passes
-        self._vetoes: list[Callable[[FlowInfo], bool]] = []
+        self._keys: set[int] = set()  # flow directions every member passes, no watch
+        self._vetoes: list[tuple[Sized, Callable[[FlowInfo], bool]]] = []
+        # flow direction -> member -> (before, byte): what the member watches (``passes``)
+        self._watches: dict[int, dict[int, tuple[int, int]]] = {}
+        # flow directions every member passes, some watching: their watches
+        self._watched: dict[int, tuple[tuple[int, int], ...]] = {}
         self.skipped = 0
         self.pauses = 0
 
@@ -77,17 +94,38 @@ class Passing:
         self._members += 1
         return index
 
-    def veto(self, holds: Callable[[FlowInfo], bool]) -> None:
-        """``holds(flow)`` True keeps that flow's runs in the layers for now."""
-        self._vetoes.append(holds)
+    def veto(self, holds: Callable[[FlowInfo], bool], active: Sized | None = None) -> None:
+        """``holds(flow)`` True keeps that flow's runs in the layers for now.  ``active``:
+        a live collection that is empty whenever ``holds`` is False for every flow (the
+        flows a ``RoleSwaps`` turns), so that ``holds`` is not called per run while it
+        is empty."""
+        self._vetoes.append((_ALWAYS if active is None else active, holds))
 
-    def passes(self, member: int, flow_id: int, direction: int) -> None:
-        """``member`` passes this flow direction's runs on as they are from now on."""
+    def passes(self, member: int, flow_id: int, direction: int,
+               watch: tuple[int, int] | None = None) -> None:
+        """``member`` passes this flow direction's runs on as they are from now on;
+        ``watch=(before, byte)``: except a run with a segment that begins with ``byte``
+        at a stream offset below ``before`` (the module docstring)."""
         key = flow_id << 1 | direction
         marks = self._marks.get(key, 0) | 1 << member
         self._marks[key] = marks
+        watches = self._watches.get(key)
+        if watch is not None:
+            if watches is None:
+                watches = self._watches[key] = {}
+            watches[member] = watch
+        elif watches is not None:
+            watches.pop(member, None)
+            if not watches:
+                del self._watches[key]
+                watches = None
         if marks == (1 << self._members) - 1:
-            self._keys.add(key)
+            if watches:
+                self._keys.discard(key)
+                self._watched[key] = tuple(watches.values())
+            else:
+                self._keys.add(key)
+                self._watched.pop(key, None)
 
     def holds(self, member: int, flow_id: int, direction: int | None = None) -> None:
         """``member`` no longer passes this flow direction's runs (``direction`` None: both
@@ -97,24 +135,40 @@ class Passing:
             marks = self._marks.pop(key, 0) & ~(1 << member)
             if marks:
                 self._marks[key] = marks
+            watches = self._watches.get(key)
+            if watches is not None:
+                watches.pop(member, None)
+                if not watches:
+                    del self._watches[key]
             self._keys.discard(key)
+            self._watched.pop(key, None)
 
     @property
     def keys(self) -> set[int]:
-        """The flow directions (``flow_id << 1 | direction``) every member passes, vetoes
-        aside: the live set, not a copy (read it, do not change it)."""
+        """The flow directions (``flow_id << 1 | direction``) every member passes with no
+        watch, vetoes aside: the live set, not a copy (read it, do not change it)."""
         return self._keys
 
     def skips(self, ev: CoalescedData | StreamData) -> bool:
         """Whether the run (or the one segment) ``ev`` goes past the layers."""
-        return self.skips_flow(ev.flow, ev.direction)
+        flow = ev.flow
+        key = flow.flow_id << 1 | ev.direction
+        if key not in self._keys:
+            watches = self._watched.get(key)
+            if watches is None or _stops(ev, watches):
+                return False
+        for active, holds in self._vetoes:  # noqa: SIM110 - (no generator made per event)
+            if active and holds(flow):
+                return False
+        return True
 
     def skips_flow(self, flow: FlowInfo, direction: int) -> bool:
-        """Whether a run of this flow direction would go past the layers now."""
+        """Whether a run of this flow direction would go past the layers now (one that
+        no member watches: ``keys``)."""
         if flow.flow_id << 1 | direction not in self._keys:
             return False
-        for holds in self._vetoes:  # noqa: SIM110 - (no generator made per event)
-            if holds(flow):
+        for active, holds in self._vetoes:  # noqa: SIM110 - (no generator made per event)
+            if active and holds(flow):
                 return False
         return True
 
@@ -158,3 +212,22 @@ class Passing:
                     held.append(ev)
                     break
             self.skipped += n
+
+
+def _stops(ev: CoalescedData | StreamData, watches: tuple[tuple[int, int], ...]) -> bool:
+    """Whether a segment of ``ev`` begins with a watched byte below its offset."""
+    offset, data = ev.offset, ev.data
+    if type(ev) is StreamData:
+        for before, byte in watches:  # noqa: SIM110 - (no generator made per event)
+            if offset < before and data and data[0] == byte:
+                return True
+        return False
+    for before, byte in watches:
+        start = offset
+        for end, _ts, _frame in SEGMENT.iter_unpack(ev.segments):  # type: ignore[union-attr]
+            if start >= before:
+                break
+            if data[start - offset] == byte:
+                return True
+            start = end
+    return False

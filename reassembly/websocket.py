@@ -270,7 +270,7 @@ class WebSocketLayer:
         self._passing = passing
         self._member = passing.join() if passing is not None else -1
         if passing is not None and roles is not None:
-            passing.veto(roles.turns)
+            passing.veto(roles.turns, roles.turning)
         self._out: list[CaptureEvent | WebSocketJoin | CoalescedData] = []
         self._conns: dict[int, _Conn] = {}
         self._seen: set[int] = set()  # flows whose first client chunk was looked at
@@ -313,6 +313,8 @@ class WebSocketLayer:
                     self._late(conn, ev)
                     return
             self._out.append(ev)
+            if self._passing is not None:  # as ``coalesced`` says for a run
+                self._passing.passes(self._member, fid, ev.direction)
             return
         if conn.state == "ws":
             self._frames_input(conn, conn.sides[ev.direction], ev)

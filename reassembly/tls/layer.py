@@ -224,10 +224,14 @@ class _Conn:
 class _FlowWatch:
     """What a plain flow needs to tell whether TLS starts on it."""
 
-    __slots__ = ("seen", "started")
+    __slots__ = ("skew", "started")
 
     def __init__(self) -> None:
-        self.seen = [0, 0]  # bytes looked at per direction
+        # per direction: its stream offset less the bytes looked at, i.e. where its first
+        # chunk began plus the gaps since; the bytes looked at before a chunk at ``offset``
+        # are ``offset - skew``.  Why not a count: a run that skips the layer
+        # (``reassembly.passing``) is never looked at, yet counts.
+        self.skew = [0, 0]
         self.started = [False, False]  # a first chunk was looked at
 
 
@@ -280,8 +284,16 @@ class TlsLayer:
         fid = ev.flow.flow_id
         conn = self._conns.get(fid)
         if conn is None:
-            if type(ev) is StreamGap or not self._starts_tls(ev):  # type: ignore[arg-type]
+            if isinstance(ev, StreamGap):
+                w = self._watch.get(fid)
+                if w is not None and w.started[ev.direction]:
+                    w.skew[ev.direction] += ev.nbytes
+                    self._passes(fid, ev.direction, w)  # (the window moved)
                 self._emit(ev)
+            elif not self._starts_tls(ev):
+                self._emit(ev)
+                if self._passing is not None:
+                    self._passes(fid, ev.direction, self._watch[fid])
             return
         side = conn.sides[ev.direction]
         if side.mode == _PLAIN:
@@ -299,16 +311,29 @@ class TlsLayer:
         d = ev.direction
         w = self._watch.get(fid)
         if (fid not in self._conns and w is not None and w.started[d]
-                and (d != _CLIENT or w.seen[d] >= STARTTLS_WINDOW_BYTES)):
-            w.seen[d] += len(ev.data)
+                and (d != _CLIENT or ev.offset - w.skew[d] >= STARTTLS_WINDOW_BYTES)):
             self._emit(ev)
             if self._passing is not None:
-                # so until the flow turns TLS (``_new_conn``): ``seen`` is only compared
-                # with the window, which this direction is past (or is not asked of)
+                # so until the flow turns TLS (``_new_conn``): the bytes looked at are only
+                # compared with the window, which this direction is past (or is not
+                # asked of)
                 self._passing.passes(self._member, fid, d)
             return
         for part in ev.split():
             self.stream(part)
+
+    def _passes(self, fid: int, d: int, w: _FlowWatch) -> None:
+        """Tell ``Passing`` that this plain direction, its first chunk looked at, passes
+        on as it is until the flow turns TLS (``_new_conn``), a client direction except
+        a segment that begins as a handshake record within the window (what
+        ``_starts_tls`` looks for)."""
+        if self._passing is None:
+            return
+        if d == _CLIENT:
+            before = w.skew[d] + STARTTLS_WINDOW_BYTES
+            self._passing.passes(self._member, fid, d, (before, 0x16))
+        else:
+            self._passing.passes(self._member, fid, d)
 
     def close(self, ev: StreamClose) -> None:
         fid = ev.flow.flow_id
@@ -332,9 +357,10 @@ class TlsLayer:
         if w is None:
             w = self._watch[flow.flow_id] = _FlowWatch()
         first = not w.started[d]
-        w.started[d] = True
-        seen = w.seen[d]
-        w.seen[d] = seen + len(ev.data)
+        if first:
+            w.started[d] = True
+            w.skew[d] = ev.offset
+        seen = ev.offset - w.skew[d]
         data = ev.data
         if d == _CLIENT and seen < STARTTLS_WINDOW_BYTES and data[:1] == b"\x16":
             hit = _client_hello_at(data, 0)

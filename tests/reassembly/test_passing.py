@@ -6,7 +6,10 @@ Two toy layers over random event streams (the real layers are checked on every
 capture of the corpus in ``tests/perf/test_engine_native.py``): one *takes* a flow's
 runs (changes them) from the moment a ``Take`` event says so, the other holds a flow's
 runs back until that flow's ``Close``; a veto the consumer sets while it reads keeps a
-flow's runs in the layers, where the second layer marks them."""
+flow's runs in the layers, where the second layer marks them.  A third toy layer
+watches the first byte of each segment below an offset (as the TLS layer watches a
+client's first 64 KiB for a handshake record): it takes a flow at such a segment, and
+passes the rest with a watch (``Passing.passes(..., watch=...)``)."""
 
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from reassembly.events import Direction, StreamData
 from reassembly.passing import Passing
-from reassembly.provenance import CoalescedData
+from reassembly.provenance import SEGMENT, CoalescedData
 
 
 @dataclass(frozen=True)
@@ -134,3 +138,93 @@ def test_runs_past_the_layers_change_nothing(seed: int) -> None:
                    vetoed, seed)
     assert got == full
     assert passing.skipped > 20  # the mechanism was used, not only the stack
+
+
+WINDOW = 60  # the sniffer looks at segments that begin below this stream offset
+MARK = ord("!")
+
+
+class Sniffer:
+    """Takes (tags) a flow from a segment that begins with ``!`` below ``WINDOW``; passes
+    every other run on, with a watch while the direction may still see one."""
+
+    def __init__(self, passing: Passing | None) -> None:
+        self.passing = passing
+        self.member = passing.join() if passing else -1
+        self.taken: set[int] = set()
+
+    def process(self, events: Iterable[object]) -> Iterator[object]:
+        for ev in events:
+            if type(ev) is CoalescedData or type(ev) is StreamData:
+                fid = ev.flow.flow_id
+                if fid not in self.taken and any(
+                        start < WINDOW and data[:1] == b"!" for start, data in _segments(ev)):
+                    self.taken.add(fid)
+                    if self.passing:
+                        self.passing.holds(self.member, fid)
+                if fid in self.taken:
+                    yield ("sniffed", fid, ev.direction, ev.data)
+                    continue
+                if self.passing:
+                    self.passing.passes(self.member, fid, ev.direction, (WINDOW, MARK))
+            elif type(ev) is Close:
+                self.taken.discard(ev.flow_id)
+                if self.passing:
+                    self.passing.holds(self.member, ev.flow_id)
+            yield ev
+
+
+def _segments(ev: CoalescedData | StreamData) -> list[tuple[int, bytes]]:
+    if type(ev) is StreamData:
+        return [(ev.offset, ev.data)]
+    out, start = [], ev.offset
+    for end, _ts, _frame in SEGMENT.iter_unpack(ev.segments):  # type: ignore[union-attr]
+        out.append((start, ev.data[start - ev.offset:end - ev.offset]))
+        start = end
+    return out
+
+
+def _segmented_events(seed: int) -> list[object]:
+    """Runs of 1-3 segments (and single-segment ``StreamData``) at growing offsets per
+    flow direction, a few segments beginning with ``!``, closes that start flows over."""
+    rnd = random.Random(seed)
+    flows = {fid: SimpleNamespace(flow_id=fid) for fid in range(1, 7)}
+    ends: dict[tuple[int, int], int] = {}
+    out: list[object] = []
+    for i in range(400):
+        fid = rnd.randrange(1, 7)
+        if rnd.random() < 0.03:
+            out.append(Close(fid))
+            ends = {k: v for k, v in ends.items() if k[0] != fid}
+            continue
+        d = rnd.randrange(2)
+        start = offset = ends.get((fid, d), 0)
+        parts, segs = [], b""
+        for _ in range(rnd.randrange(1, 4)):
+            part = (b"!" if rnd.random() < 0.04 else b"a") + bytes(
+                rnd.choice(b"ab!") for _ in range(rnd.randrange(0, 12)))
+            parts.append(part)
+            offset += len(part)
+            segs += SEGMENT.pack(offset, i, i)
+        ends[(fid, d)] = offset
+        if len(parts) == 1 and rnd.random() < 0.5:
+            out.append(StreamData(flows[fid], Direction(d), start, parts[0], i, i, i, i))  # type: ignore[arg-type]
+        else:
+            out.append(CoalescedData(flows[fid], Direction(d), start, b"".join(parts), segs))  # type: ignore[arg-type]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_watched_runs_stop_where_the_watching_layer_looks(seed: int) -> None:
+    source = _segmented_events(seed)
+    vetoed: set[int] = set()
+    full = _consume(Holder(None, vetoed).process(Sniffer(None).process(
+        Taker(None).process(iter(source)))), vetoed, seed)
+    passing = Passing()
+    vetoed = set()
+    taker, sniffer, holder = Taker(passing), Sniffer(passing), Holder(passing, vetoed)
+    got = _consume(passing.around(source, lambda evs: holder.process(sniffer.process(
+        taker.process(evs)))), vetoed, seed)
+    assert got == full
+    assert passing.skipped > 20  # the mechanism was used, not only the stack
+    assert any(type(ev) is tuple and ev[0] == "sniffed" for ev in full)  # (it took some)
