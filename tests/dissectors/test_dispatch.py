@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dissectors.api import CarriedMessage, Direction, PayloadDissector, Verdict
 from dissectors.dispatch import (
     MAX_EXACT_BINDINGS,
+    MAX_VERDICTS_SET,
     PayloadDispatcher,
     _tokens,
     specificity,
@@ -112,3 +117,43 @@ def test_exact_bindings_are_capped():
         scope.bind_subject(f"_INBOX.{i}", "echo", "r")
     assert len(scope.exact) == MAX_EXACT_BINDINGS and scope.dropped_bindings == 5
     assert "_INBOX.0" not in scope.exact
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["bind", "unbind", "pattern", "ask", "fill"]),
+                          st.sampled_from(["a.b", "a.c", "echo.x", "dyn.q", "x", "a.*"])),
+                max_size=30)
+
+
+@given(_OPS)
+def test_verdicts_stay_what_bound_answers(ops):
+    """The fast path's verdict cache (subject -> a binding covers it) is kept per subject
+    when bindings change instead of emptied: after any run of binds, unbinds, patterns,
+    cache fills and the exact bindings' cap, every cached verdict is ``bound``'s."""
+    scope = PayloadDispatcher([Echo]).scope(1)
+    for op, subject in ops:
+        if op == "bind":
+            scope.bind_subject(subject, "echo", "r")
+        elif op == "unbind":
+            scope.unbind_subject(subject)
+        elif op == "pattern":
+            scope.bind_pattern(subject, "echo", "p")
+        elif op == "ask":  # as the NATS session fills it
+            scope.verdicts[subject] = scope.bound(subject)
+        else:
+            for i in range(MAX_VERDICTS_SET):
+                scope.verdicts[f"fill.{i}"] = False
+        assert len(scope.verdicts) <= MAX_VERDICTS_SET + len(_OPS_SUBJECTS)
+        for s, v in scope.verdicts.items():
+            assert v is scope.bound(s), (s, v)
+
+
+_OPS_SUBJECTS = ("a.b", "a.c", "echo.x", "dyn.q", "x", "a.*")
+
+
+def test_verdicts_follow_the_exact_bindings_cap():
+    scope = PayloadDispatcher([Echo]).scope(1)
+    with mock.patch("dissectors.dispatch.MAX_EXACT_BINDINGS", 3):
+        for i in range(5):
+            scope.bind_subject(f"r.{i}", "echo", "r")
+    assert scope.verdicts == {"r.2": True, "r.3": True, "r.4": True}
+    assert not scope.bound("r.0")
