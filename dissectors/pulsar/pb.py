@@ -4,7 +4,8 @@ Strategy (as ``dissectors.proto`` does for STAN and Liftbridge): ``pulsar.proto`
 source of truth, ``_descriptors.py`` its compiled ``FileDescriptorProto``.  Decoding uses
 the tolerant, bounds-checked reader ``dissectors.proto.wire`` (never raises, keeps what
 was decoded before damage, lists unknown field numbers), driven by ``MessageSchema``s
-built here from the descriptor.  ``message_class`` builds real protobuf classes in a
+built here from what ``build.py`` read of the descriptor (``MESSAGES``, ``ENUMS``: no
+protobuf runtime in a run).  ``message_class`` builds real protobuf classes in a
 private descriptor pool, for tests and the sample broker emulator to *encode*.
 
 ``double`` fields (only in CONSUMER_STATS_RESPONSE) have no ``wire.Kind``: they are left
@@ -14,16 +15,15 @@ are not reported as unknown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # (at run time protobuf is imported inside the functions, as before)
-    from google.protobuf import descriptor_pb2, descriptor_pool
+if TYPE_CHECKING:  # (protobuf is imported inside the functions that encode)
+    from google.protobuf import descriptor_pool
     from google.protobuf.message import Message
 
 from dissectors.proto.wire import Decoded, FieldSpec, Kind, MessageSchema, decode
-from dissectors.pulsar._descriptors import FILE
+from dissectors.pulsar._descriptors import ENUMS, FILE, MESSAGES
 
 __all__ = [
     "OMITTED",
@@ -56,45 +56,28 @@ OMITTED: dict[str, frozenset[int]] = {}
 """Message full name → numbers of fields left out of its wire schema (doubles)."""
 
 
-def _file_proto() -> descriptor_pb2.FileDescriptorProto:
-    from google.protobuf import descriptor_pb2
-
-    return descriptor_pb2.FileDescriptorProto.FromString(FILE)
-
-
 @cache
 def _index() -> tuple[dict[str, MessageSchema], dict[str, dict[int, str]]]:
-    messages: dict[str, descriptor_pb2.DescriptorProto] = {}
-    enums: dict[str, dict[int, str]] = {}
-
-    def walk(prefix: str, msgs: Iterable[descriptor_pb2.DescriptorProto],
-             enum_types: Iterable[descriptor_pb2.EnumDescriptorProto]) -> None:
-        for e in enum_types:
-            enums[f"{prefix}.{e.name}"] = {v.number: v.name for v in e.value}
-        for m in msgs:
-            full = f"{prefix}.{m.name}"
-            messages[full] = m
-            walk(full, m.nested_type, m.enum_type)
-
-    fp = _file_proto()
-    walk(fp.package, fp.message_type, fp.enum_type)
-    schemas = {name: MessageSchema(name) for name in messages}
-    for name, m in messages.items():
+    """The wire schemas and enums by full name, from ``_descriptors``' ``MESSAGES`` and
+    ``ENUMS`` (what ``build.index`` read from the descriptor: no protobuf runtime at run
+    time, ~13 ms of a Pulsar run's start)."""
+    enums = {name: dict(values) for name, values in ENUMS}
+    schemas = {name: MessageSchema(name) for name, _ in MESSAGES}
+    for name, fields in MESSAGES:
         sch = schemas[name]
         skipped = []
-        for f in m.field:
-            if f.type == _TYPE_DOUBLE:
-                skipped.append(f.number)
+        for number, fname, ftype, label, type_name in fields:
+            if ftype == _TYPE_DOUBLE:
+                skipped.append(number)
                 continue
-            kind = _TYPE_KIND.get(f.type)
+            kind = _TYPE_KIND.get(ftype)
             if kind is None:  # pragma: no cover - pulsar.proto uses none
-                raise TypeError(f"{name}.{f.name}: field type {f.type} not supported")
-            ref = f.type_name.lstrip(".")
+                raise TypeError(f"{name}.{fname}: field type {ftype} not supported")
+            ref = type_name.lstrip(".")
             sub = schemas.get(ref) if kind is Kind.MESSAGE else None
             enum = enums.get(ref) if kind is Kind.ENUM else None
-            sch.fields[f.number] = FieldSpec(
-                f.number, f.name, kind, f.label == _LABEL_REPEATED, sub, enum
-            )
+            sch.fields[number] = FieldSpec(number, fname, kind, label == _LABEL_REPEATED, sub,
+                                           enum)
         if skipped:
             OMITTED[name] = frozenset(skipped)
     return schemas, enums
