@@ -27,6 +27,8 @@ entries counted one by one, SEND and MESSAGE both), peak RSS of the process tree
 the largest process, the codecs seen (``pulsar_messages.compression``), and the rows
 checked against what the client counted.  ``--threads`` adds one run per mode that
 reports each thread's CPU (the main thread's dissection apart from the Parquet writer's).
+The struct-walk floor of bench_dissect.py is timed before and after the runs, and the
+median's ratio to it printed: this VM's speed drifts, a ratio compares across hours.
 """
 
 from __future__ import annotations
@@ -315,6 +317,15 @@ def thread_cpu(msgcap: list[str], pcap: Path, data: Path) -> dict[str, float]:
     return cpu
 
 
+def _timed_walk(pcap: Path) -> tuple[dict[str, Any], float]:
+    """``struct_walk`` of the capture and its wall seconds: a floor measured beside the
+    runs, so that runs of different hours (this VM's speed drifts ~15 %) compare by
+    their ratio to it rather than by seconds."""
+    t0 = time.perf_counter()
+    walk = struct_walk(str(pcap))
+    return walk, time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, metavar="DIR",
@@ -370,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{truth.get('rounds', '?')} rounds of {truth.get('batch', '?')} messages "
                   f"per codec; --rerecord to record again)")
     size = pcap.stat().st_size
-    walk = struct_walk(str(pcap))
+    walk, floor_before = _timed_walk(pcap)
     packets = walk["packets"]
     msgcap = msgcap_command()
     env = environment()
@@ -401,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             os.environ["MSGCAP_PULSAR_FAST"] = saved
 
+    floor_after = _timed_walk(pcap)[1]
     runs = [r for mode in modes for r in runs_by[mode]]
     tables = tables_by[modes[0]]
     walls = {mode: median(r.wall_s for r in runs_by[mode]) if runs_by[mode] else None
@@ -431,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
               f"(median wall), {cpu['off'] / cpu['on']:.2f}x per CPU s ({msgs / cpu['on']:,.0f}"
               f" messages per CPU s on); row counts per command/codec/kind "
               f"{'identical' if same else 'DIFFER'}")
+    floor = min(floor_before, floor_after)
+    print(f"struct-walk floor (bench_dissect.struct_walk, in this process, wall): "
+          f"{floor_before:.2f} s before the runs, {floor_after:.2f} s after"
+          + (f"; msgcap fast {modes[0]} median / floor: {wall / floor:.2f}x" if wall else ""))
     if na:
         print(f"n/a: msgcap dissect {na}")
     codecs = (tables.get("codecs") or {}).get("by", {})
@@ -478,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
                               "median_wall_s": walls[mode], "tables": tables_by[mode]}
                        for mode in modes},
         "tables": tables, "check": check, "na": na, "thread_cpu_s": threads,
+        "floor_walk_s": {"before": floor_before, "after": floor_after},
     })
     print(f"\nraw measurements: {json_path}")
     return 0
