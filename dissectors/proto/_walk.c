@@ -54,8 +54,8 @@ static PyObject *scalar(long kind, uint64_t v, PyObject *extra)
         return PyLong_FromLong((long)(int32_t)(uint32_t)v);
     case K_ENUM: {
         PyObject *num = PyLong_FromLong((long)(int32_t)(uint32_t)v);
-        if (!num || extra == Py_None)
-            return num;
+        if (!num || !PyDict_Check(extra))
+            return num;  /* (None: no names, the number itself) */
         PyObject *name = PyDict_GetItemWithError(extra, num);
         if (!name) {
             if (!PyErr_Occurred()) {

@@ -42,6 +42,11 @@ _RESPONSE_SUBJECTS = (
 )
 
 
+# the kinds ``_learn`` learns from whoever typed them (the others: only when inferred)
+_LEARNS = frozenset({*REPLY_KINDS, "ConnectResponse", "SubscriptionResponse"})
+
+
+@lru_cache(maxsize=4096)  # (asked for every message typed by an inferred binding)
 def _static_kind(subject: str) -> str | None:
     """The kind a STAN default subject gives ``subject`` (most specific pattern)."""
     toks = tuple(subject.split("."))
@@ -114,7 +119,8 @@ class StanDecoder:
         else:
             out = [msg.record(NAME, values)]
             out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
-        cls._learn(state, bindings, msg, kind, values, decoded, inferred, typed_by)
+        if kind in _LEARNS or typed_by == "inference":
+            cls._learn(state, bindings, msg, kind, values, decoded, inferred, typed_by)
         return out
 
     # -- learning -------------------------------------------------------------------
