@@ -335,7 +335,10 @@ class CaptureDissection:
         n0 = flow_rows.get(fid, 0)
         flow_rows[fid] = n0 + n
         if kids and pending is not None:  # from the last row's payload (_emit_records)
-            self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
+            if len(kids) == 1 and type(kids[0]) is ColumnBatch:  # (``_collect`` of it: a
+                self._column_rows(fd, kids[0], pending)  # carried message's columns)
+            else:
+                self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
         if rows is None:  # parsed and counted only: another worker writes this flow
             return
         if pending:
