@@ -15,8 +15,9 @@ What stays the definition: the decode.  The values are the dict the ``Record`` w
 carry, so only the way to Arrow differs; a message whose decode reports anything (an
 anomaly, child rows such as ReplicationResponse entries) goes out as ``Record``s, as
 before.  Used only when the run's sink takes Arrow batches (the session option
-``columnar``, which the pipeline sets), for STAN unless ``MSGCAP_PAYLOAD_COLUMNS=0`` (the
-switch for A/B runs), for Liftbridge too with ``MSGCAP_PAYLOAD_COLUMNS=1`` (``enabled``).
+``columnar``, which the pipeline sets), for STAN and Liftbridge unless
+``MSGCAP_PAYLOAD_COLUMNS`` says otherwise (``0``: neither; the switch for A/B runs;
+``enabled``).
 
 Parent: a payload row's parent is the carrier's row, and the conveyor numbers a row's
 children right after it, so ``parent_record_id`` is the row's own record id minus one
@@ -42,10 +43,14 @@ from dissectors.tables import TableSpec
 __all__ = ["CONVERT_ROWS", "DEFAULT", "SWITCH", "PayloadRows", "RowsFormat", "enabled", "rows_for"]
 
 SWITCH = "MSGCAP_PAYLOAD_COLUMNS"
-# On unless the switch says otherwise.  Not Liftbridge: on bench_liftbridge's 20 MB
-# capture its CPU did not fall and peak RSS rose by ~70 MB (~285 -> ~357 MB), though the
-# rows held are not that big (docs/performance.md, "Payload rows as columns").
-DEFAULT = frozenset({"stan"})
+# On unless the switch says otherwise.  Liftbridge was left out when, on
+# bench_liftbridge's 20 MB capture, its CPU did not fall and peak RSS rose by ~70 MB
+# (docs/performance.md, "Payload rows as columns"); with its decode compiled
+# (dissectors.proto.walk), alternated runs (2026-11-27, load 2.4-3.5): 20 MB CPU median
+# 7.36 -> 6.81 s and 6.58 -> 6.23 s (3 pairs each), 150 MB 45.8 -> 41.3 s (one pair),
+# function calls of a 20 MB run 12.32 -> 11.24 million; peak RSS +26 MB (228 -> 254 MB
+# at 20 MB, 261 -> 287 MB at 150 MB).
+DEFAULT = frozenset({"stan", "liftbridge"})
 
 # the envelope ``move`` is given, in its argument order, and the provenance each row
 # carries (``RowsFormat.record``): the columns ``PayloadRows.to_batch`` builds itself

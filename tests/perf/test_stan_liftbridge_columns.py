@@ -191,7 +191,8 @@ def test_damaged_stretches_give_the_same_rows(name, start, length, damage, cap, 
 
 
 @pytest.mark.parametrize(("env", "option", "stan", "liftbridge"), [
-    (None, True, True, False), ("1", True, True, True), ("0", True, False, False),
+    (None, True, True, True), ("1", True, True, True), ("0", True, False, False),
+    ("stan", True, True, False),
     ("liftbridge", True, False, True), ("stan,liftbridge", True, True, True),
     ("1", False, False, False), (None, False, False, False)])
 def test_the_switch_and_the_option(monkeypatch, env, option, stan, liftbridge):
