@@ -20,13 +20,15 @@ per-entry buffers: no Python object per message.  Why C and not numpy: the entri
 variable-length protobuf, a sequential walk; numpy has nothing to vectorise until the
 offsets are known, which is the walk itself.
 
-Per frame, ``decode`` hands the command and metadata to ``_speedups.decode_clean`` (C),
-which gives the tolerant reader's own ``Decoded`` for a clean, plain message and leaves
-anything else to the reader, and ``plain_json`` writes the command's ``command_json`` in
-C.  What is left per frame in Python: the command row's columns, the metadata columns,
-the ``Chunk``, decompression and CRC-32C (in C libraries), and outside this package the
-layers, the framer, the conveyor's per-row work for command rows and Parquet (its own
-thread).  A payload equal
+Per frame, ``frame`` takes a clean frame apart in C (``_speedups.parse_frame``: the
+reference's ``Frame``, or None and ``frame.parse_frame`` decides), ``decode`` hands the
+command and metadata to ``_speedups.decode_clean`` (C), which gives the tolerant reader's
+own ``Decoded`` for a clean, plain message and leaves anything else to the reader, and
+``plain_json`` writes the command's ``command_json`` in C.  What is left per frame in
+Python: the command row's columns, the metadata columns, the ``Chunk``, decompression and
+CRC-32C (in C libraries), and outside this package the layers, the framer, the
+conveyor's per-row work for command rows and Parquet (its own thread).  ``to_batch``
+repeats the chunks' shared values in C too (``_speedups.repeat_values``).  A payload equal
 to a recent one (``decompress``: a broker delivers the batch a producer sent with the
 same bytes, so a capture at the broker holds it once per SEND and once per subscription)
 reuses that one's decompression and split (bench_pulsar.py, 150 MB, 512,000 messages,
