@@ -155,12 +155,26 @@ class Passing:
         key = flow.flow_id << 1 | ev.direction
         if key not in self._keys:
             watches = self._watched.get(key)
-            if watches is None or _stops(ev, watches):
+            if watches is None or self._watch_stops(key, ev, watches):
                 return False
         for active, holds in self._vetoes:  # noqa: SIM110 - (no generator made per event)
             if active and holds(flow):
                 return False
         return True
+
+    def _watch_stops(self, key: int, ev: CoalescedData | StreamData,
+                     watches: tuple[tuple[int, int], ...]) -> bool:
+        """Whether a watch of ``key`` stops ``ev``; a run that begins at or past every
+        watch's offset makes them moot (offsets only grow): the key is then passed with
+        no watch (among ``keys``, so the engine may move its runs), as the members would
+        say of it once past their windows."""
+        offset = ev.offset
+        for before, _byte in watches:
+            if offset < before:
+                return _stops(ev, watches)
+        del self._watches[key], self._watched[key]
+        self._keys.add(key)
+        return False
 
     def skips_flow(self, flow: FlowInfo, direction: int) -> bool:
         """Whether a run of this flow direction would go past the layers now (one that

@@ -288,12 +288,12 @@ class TlsLayer:
                 w = self._watch.get(fid)
                 if w is not None and w.started[ev.direction]:
                     w.skew[ev.direction] += ev.nbytes
-                    self._passes(fid, ev.direction, w)  # (the window moved)
+                    self._passes(fid, ev.direction, w, ev.offset + ev.nbytes)  # (it moved)
                 self._emit(ev)
             elif not self._starts_tls(ev):
                 self._emit(ev)
                 if self._passing is not None:
-                    self._passes(fid, ev.direction, self._watch[fid])
+                    self._passes(fid, ev.direction, self._watch[fid], ev.offset + len(ev.data))
             return
         side = conn.sides[ev.direction]
         if side.mode == _PLAIN:
@@ -322,15 +322,16 @@ class TlsLayer:
         for part in ev.split():
             self.stream(part)
 
-    def _passes(self, fid: int, d: int, w: _FlowWatch) -> None:
+    def _passes(self, fid: int, d: int, w: _FlowWatch, end: int) -> None:
         """Tell ``Passing`` that this plain direction, its first chunk looked at, passes
-        on as it is until the flow turns TLS (``_new_conn``), a client direction except
-        a segment that begins as a handshake record within the window (what
-        ``_starts_tls`` looks for)."""
+        on as it is until the flow turns TLS (``_new_conn``), a client direction that
+        has not reached the window's end at stream offset ``end`` (where its next bytes
+        begin) except a segment that begins as a handshake record within the window
+        (what ``_starts_tls`` looks for)."""
         if self._passing is None:
             return
-        if d == _CLIENT:
-            before = w.skew[d] + STARTTLS_WINDOW_BYTES
+        before = w.skew[d] + STARTTLS_WINDOW_BYTES
+        if d == _CLIENT and end < before:
             self._passing.passes(self._member, fid, d, (before, 0x16))
         else:
             self._passing.passes(self._member, fid, d)
