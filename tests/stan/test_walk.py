@@ -111,6 +111,9 @@ def test_defaults_base_and_extras():
     assert walk(pb((11, 1 << 63)), 0, plan) is None  # the reference reports the overflow
     assert walk(pb((2, "chan")), 0, plan) is None  # a field the plan does not name
     assert walk(tag(1, 2) + varint(5) + b"ab", 0, plan) is None  # cut short
+    assert walk(b"", 1, plan) is None and walk(pb((1, "c")), -1, plan) is None  # (bad pos)
+    assert walk(bytearray(pb((1, "c"))), 0, plan) == ({"kind": "k", "client": "c", "pos": "x",
+                                                       "seen": []}, 2)
     assert walk_plan([(f["client_id"], "kind", "", None)], {"kind": "k"}) is None  # a base key
 
 
