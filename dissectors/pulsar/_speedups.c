@@ -1064,6 +1064,8 @@ static PyObject *repeat_values(PyObject *self, PyObject *args)
                 goto unhandled;
             bytes_total += PyBytes_GET_SIZE(v) * counts[i];
         }
+        if (bytes_total > INT32_MAX)  /* (checked as it grows: no overflow on the way) */
+            goto unhandled;
     }
     if (n > INT32_MAX || bytes_total > INT32_MAX)
         goto unhandled;
