@@ -138,8 +138,10 @@ class ScopeDispatcher(Bindings):
 
     def bind_pattern(self, pattern: str, dissector: str, hint: str) -> None:
         entry = (_tokens(pattern), dissector, hint)
-        self.verdicts.clear()
+        # a binding already there changes no verdict (STAN binds a publish prefix again
+        # with every ConnectResponse naming it); a new one may cover any subject
         if entry not in self.patterns:
+            self.verdicts.clear()
             self.patterns.append(entry)
             self._sort()
 
