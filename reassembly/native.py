@@ -739,12 +739,12 @@ class NativeReassembler:
                 if split:
                     yield from self._emit(runs)
                 else:  # (``_emit`` written out: no generator per stretch)
+                    # (a run of one segment too where the movable flow directions are
+                    # those the layers pass: a layer says it passes one when a run of it
+                    # comes, ``reassembly.passing``)
+                    single = not per_flow or self.movable is None
                     for info, _conn, direction, offset, data, segs in runs:
-                        # (a run of one segment too where the movable flow directions
-                        # are those the layers pass: a layer says it passes one when a
-                        # run of it comes, ``reassembly.passing``)
-                        if (data is not None and len(segs) == _ONE_SEGMENT
-                                and (not per_flow or self.movable is None)):
+                        if single and data is not None and len(segs) == _ONE_SEGMENT:
                             _, ts, frame = _unpack_segment(segs)
                             # (``_hold_pieces`` only when a charge is due by this frame)
                             if pending and pending[0][0] <= frame:

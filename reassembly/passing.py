@@ -72,7 +72,7 @@ class Passing:
     """Which flow directions' ``CoalescedData`` every member layer passes on as it is
     (the module docstring).  ``skipped`` counts the runs handed past the layers."""
 
-    __slots__ = ("_members", "_marks", "_keys", "_vetoes", "_watches", "_watched",
+    __slots__ = ("_members", "_marks", "_keys", "_vetoes", "_actives", "_watches", "_watched",
                  "skipped", "pauses")
 
     def __init__(self) -> None:
@@ -80,6 +80,7 @@ class Passing:
         self._marks: dict[int, int] = {}  # flow direction -> bit set of the members passing
         self._keys: set[int] = set()  # flow directions every member passes, no watch
         self._vetoes: list[tuple[Sized, Callable[[FlowInfo], bool]]] = []
+        self._actives: tuple[Sized, ...] = ()  # the vetoes' ``active`` collections
         # flow direction -> member -> (before, byte): what the member watches (``passes``)
         self._watches: dict[int, dict[int, tuple[int, int]]] = {}
         # flow directions every member passes, some watching: their watches
@@ -100,6 +101,7 @@ class Passing:
         flows a ``RoleSwaps`` turns), so that ``holds`` is not called per run while it
         is empty."""
         self._vetoes.append((_ALWAYS if active is None else active, holds))
+        self._actives = tuple(active for active, _ in self._vetoes)
 
     def passes(self, member: int, flow_id: int, direction: int,
                watch: tuple[int, int] | None = None) -> None:
@@ -157,23 +159,33 @@ class Passing:
             watches = self._watched.get(key)
             if watches is None or self._watch_stops(key, ev, watches):
                 return False
-        for active, holds in self._vetoes:  # noqa: SIM110 - (no generator made per event)
-            if active and holds(flow):
-                return False
+        if any(self._actives):  # (one C call while every veto is idle)
+            for active, holds in self._vetoes:  # noqa: SIM110 - (no generator per event)
+                if active and holds(flow):
+                    return False
         return True
 
     def _watch_stops(self, key: int, ev: CoalescedData | StreamData,
                      watches: tuple[tuple[int, int], ...]) -> bool:
-        """Whether a watch of ``key`` stops ``ev``; a run that begins at or past every
+        """Whether a watch of ``key`` stops ``ev``: a segment of it begins with the
+        watched byte below the watch's offset.  A run that begins at or past every
         watch's offset makes them moot (offsets only grow): the key is then passed with
         no watch (among ``keys``, so the engine may move its runs), as the members would
         say of it once past their windows."""
         offset = ev.offset
-        for before, _byte in watches:
+        live = False
+        for before, byte in watches:
             if offset < before:
-                return _stops(ev, watches)
-        del self._watches[key], self._watched[key]
-        self._keys.add(key)
+                live = True
+                if type(ev) is StreamData:
+                    data = ev.data
+                    if data and data[0] == byte:
+                        return True
+                elif _run_stops(ev, before, byte):  # type: ignore[arg-type]
+                    return True
+        if not live:
+            del self._watches[key], self._watched[key]
+            self._keys.add(key)
         return False
 
     def skips_flow(self, flow: FlowInfo, direction: int) -> bool:
@@ -228,20 +240,15 @@ class Passing:
             self.skipped += n
 
 
-def _stops(ev: CoalescedData | StreamData, watches: tuple[tuple[int, int], ...]) -> bool:
-    """Whether a segment of ``ev`` begins with a watched byte below its offset."""
+def _run_stops(ev: CoalescedData, before: int, byte: int) -> bool:
+    """Whether a segment of the run ``ev`` that begins below ``before`` begins with
+    ``byte``."""
     offset, data = ev.offset, ev.data
-    if type(ev) is StreamData:
-        for before, byte in watches:  # noqa: SIM110 - (no generator made per event)
-            if offset < before and data and data[0] == byte:
-                return True
-        return False
-    for before, byte in watches:
-        start = offset
-        for end, _ts, _frame in SEGMENT.iter_unpack(ev.segments):  # type: ignore[union-attr]
-            if start >= before:
-                break
-            if data[start - offset] == byte:
-                return True
-            start = end
+    start = offset
+    for end, _ts, _frame in SEGMENT.iter_unpack(ev.segments):
+        if start >= before:
+            break
+        if data[start - offset] == byte:
+            return True
+        start = end
     return False
