@@ -182,9 +182,9 @@ class LiftbridgeDecoder:
                                                      anomalies)
             else:
                 cls._protobuf(state, bindings, msg, code, values, body, at, anomalies)
-        fmt = None if anomalies or children else rows_for(state.columns, bindings)
-        if fmt is not None:
-            out = [fmt.record(msg, values)]
+        fmt = None if anomalies else rows_for(state.columns, bindings)
+        if fmt is not None:  # (entries ride as the row's children either way)
+            out = [fmt.record(msg, values, children)]
         else:
             rec = msg.record(NAME, values)
             rec.children = children

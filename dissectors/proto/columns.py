@@ -12,12 +12,14 @@ Here the decode's values dict itself waits, with the message's provenance, in a
 (``rows_to_batch``), the envelope built column by column, no dict per row.
 
 What stays the definition: the decode.  The values are the dict the ``Record`` would
-carry, so only the way to Arrow differs; a message whose decode reports anything (an
-anomaly, child rows such as ReplicationResponse entries) goes out as ``Record``s, as
-before.  Used only when the run's sink takes Arrow batches (the session option
-``columnar``, which the pipeline sets), for STAN and Liftbridge unless
-``MSGCAP_PAYLOAD_COLUMNS`` says otherwise (``0``: neither; the switch for A/B runs;
-``enabled``).
+carry, so only the way to Arrow differs; a message whose decode reports an anomaly goes
+out as ``Record``s, as before.  Child rows (a ReplicationResponse's entries) stay
+``Record``s, the ``ColumnBatch``'s ``children``, which the conveyor ids and parents
+after the row exactly as a ``Record``'s children (so the row itself need not wait as a
+dict row among the accumulator's rows, which cost an interleave at every flush).  Used
+only when the run's sink takes Arrow batches (the session option ``columnar``, which the
+pipeline sets), for STAN and Liftbridge unless ``MSGCAP_PAYLOAD_COLUMNS`` says otherwise
+(``0``: neither; the switch for A/B runs; ``enabled``).
 
 Parent: a payload row's parent is the carrier's row, and the conveyor numbers a row's
 children right after it, so ``parent_record_id`` is the row's own record id minus one
@@ -89,16 +91,18 @@ class RowsFormat:
     def accumulator(self) -> PayloadRows:
         return PayloadRows(self.spec)
 
-    def record(self, msg: CarriedMessage, values: dict[str, Any]) -> Record:
-        """The row ``msg.record(table, values)`` would give, as a ``ColumnBatch`` of one
-        row (typed as the ``Record`` it stands for: ``PayloadDissector.decode`` returns
-        a list of records, and the conveyor takes a ``ColumnBatch`` wherever it takes
-        one, children included)."""
+    def record(self, msg: CarriedMessage, values: dict[str, Any],
+               children: list[Record] | tuple[()] = ()) -> Record:
+        """The row ``msg.record(table, values)`` would give (with ``children``), as a
+        ``ColumnBatch`` of one row (typed as the ``Record`` it stands for:
+        ``PayloadDissector.decode`` returns a list of records, and the conveyor takes a
+        ``ColumnBatch`` wherever it takes one, children included)."""
         row = (values, len(msg.payload), msg.offset_start, msg.offset_end, msg.ts_first_ns,
                msg.ts_last_ns, msg.frame_first, msg.frame_last)
         # (the tuple made directly: the NamedTuple's own __new__ is a Python function,
         # ~0.3 µs more per row)
-        batch = _new_tuple(ColumnBatch, (self.spec.name, msg.direction, 1, row, self, ()))
+        batch = _new_tuple(ColumnBatch, (self.spec.name, msg.direction, 1, row, self,
+                                         children))
         return batch  # type: ignore[return-value]  # stands for the Record (see above)
 
 
