@@ -369,6 +369,7 @@ class _Framer:
         # from ``options["memory_budget"]``): told what is left buffered once the
         # framer needs more (``next_event``, ``hold_budget``)
         self.budget: Any = None
+        self._told = 0  # what the budget was last told this framer holds (``_tell``)
         self._waiting = False  # idle since it answered NEED_MORE (or hold_budget)
 
     # ---- public helpers ------------------------------------------------------------
@@ -448,7 +449,17 @@ class _Framer:
             self._forget_resolved()
         self._release_partial()
         if self.budget is not None:
-            self.budget.hold(self, self._budget_bytes())
+            self._tell(self._budget_bytes())
+
+    def _tell(self, nbytes: int) -> None:
+        """``budget.hold(self, nbytes)``, unless it would change nothing: 0 again while
+        the budget holds nothing of this framer and is within its limit (a hold past the
+        limit asks for a reclaim).  Why: a scanner that consumed every whole unit tells
+        0 after each feed (a STAN capture: once per segment)."""
+        budget = self.budget
+        if nbytes or self._told or budget.used > budget.limit_bytes:
+            self._told = nbytes
+            budget.hold(self, nbytes)
 
     def _release_partial(self) -> None:
         """Give up the partial unit buffered, for the memory budget (if the framer can)."""
@@ -463,7 +474,7 @@ class _Framer:
         when it stops for more bytes."""
         self._waiting = True
         if self.budget is not None:
-            self.budget.hold(self, self._budget_bytes())
+            self._tell(self._budget_bytes())
 
     def next_event(self) -> Event | _NeedMore:
         """The next event, or ``NEED_MORE`` (then what is left buffered is what the run's
@@ -472,7 +483,7 @@ class _Framer:
         if ev is NEED_MORE:
             self._waiting = True
             if self.budget is not None:
-                self.budget.hold(self, self._budget_bytes())
+                self._tell(self._budget_bytes())
         else:
             self._waiting = False
         return ev
@@ -504,7 +515,7 @@ class _Framer:
         self._rs = None
         self._mode = _DEAD
         if self.budget is not None:
-            self.budget.hold(self, 0)
+            self._tell(0)
 
     def gap(self, offset: int, nbytes: int) -> list[Event]:
         """``nbytes`` at ``offset`` were never captured.  Returns the events this causes."""
@@ -530,7 +541,7 @@ class _Framer:
         self.undecoded_bytes += self._b.held
         self._clear()
         if self.budget is not None:
-            self.budget.hold(self, 0)
+            self._tell(0)
         self._b.reset(gap_end)
         self._prev_byte = None
         if known_end is not None and known_end > gap_end:
@@ -557,7 +568,7 @@ class _Framer:
         self._mode = _DEAD
         self._closed = True
         if self.budget is not None:
-            self.budget.hold(self, 0)
+            self._tell(0)
         return out
 
     # ---- internals -----------------------------------------------------------------
