@@ -20,9 +20,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from reassembly.events import Direction, StreamData
+from reassembly.events import (
+    Direction,
+    Endpoint,
+    FlowInfo,
+    RoleSource,
+    StreamClose,
+    StreamData,
+    StreamGap,
+    Transport,
+)
+from reassembly.limits import Limits
 from reassembly.passing import Passing
 from reassembly.provenance import SEGMENT, CoalescedData
+from reassembly.tls.layer import STARTTLS_WINDOW_BYTES, TlsLayer
 
 
 @dataclass(frozen=True)
@@ -228,3 +239,47 @@ def test_watched_runs_stop_where_the_watching_layer_looks(seed: int) -> None:
     assert got == full
     assert passing.skipped > 20  # the mechanism was used, not only the stack
     assert any(type(ev) is tuple and ev[0] == "sniffed" for ev in full)  # (it took some)
+
+
+def _tls_flow() -> FlowInfo:
+    return FlowInfo(7, Transport.TCP, Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 4222),
+                    RoleSource.SYN, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("gap", [0, 1, 3000])
+@pytest.mark.parametrize("shift", [-1, 0, 1])
+def test_the_tls_watch_stops_a_handshake_byte_where_the_layer_looks(gap: int, shift: int) -> None:
+    """A plain client direction passes the TLS layer with a watch: a segment that begins
+    with a handshake byte while fewer than ``STARTTLS_WINDOW_BYTES`` were looked at (a gap
+    counts none) goes through it and starts TLS (a one-byte one: too short to tell, so the
+    layer holds it), one at the window's end or past it skips the layer; either way the
+    events are those of the layer alone."""
+    flow = _tls_flow()
+    c2s, s2c = Direction.C2S, Direction.S2C
+    events: list[object] = [StreamData(flow, s2c, 0, b"INFO {}\r\n", 1, 1, 1, 1)]
+    offset = seen = 0
+    frame = 2
+    while seen < STARTTLS_WINDOW_BYTES + shift - 1000:  # plain client segments
+        if seen >= 20_000 and gap and offset == seen:  # one gap, early on
+            events.append(StreamGap(flow, c2s, offset, gap, frame, frame, "acked-unseen"))
+            offset += gap
+        events.append(StreamData(flow, c2s, offset, b"a" * 1000, frame, frame, frame, frame))
+        offset += 1000
+        seen += 1000
+        frame += 1
+    rest = STARTTLS_WINDOW_BYTES + shift - seen
+    events.append(StreamData(flow, c2s, offset, b"b" * rest, frame, frame, frame, frame))
+    offset += rest
+    events.append(StreamData(flow, c2s, offset, b"\x16", frame + 1, frame + 1, frame + 1,
+                             frame + 1))
+    events.append(StreamData(flow, c2s, offset + 1, b"PING\r\n", frame + 2, frame + 2,
+                             frame + 2, frame + 2))
+    events.append(StreamClose(flow, frame + 3, "fin"))
+    alone = list(TlsLayer(Limits()).process(iter(events)))
+    passing = Passing()
+    layer = TlsLayer(Limits(), passing=passing)
+    got = list(passing.around(events, layer.process))
+    assert got == alone
+    assert passing.skipped > 50
+    # the layer took the flow exactly when the byte came within the window
+    assert (layer.counters["connections"] == 1) is (shift < 0)
