@@ -782,6 +782,10 @@ class CaptureDissection:
 MAX_INTERLEAVED_PIECES = 16
 """Above this many slices, ``_interleave`` copies its result into one batch."""
 
+MAX_TAKE_BYTES = 16 << 20
+"""Batches up to this size are interleaved by one ``take`` when they would be cut into
+more than ``MAX_INTERLEAVED_PIECES`` slices (see ``_interleave``)."""
+
 
 def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
                 waiting: list[tuple[int, dict]], check_keys: bool) -> pa.Table:
@@ -789,13 +793,23 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     ``n`` rows: one conversion of the dict rows, then slices of both, no copy.  Why: a
     ``take`` copied the whole batch, payloads and all, and on bulk traffic nearly every
     batch has a few dict rows (a connection's PING/PONG); the sink writes a row group from
-    slices as it does from one batch (``DatasetWriter._drain_batches``)."""
+    slices as it does from one batch (``DatasetWriter._drain_batches``).
+
+    A batch that would be cut into many slices is copied anyway (below), and for one of
+    at most ``MAX_TAKE_BYTES`` a ``take`` of batch and rows in one index makes that copy
+    (~3x less CPU than slicing then joining, on a capture of many short flows: three
+    INFO/CONNECT rows per flow between the fast path's rows): its transient is a third
+    copy of the batch (Arrow joins the two sources first), hence the bound."""
     rows = rows_to_batch(spec, [row for _, row in waiting], check_keys=check_keys)
     if not rows.schema.equals(schema):  # (a cast of an equal schema costs ~0.5 ms)
         rows = rows.cast(schema)
+    m = len(waiting)
+    if m > MAX_INTERLEAVED_PIECES // 2 and batch.nbytes <= MAX_TAKE_BYTES:
+        order = _interleaved_order([at for at, _ in waiting], batch.num_rows)
+        if order is not None:
+            return pa.Table.from_batches([batch, rows], schema=schema).take(order)
     parts = []
     done = i = 0  # rows of ``batch`` / of ``rows`` placed so far
-    m = len(waiting)
     while i < m:
         at = waiting[i][0]
         j = i + 1
@@ -814,6 +828,28 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     # few rows made thousands of them (tests/hostile's endless out-of-order segments: peak
     # RSS 327 MB against its bound of 150 MB over the baseline, and 3x the time)
     return table.combine_chunks() if len(parts) > MAX_INTERLEAVED_PIECES else table
+
+
+def _interleaved_order(ats: list[int], n: int) -> pa.Array | None:
+    """Indexes into ``batch`` + ``rows`` (``n`` batch rows, then one per ``ats``) that put
+    dict row ``i`` after the first ``ats[i]`` batch rows, or None when that makes at most
+    ``MAX_INTERLEAVED_PIECES`` slices (``_interleave`` keeps those uncopied).  ``ats`` is
+    non-decreasing (the accumulator only grew while rows waited) and at most ``n``."""
+    import numpy as np
+
+    m = len(ats)
+    at = np.array(ats, np.int64)
+    runs = int(np.count_nonzero(at[1:] != at[:-1])) + 1  # groups of adjacent dict rows
+    # slices: each group, and the batch rows before each group and after the last
+    if 2 * runs - 1 + (ats[0] > 0) + (ats[-1] < n) <= MAX_INTERLEAVED_PIECES:
+        return None
+    landing = at + np.arange(m)  # where dict row i stands in the result
+    order = np.empty(n + m, np.int64)
+    from_batch = np.ones(n + m, bool)
+    from_batch[landing] = False
+    order[landing] = np.arange(n, n + m)
+    order[from_batch] = np.arange(n)
+    return pa.array(order)
 
 
 class _Abandoned:

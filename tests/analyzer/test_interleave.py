@@ -26,3 +26,34 @@ def test_dict_rows_follow_the_fast_rows_before_them():
         got = _interleave(ANOMALIES, schema, fast, waiting, True)
         assert got.column("kind").to_pylist() == want, at
         assert got.schema.equals(schema)
+
+
+def test_many_groups_are_placed_alike_by_slices_and_by_take():
+    """Above ``MAX_INTERLEAVED_PIECES`` slices a batch of at most ``MAX_TAKE_BYTES`` is
+    interleaved by one ``take`` (a capture of short flows: INFO/CONNECT rows every few
+    fast rows); with the bound at 0 the same input goes through the slices."""
+    import random
+
+    import analyzer.pipeline as pipeline
+
+    schema = arrow_schema(ANOMALIES)
+    n = 40
+    fast = rows_to_batch(ANOMALIES, [_row(f"f{i}") for i in range(n)])
+    rnd = random.Random(22)
+    cases = [list(range(0, n + 1, 2)), [0] * 3 + list(range(1, n, 3)) + [n] * 2,
+             list(range(1, 20)), list(range(7, 16))]  # (the last two: 37 and 17 slices)
+    cases += [sorted(rnd.randint(0, n) for _ in range(rnd.randint(1, 60))) for _ in range(30)]
+    for at in cases:
+        waiting = [(a, _row(f"d{k}")) for k, a in enumerate(at)]
+        want = [f"f{i}" for i in range(n)]
+        for k, a in reversed(list(enumerate(at))):
+            want.insert(a, f"d{k}")
+        got = _interleave(ANOMALIES, schema, fast, waiting, True)
+        saved = pipeline.MAX_TAKE_BYTES
+        pipeline.MAX_TAKE_BYTES = 0
+        try:
+            sliced = _interleave(ANOMALIES, schema, fast, waiting, True)
+        finally:
+            pipeline.MAX_TAKE_BYTES = saved
+        assert got.column("kind").to_pylist() == want, at
+        assert got.equals(sliced) and got.schema.equals(schema)
