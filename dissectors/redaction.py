@@ -215,12 +215,30 @@ def _mentions_secret(text: str, secrets: frozenset[str]) -> bool:
     return False
 
 
+@lru_cache(maxsize=16)
+def _name_needles(secrets: frozenset[str]) -> tuple[str, ...] | None:
+    """``'"' + name`` of each secret name, for ``redact_json_text``'s shortcut; None when
+    a name is not ASCII (its folding may depend on the text around it: final sigma)."""
+    if not all(name.isascii() for name in secrets):
+        return None
+    return tuple(f'"{name}' for name in sorted(secrets))
+
+
 def redact_json_text(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) -> tuple[str, int]:
     """``text`` with the values of secret members replaced by markers.
 
     Returns ``(redacted text, number of values redacted)``; when a secret name survives
     the scan the whole text becomes one marker (count -1).  Text without secrets comes
     back unchanged (count 0)."""
+    needles = _name_needles(secrets)
+    if needles is not None and "\\" not in text:
+        # no escape: every member name is its text as written, so a secret member needs
+        # '"' + its folded name in the folded text (ASCII names: folding is per character
+        # there); without one no span is found and no name survives (same result, ~25x
+        # less CPU on a CONNECT of a client without credentials)
+        folded = fold_name(text)
+        if not any(n in folded for n in needles):
+            return text, 0
     spans = _secret_spans(text, secrets)
     out = text
     if spans:

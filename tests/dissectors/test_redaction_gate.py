@@ -7,8 +7,12 @@ from __future__ import annotations
 import io
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from dissectors import redaction
 from dissectors.redaction import (
+    NATS_CONNECT_SECRETS,
     GatedWriter,
     LineGate,
     go_unquote,
@@ -16,6 +20,7 @@ from dissectors.redaction import (
     marker,
     may_be_secret_key,
     redact_bytes,
+    redact_json_text,
     redact_text,
 )
 
@@ -120,3 +125,25 @@ def test_line_gate_holds_a_partial_line_and_gated_writer_flushes_it():
     assert sink.getvalue() == b""
     w.flush()
     assert sink.getvalue() == b'{"jwt":' + q(b"C3")
+
+
+_JSONISH = st.text(alphabet=st.sampled_from(
+    list('{}[]:, "\\') + list("passPASSſKkjwtJWTsignkeyauth_token\u212aΣİé0")), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.one_of(_JSONISH, st.sampled_from(
+    ['"pass":', '"PASS": "x"', '"\\u0070ass":"y"', '"paſſ":1', '"nkey":{"a":[1]}',
+     '"user":"u"', '"sig', '"jwt"', '"Auth_Token":"t"', '"NKEY":["k"]'])), max_size=6),
+       secrets=st.sampled_from([NATS_CONNECT_SECRETS, frozenset({"pass", "ςx"})]))
+def test_redact_json_text_shortcut_agrees_with_the_full_scan(parts, secrets):
+    """``redact_json_text`` answers text without a backslash and without '"' + a folded
+    secret name at once; the full scan (``_name_needles`` off) must give the same."""
+    text = "".join(parts)
+    fast = redact_json_text(text, secrets)
+    saved = redaction._name_needles
+    redaction._name_needles = lambda s: None
+    try:
+        assert fast == redact_json_text(text, secrets)
+    finally:
+        redaction._name_needles = saved
