@@ -807,7 +807,13 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     if m > MAX_INTERLEAVED_PIECES // 2 and batch.nbytes <= MAX_TAKE_BYTES:
         order = _interleaved_order([at for at, _ in waiting], batch.num_rows)
         if order is not None:
-            return pa.Table.from_batches([batch, rows], schema=schema).take(order)
+            # the kernel itself: ``Table.take`` imports ``pyarrow.compute`` (~45 ms of a
+            # run that never needs it), its compiled core ``_compute`` costs ~5 ms
+            from pyarrow._compute import call_function
+
+            table: pa.Table = call_function(
+                "take", [pa.Table.from_batches([batch, rows], schema=schema), order])
+            return table
     parts = []
     done = i = 0  # rows of ``batch`` / of ``rows`` placed so far
     while i < m:
