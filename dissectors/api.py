@@ -396,6 +396,10 @@ class PayloadDissector(ABC):
     # ... and it answers NO for a payload that is not a well-formed protobuf message as
     # ``dissectors.proto.wire.scan`` reads it (None there).
     probe_needs_protobuf: ClassVar[bool] = False
+    # ... or its whole rule: YES exactly when the payload starts with one of these
+    # non-empty prefixes (up to 255 bytes each), NO otherwise; the NATS fast path then
+    # decides it in C instead of stopping to ask (Liftbridge's envelope magic).
+    probe_prefixes: ClassVar[tuple[bytes, ...] | None] = None
     # Promise that the rows ``decode`` returns for a message depend only on messages of
     # the same flow (``CarriedMessage.flow_id``), whatever it binds: a process that
     # dissects only some flows of a capture (``analyzer.parallel``'s light split) then
@@ -426,9 +430,10 @@ class CarrierScope(Protocol):
     ``offer`` returns the rows decoded from one message; they become the children of the
     carrier's row.  The other members are for a compiled fast path that must know, without
     building a ``CarriedMessage``, whether a message may be a payload dissector's:
-    ``first_bytes`` (256 flags, ``dissectors.dispatch.probe_first_bytes``), ``verdicts``
-    (subject -> "a binding covers it", emptied in place when a binding changes),
-    ``bound(subject)`` and ``probed(payload)``."""
+    ``first_bytes`` (256 flags, then a prefix table:
+    ``dissectors.dispatch.probe_first_bytes``), ``verdicts`` (subject -> "a binding covers
+    it", emptied in place when a binding changes), ``bound(subject)`` and
+    ``probed(payload)``."""
 
     @property
     def flow_id(self) -> int: ...

@@ -64,17 +64,37 @@ def specificity(pattern: tuple[str, ...]) -> tuple[int, int, int]:
     return (-literals, pattern[-1] == ">" if pattern else 0, -len(pattern))
 
 
+def _exact_prefixes(d: type[PayloadDissector]) -> tuple[bytes, ...] | None:
+    """``d.probe_prefixes`` when the fast path can state it as bytes, else None."""
+    prefixes = d.probe_prefixes
+    if prefixes is None or not all(0 < len(p) < 256 for p in prefixes):
+        return None
+    return tuple(prefixes)
+
+
 def probe_first_bytes(probers: list[type[PayloadDissector]]) -> bytes:
-    """256 flags for the payload first bytes: 0 no probe may answer YES, 2 only probes
-    that need a well-formed protobuf message (``probe_needs_protobuf``) may, 1 others
-    may (every byte for a prober that does not declare ``probe_first_bytes``)."""
+    """256 flags for the payload first bytes, then a prefix table: flag 0 no probe may
+    answer YES, 2 only probes that need a well-formed protobuf message
+    (``probe_needs_protobuf``) may, 1 others may (every byte for a prober that declares
+    neither ``probe_first_bytes`` nor ``probe_prefixes``), 3 only probes that declared
+    their exact rule (``probe_prefixes``) may: then one of the table's prefixes starting
+    the payload is their YES, so the compiled NATS scan decides without asking them.
+    The table: each prefix as one length byte and its bytes."""
     flags = bytearray(256)
+    table = bytearray()
     for d in probers:
+        exact = _exact_prefixes(d)
+        if exact is not None:
+            for p in exact:
+                table += bytes((len(p),)) + p
+            for b in {p[0] for p in exact}:
+                flags[b] = flags[b] or 3
+            continue
         allowed = d.probe_first_bytes
         level = 2 if d.probe_needs_protobuf else 1
         for b in range(256) if allowed is None else allowed:
-            flags[b] = level if flags[b] == 0 else min(flags[b], level)
-    return bytes(flags)
+            flags[b] = level if flags[b] in (0, 3) else min(flags[b], level)
+    return bytes(flags + table)
 
 
 class ScopeDispatcher(Bindings):

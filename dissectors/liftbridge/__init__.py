@@ -83,6 +83,7 @@ class LiftbridgeDissector(PayloadDissector):
     subjects: ClassVar[tuple[tuple[str, str], ...]] = ()
     tables: ClassVar[tuple[TableSpec, ...]] = (LIFTBRIDGE_TABLE, ENTRIES_TABLE)
     probe_first_bytes: ClassVar[frozenset[int] | None] = frozenset(MAGIC[:1])
+    probe_prefixes: ClassVar[tuple[bytes, ...] | None] = (MAGIC,)  # probe_payload's rule
 
     @classmethod
     def probe_payload(cls, payload: bytes) -> Verdict:

@@ -578,6 +578,21 @@ static int protobuf_ok(const uint8_t *p, Py_ssize_t end) {
     return 1;
 }
 
+/* Flag 3 of first_bytes: every probe that may claim this first byte declared its exact
+ * rule (PayloadDissector.probe_prefixes), "YES exactly when the payload starts with one
+ * of these"; the prefixes follow the 256 flags, each as one length byte (1-255) and its
+ * bytes (dispatch.probe_first_bytes).  Whether one of them starts the payload. */
+static int prefix_claims(const uint8_t *t, Py_ssize_t n, const uint8_t *pl, Py_ssize_t plen) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t k = t[i];
+        if (k > n - i - 1) return 0;  /* a cut table: claims nothing more */
+        if (k > 0 && k <= plen && memcmp(t + i + 1, pl, (size_t)k) == 0) return 1;
+        i += 1 + k;
+    }
+    return 0;
+}
+
 static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
     Py_buffer v;
     int ok;
@@ -594,7 +609,9 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
  * buf: the framer's bytearray; pos: read position in it; base: stream offset of buf[0];
  * chunks: sequence of the framer's chunk tuples; max_payload/payload_cap/header_cap: -1
  * for none; first_bytes: None, or 256 bytes flagging the payload first bytes a payload
- * dissector's probe may claim; verdicts: None (no payload dissectors), or a dict
+ * dissector's probe may claim (0 none, 1 any payload, 2 a well-formed protobuf one, 3
+ * one that starts with a prefix of the table after the flags: decided here, no stop;
+ * dissectors.dispatch.probe_first_bytes); verdicts: None (no payload dissectors), or a dict
  * subject -> bool (is a payload dissector bound to it).  Stops at the first operation
  * it cannot finish yet (NEED_MORE), must leave to the reference (REFUSE), or whose
  * subject has no verdict yet (NEED_VERDICT; the subject is returned) or whose payload
@@ -616,7 +633,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Columns *out = NULL;
     Py_buffer view;
-    Py_ssize_t pos, nch = 0, ci = 0, rows = 0, max_line, end, p;
+    Py_ssize_t pos, nch = 0, ci = 0, rows = 0, max_line, end, p, nfirst = 0;
     long long base, max_payload, payload_cap, header_cap;
     int c2s, status = NEED_MORE, have_view = 0, cleared = 0, carry = 0, carried = 0;
     const uint8_t *buf, *first = NULL;
@@ -640,11 +657,12 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         out = (Columns *)outobj;
     }
     if (first_obj != Py_None) {
-        if (!PyBytes_Check(first_obj) || PyBytes_GET_SIZE(first_obj) != 256) {
-            PyErr_SetString(PyExc_TypeError, "first_bytes must be 256 bytes or None");
+        if (!PyBytes_Check(first_obj) || PyBytes_GET_SIZE(first_obj) < 256) {
+            PyErr_SetString(PyExc_TypeError, "first_bytes must be >= 256 bytes or None");
             return NULL;
         }
         first = (const uint8_t *)PyBytes_AS_STRING(first_obj);
+        nfirst = PyBytes_GET_SIZE(first_obj);
     }
     if (verdicts != Py_None && !PyDict_Check(verdicts)) {
         PyErr_SetString(PyExc_TypeError, "verdicts must be a dict or None");
@@ -791,10 +809,13 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                     carried = 1;
                 } else if (plen > 0 && first != NULL && first[pl[0]] &&
                            !(cleared && rows == 0) &&
-                           (first[pl[0]] == 1 || protobuf_ok(pl, plen))) {
-                    if (carry == 2 && rows == 0) {
-                        if (has_hdr) { status = REFUSE; break; }
-                        carried = 1;  /* the caller's probe claimed it */
+                           (first[pl[0]] == 3
+                                ? prefix_claims(first + 256, nfirst - 256, pl, plen)
+                                : first[pl[0]] == 1 || protobuf_ok(pl, plen))) {
+                    if (first[pl[0]] == 3 || (carry == 2 && rows == 0)) {
+                        /* claimed: by the probes' exact rule, or by the caller's probe */
+                        if (!carry || has_hdr) { status = REFUSE; break; }
+                        carried = 1;
                     } else {
                         subject = PyBytes_FromStringAndSize((const char *)pl, plen);
                         if (subject == NULL) goto done;

@@ -350,6 +350,19 @@ def test_non_magic_payload_is_not_claimed_by_probe():
     assert scope().dispatch(carried("orders", b"hello")) == []
 
 
+@pytest.mark.parametrize("payload", [b"", b"\xb9", b"\xb9\x0e\x43", b"\xb9\x0e\x43\xb5",
+                                     b"\xb9\x0e\x43\xb4", env(0, MESSAGE), b"x" + env(0, MESSAGE)])
+def test_the_declared_prefix_rule_is_the_probe(payload):
+    # the NATS scan decides the probe from probe_prefixes alone (dispatch flag 3)
+    from dissectors.dispatch import probe_first_bytes
+
+    rule = payload.startswith(LiftbridgeDissector.probe_prefixes or ())
+    assert (LiftbridgeDissector.probe_payload(payload) == 1) == rule
+    flags = probe_first_bytes([LiftbridgeDissector])
+    assert flags[0xB9] == 3 and flags[256:] == b"\x04" + MAGIC
+    assert sum(flags[:256]) == 3
+
+
 def test_all_15_names():
     from dissectors.liftbridge import MSG_TYPES
 

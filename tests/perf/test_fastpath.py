@@ -299,6 +299,20 @@ def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, 
                                                          proto):
     """With a carrier hook: a bound subject or a payload a probe claims is offered,
     in order, exactly as the reference offers it; the rest stays on the fast path."""
+    from dissectors.proto.wire import scan
+
+    def probe(payload):  # a probe that may need a well-formed protobuf (like STAN's)
+        return (payload[0] in firsts and payload[0] % 2 == 0
+                and (not proto or scan(payload) is not None))
+
+    flags = bytes((2 if proto else 1) if b in firsts else 0 for b in range(256))
+    _offers_match(script, split, bound, flags, probe)
+
+
+def _offers_match(script, split, bound, flags, probe):
+    """The reference, the fast path behind a plain hook and the fast path behind
+    ``carry`` (CARRIED) offer the same messages in the same order and give the same
+    rows; ``flags``/``probe`` as a scope's ``first_bytes``/``probed``."""
     bound_txt = {s.decode(errors="backslashreplace") for s in bound}
     offered: list[list] = [[], []]
     which = [0]
@@ -310,19 +324,12 @@ def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, 
                                row.offset_start, row.offset_end, row.ts_first_ns,
                                row.ts_last_ns, row.frame_first, row.frame_last)]
 
-    from dissectors.proto.wire import scan
-
-    def probe(payload):  # a probe that may need a well-formed protobuf (like STAN's)
-        return (payload[0] in firsts and payload[0] % 2 == 0
-                and (not proto or scan(payload) is not None))
-
     def claims(subject, payload):
         return subject in bound_txt or (payload[:1] != b"" and probe(payload))
 
     def filtered_hook(row, payload):
         return hook(row, payload) if claims(row.values["subject"], payload) else []
 
-    flags = bytes((2 if proto else 1) if b in firsts else 0 for b in range(256))
     verdicts: dict[str, bool] = {}
     fast_hook = (filtered_hook, flags, verdicts, lambda s: s in bound_txt, probe)
     which[0] = 0
@@ -336,11 +343,87 @@ def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, 
     # and offers them as the reference does, their records the last row's children
     offered.append([])
     which[0] = 2
-    scope = _Scope(lambda m: filtered_hook(_row_of(m), m.payload), flags,
-                   lambda s: s in bound_txt, probe)
+    asked = []  # (claimed, no headers) of every message offered to the scope
+
+    def offer(m):
+        asked.append((claims(m.subject, m.payload), m.headers is None))
+        return filtered_hook(_row_of(m), m.payload)
+
+    scope = _Scope(offer, flags, lambda s: s in bound_txt, probe)
     c = run_session(lambda: _carried(scope, True), script, split=random.Random(split))
     assert offered[2] == offered[0]
+    return asked
     assert_same(a, c)
+
+
+_ASCII_SUBJECTS = [s for s in SUBJECTS if s.isascii()]
+
+
+@st.composite
+def _near(draw, prefixes: list[bytes]) -> bytes:
+    """A payload that starts with one of ``prefixes``, with a cut or changed one, or not."""
+    p = draw(st.sampled_from(prefixes))
+    how = draw(st.integers(0, 4))
+    if how == 1:
+        p = p[: draw(st.integers(0, len(p) - 1))]  # cut: shorter than the prefix
+    elif how == 2:
+        i = draw(st.integers(0, len(p) - 1))
+        p = p[:i] + bytes([p[i] ^ draw(st.integers(1, 255))]) + p[i + 1:]
+    elif how == 3:
+        return draw(st.binary(max_size=6))
+    return p + draw(st.binary(max_size=6))
+
+
+@st.composite
+def _prefix_scripts(draw):
+    """Scripts of PUB/MSG/HPUB/HMSG whose payloads are near some probe prefixes."""
+    prefixes = draw(st.lists(st.binary(min_size=1, max_size=5), min_size=1, max_size=3))
+    ops = []
+    for _ in range(draw(st.integers(1, 12))):
+        subj = draw(st.sampled_from(_ASCII_SUBJECTS))  # (the scanner refuses the others)
+        payload = draw(_near(prefixes))
+        kind = draw(st.integers(0, 3))
+        if kind < 2:
+            ops.append(Data(C2S, b"PUB %s %d\r\n%s\r\n" % (subj, len(payload), payload)))
+        elif kind == 2:
+            ops.append(Data(S2C, b"MSG %s 9 %d\r\n%s\r\n" % (subj, len(payload), payload)))
+        else:
+            block = HEADER_BLOCKS[0]
+            ops.append(Data(S2C, b"HMSG %s 9 %d %d\r\n%s%s\r\n" % (
+                subj, len(block), len(block) + len(payload), block, payload)))
+    return prefixes, ops
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_prefix_scripts(), st.integers(0, 10_000), st.sets(st.sampled_from(_ASCII_SUBJECTS)),
+       st.sets(st.integers(0, 255), max_size=3))
+def test_probes_with_an_exact_prefix_rule_are_decided_by_the_scan(case, split, bound, other):
+    """A prober declaring ``probe_prefixes`` (Liftbridge's magic) is decided in C (flag 3,
+    ``dispatch.probe_first_bytes``), no stop to ask it; another prober that may claim the
+    same first byte (``other``) sends that byte back to the probe: the offers and rows
+    are the reference's either way."""
+    from dissectors import dispatch
+
+    prefixes, script = case
+
+    class Exact:
+        probe_prefixes = tuple(prefixes)
+
+    class Other:
+        probe_prefixes = None
+        probe_first_bytes = frozenset(other)
+        probe_needs_protobuf = False
+
+    probers = [Exact, Other] if other else [Exact]
+    flags = dispatch.probe_first_bytes(probers)  # type: ignore[arg-type]
+    assert all(flags[b] == (1 if b in other else 3) for b in {p[0] for p in prefixes})
+
+    def probe(payload):
+        return payload.startswith(tuple(prefixes)) or payload[0] in other
+
+    asked = _offers_match(script, split, bound, flags, probe)
+    # the scan carries only what a probe claims (the reference offers every HMSG)
+    assert all(claimed for claimed, plain in asked if plain)
 
 
 class _Scope:
