@@ -55,6 +55,7 @@ __all__ = [
     "may_be_secret_key",
     "redact",
     "redact_bytes",
+    "redact_connect_json",
     "redact_json_text",
     "redact_text",
     "secrets_kept",
@@ -255,6 +256,32 @@ def redact_json_text(text: str, secrets: frozenset[str] = NATS_CONNECT_SECRETS) 
     if _mentions_secret(out, secrets):
         return marker(text.encode("utf-8", "surrogatepass")), -1
     return out, len(spans)
+
+
+# texts ``redact_connect_json`` found clean (at most this many, each at most this long)
+_CLEAN_JSON: set[str] = set()
+_CLEAN_JSON_MAX = 256
+_CLEAN_JSON_LEN = 4096
+
+
+def redact_connect_json(text: str) -> str:
+    """A CONNECT's JSON as its ``json_raw`` column may hold it: the values of
+    ``NATS_CONNECT_SECRETS`` members marked (``redact_json_text``), then the gate
+    (``redact_text``).
+
+    Texts that come back unchanged with the gate on are remembered (a bounded set, cleared
+    when full): a client that reconnects sends the same CONNECT, and the gate's regular
+    expressions cost ~40 us a text.  Both steps depend only on the text and the gate's
+    switch, so a remembered text comes back as it would be computed; and what is remembered
+    holds nothing either step withholds, so no credential stays in it."""
+    if text in _CLEAN_JSON:
+        return text
+    out = redact_text(redact_json_text(text)[0])
+    if out == text and len(text) <= _CLEAN_JSON_LEN and not _KEEP.get():
+        if len(_CLEAN_JSON) >= _CLEAN_JSON_MAX:
+            _CLEAN_JSON.clear()
+        _CLEAN_JSON.add(text)
+    return out
 
 
 # -- the gate: every free text that leaves the process ----------------------------------

@@ -102,7 +102,7 @@ from dissectors.framing import (
 from dissectors.nats import parser as nats_parser
 from dissectors.nats import s2
 from dissectors.options import read_payload_cap
-from dissectors.redaction import redact_json_text, redact_text
+from dissectors.redaction import redact_connect_json
 from dissectors.sessions import LIMIT_MEMORY, FramedSession
 
 __all__ = [
@@ -612,7 +612,7 @@ class NatsClusterSession(FramedSession):
             raw = line.split(None, 1)[1] if len(args) > 1 else b""
             v["json_raw"] = txt(raw)
             if op == "CONNECT" and not self.keep_secrets:
-                v["json_raw"] = redact_text(redact_json_text(v["json_raw"])[0])
+                v["json_raw"] = redact_connect_json(v["json_raw"])
             try:
                 obj = json.loads(raw)
             except (ValueError, UnicodeDecodeError):

@@ -70,7 +70,7 @@ from dissectors.nats import fastpath, parser
 from dissectors.nats.parser import NatsAnomaly
 from dissectors.nats.table import DEFAULT_HEADER_CAP
 from dissectors.options import read_payload_cap, session_option
-from dissectors.redaction import redact_json_text, redact_text
+from dissectors.redaction import redact_connect_json
 from dissectors.sessions import FramedSession
 
 __all__ = [
@@ -374,7 +374,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             return
         op, values, hdr, total, problems = parser.parse_line(line)
         if op == "CONNECT" and not self.keep_secrets and "json_raw" in values:
-            values["json_raw"] = redact_text(redact_json_text(values["json_raw"])[0])
+            values["json_raw"] = redact_connect_json(values["json_raw"])
         if op is None:
             st.framer.reject(ev.end - ev.start)
             p = problems[0]

@@ -147,3 +147,20 @@ def test_redact_json_text_shortcut_agrees_with_the_full_scan(parts, secrets):
         assert fast == redact_json_text(text, secrets)
     finally:
         redaction._name_needles = saved
+
+
+def test_redact_connect_json_remembers_only_clean_texts():
+    """``redact_connect_json`` = the member pass then the gate; it remembers a text only
+    when both give it back unchanged with the gate on (nothing withheld is held)."""
+    clean = '{"verbose":false,"name":"app","lang":"go"}'
+    member = '{"user":"u","pass":"hunter2"}'  # withheld by the member pass
+    gated = '{"user":"u","password2":"hunter2"}'  # only the gate withholds it
+    redaction._CLEAN_JSON.clear()
+    with keeping_secrets():  # gate off: unchanged, and not remembered
+        assert redaction.redact_connect_json(gated) == gated
+    for text in (clean, member, gated, clean, member, gated):
+        assert redaction.redact_connect_json(text) == redact_text(redact_json_text(text)[0])
+    assert set(redaction._CLEAN_JSON) == {clean}
+    assert "hunter2" not in redaction.redact_connect_json(gated)
+    with keeping_secrets():  # a remembered text is what the gate gives it anyway
+        assert redaction.redact_connect_json(clean) == clean
