@@ -232,6 +232,12 @@ class LiftbridgeDecoder:
                 cls._internal_value(msg, values, held)
             cls._learn_streams(state, bindings, code, values, held)
             return
+        if code == 9:
+            walked_resp = _walk_response(msg.payload, at)
+            if walked_resp is not None:  # clean, of known fields: what the reader gives
+                values["unknown_fields"] = []
+                values.update(walked_resp)
+                return  # (nothing to learn from a PropagatedResponse)
         d = decode(body, schema(full), base=at)
         clean_end = d.error is None
         if not clean_end:
@@ -501,6 +507,53 @@ def _walk_plans(full: str) -> tuple[WalkPlan, tuple[tuple[int, str, str], ...], 
         return None
     columns = tuple((spec.number, spec.name, col) for _, col, _, spec, _ in _plan(full))
     return plan, columns, any(how == _VALUE for *_, how in _plan(full))
+
+
+@cache
+def _response_plans() -> tuple[WalkPlan, WalkPlan, WalkPlan] | None:
+    """Walk plans of a PropagatedResponse and of its two nested messages, as
+    ``_propagated_response`` reads a clean one: the op by name (0's name when absent),
+    the error's code and text (0 and "" without one), the join response's coordinator
+    and epoch (an epoch that does not fit int64 goes to the reader, which reports it).
+    None: no walk."""
+    top = schema(_INTERNAL + "PropagatedResponse").fields
+    op, err, resp = top[1], top[2], top[11]
+    assert err.message is not None and resp.message is not None  # (message fields)
+    ef, rf = err.message.fields, resp.message.fields
+    plans = (
+        walk_plan([(op, "op", _enum_name(op, 0), op.enum or {}), (err, "error", ABSENT, None),
+                   (resp, "resp", ABSENT, None)], _NO_BASE, nested=True),
+        walk_plan([(ef[1], "error_code", 0, None), (ef[2], "error", "", None)], _NO_BASE),
+        walk_plan([(rf[1], "coordinator", "", None), (rf[2], "epoch", 0, True)], _NO_BASE),
+    )
+    return None if None in plans else plans  # type: ignore[return-value]  # (no None)
+
+
+def _walk_response(payload: bytes, at: int) -> dict[str, Any] | None:
+    """The columns ``_propagated_response`` sets for the clean PropagatedResponse at
+    ``payload[at:]``, through the compiled walk; None: the reader decodes it (anything
+    the walk refuses, in the message or a nested one, or no walk)."""
+    plans = _response_plans()
+    if plans is None:
+        return None
+    got = walk(payload, at, plans[0])
+    if got is None:
+        return None
+    top = got[0]
+    out: dict[str, Any] = {"op": top["op"], "error_code": 0, "error": ""}
+    err = top.get("error")
+    if err is not None:
+        inner = walk(err, 0, plans[1])
+        if inner is None:
+            return None
+        out.update(inner[0])
+    resp = top.get("resp")
+    if resp is not None:
+        inner = walk(resp, 0, plans[2])
+        if inner is None:
+            return None
+        out.update(inner[0])
+    return out
 
 
 def _set_u64(values: dict[str, Any], col: str, v: int, anomalies: list[tuple[str, str]],

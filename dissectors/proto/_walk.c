@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 /* wire.Kind's numbers */
-enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM };
+enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM, K_MESSAGE };
 #define MAX_NUMBER 128 /* field numbers a plan may name (two 64-bit presence words) */
 
 /* A varint at *pos (at most 10 bytes, bits past 64 dropped, as the reader); 0 when cut
@@ -86,7 +86,9 @@ static PyObject *scalar(long kind, uint64_t v, PyObject *extra)
  *
  * data[pos:] is one message.  table: a list indexed by field number of None or
  * (column, kind, extra) -- extra None, an enum's names dict (K_ENUM), or True for a
- * K_UINT64 column that must fit int64.  base: a dict the values start as (copied).
+ * K_UINT64 column that must fit int64.  A K_MESSAGE field (a plan made with nested
+ * fields) gives its raw bytes, for the caller to walk; seen twice, the message is
+ * refused.  base: a dict the values start as (copied).
  * defaults: a tuple of (field number, column, value) set for each field the message
  * does not hold (a list value is copied, so no two rows share one).  present: the field
  * numbers the message held, as the bits of an int. */
@@ -129,13 +131,16 @@ static PyObject *values(PyObject *self, PyObject *args)
             if (wt != 0 || !varint(buf, &pos, end, &v))
                 goto refuse;
             value = scalar(kind, v, extra);
-        } else if (kind == K_STRING || kind == K_BYTES) {
+        } else if (kind == K_STRING || kind == K_BYTES || kind == K_MESSAGE) {
             uint64_t n;
             if (wt != 2 || !varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
                 goto refuse;
+            if (kind == K_MESSAGE && present[number >> 6] & ((uint64_t)1 << (number & 63)))
+                goto refuse;  /* a message field twice: the reader's to settle */
             const char *at = (const char *)buf + pos;
             pos += (Py_ssize_t)n;
-            if (kind == K_BYTES)
+            if (kind == K_BYTES || kind == K_MESSAGE)  /* (a message: its bytes, walked
+                                                         * by the caller with its plan) */
                 value = PyBytes_FromStringAndSize(at, (Py_ssize_t)n);
             else {
                 value = PyUnicode_DecodeUTF8(at, (Py_ssize_t)n, NULL);

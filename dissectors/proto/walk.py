@@ -53,16 +53,19 @@ def available() -> bool:
 
 
 def walk_plan(entries: Iterable[tuple[FieldSpec, str, object, Any]], base: dict[str, Any],
-              always: Iterable[tuple[str, Any]] = ()) -> WalkPlan | None:
+              always: Iterable[tuple[str, Any]] = (), nested: bool = False
+              ) -> WalkPlan | None:
     """The plan of one message type: ``entries`` are (field, column, value when absent
     (``ABSENT``: none), extra), extra being an enum field's names (number -> name; the
     number as text when it has none), True for an unsigned 64-bit field whose column
     must fit int64, else None.  ``base``: the values every row starts with; ``always``:
     (column, value) set on every row (a list value is copied per row).  A repeated,
     nested or map field stays out of the table (a message holding one goes to the
-    reader) but keeps its value when absent.  None when the walk cannot serve the type
-    (a field number over 127, or a column that is also a ``base`` key), and when the
-    walk is not ``available`` (asked here, once per plan, not per message)."""
+    reader) but keeps its value when absent; with ``nested``, a (not repeated) message
+    field's value is its raw bytes, for the caller to walk with that message's own plan
+    (a message holding it twice goes to the reader).  None when the walk cannot serve
+    the type (a field number over 127, or a column that is also a ``base`` key), and
+    when the walk is not ``available`` (asked here, once per plan, not per message)."""
     if not available():
         return None
     table: list[tuple[str, int, Any] | None] = []
@@ -70,7 +73,8 @@ def walk_plan(entries: Iterable[tuple[FieldSpec, str, object, Any]], base: dict[
     for spec, column, absent, extra in entries:
         if spec.number >= _MAX_NUMBER or column in base:
             return None
-        if spec.kind in _SIMPLE and not spec.repeated:
+        if (spec.kind in _SIMPLE or nested and spec.kind is Kind.MESSAGE) \
+                and not spec.repeated:
             while len(table) <= spec.number:
                 table.append(None)
             table[spec.number] = (column, int(spec.kind), extra)
