@@ -23,23 +23,28 @@ is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).
 
 from setuptools import Extension, setup
 
+_WIRE_H = "dissectors/proto/_wire.h"  # the protobuf varint and scalars the three share
+
 setup(
     ext_modules=[
         Extension(
             "dissectors.nats._speedups",
             ["dissectors/nats/_speedups.c"],
+            depends=[_WIRE_H],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),
         Extension(  # the Pulsar batch split (dissectors/pulsar/fastpath.py), same terms
             "dissectors.pulsar._speedups",
             ["dissectors/pulsar/_speedups.c"],
+            depends=[_WIRE_H],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),
         Extension(  # STAN/Liftbridge row values from clean protobufs (dissectors/proto/walk.py)
             "dissectors.proto._walk",
             ["dissectors/proto/_walk.c"],
+            depends=[_WIRE_H],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

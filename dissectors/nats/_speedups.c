@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../proto/_wire.h"
+
 /* ------------------------------------------------------------------ SHA-256 */
 
 /* OpenSSL's SHA256_Init/Update/Final when the Python side hands us their addresses
@@ -541,32 +543,18 @@ static const char HEX[] = "0123456789abcdef";
 /* dissectors.proto.wire.scan() is not None: a well-formed top-level protobuf message
  * (wire types 0, 1, 2, 5; field number > 0; every length inside; ends exactly at the
  * end).  Probes that declare probe_needs_protobuf say NO to anything else. */
-static int read_varint(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos, uint64_t *out) {
-    uint64_t v = 0;
-    int shift = 0;
-    while (1) {
-        uint8_t b;
-        if (*pos >= end) return 0;
-        b = p[(*pos)++];
-        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
-        if (b < 0x80) { *out = v; return 1; }
-        shift += 7;
-        if (shift >= 70) return 0;
-    }
-}
-
 static int protobuf_ok(const uint8_t *p, Py_ssize_t end) {
     Py_ssize_t pos = 0;
     while (pos < end) {
         uint64_t tag, v;
         int wt;
-        if (!read_varint(p, end, &pos, &tag)) return 0;
+        if (!pb_varint(p, &pos, end, &tag)) return 0;
         wt = (int)(tag & 7);
         if ((tag >> 3) == 0 || !(wt == 0 || wt == 1 || wt == 2 || wt == 5)) return 0;
         if (wt == 0) {
-            if (!read_varint(p, end, &pos, &v)) return 0;
+            if (!pb_varint(p, &pos, end, &v)) return 0;
         } else if (wt == 2) {
-            if (!read_varint(p, end, &pos, &v)) return 0;
+            if (!pb_varint(p, &pos, end, &v)) return 0;
             if (v > (uint64_t)(end - pos)) return 0;
             pos += (Py_ssize_t)v;
         } else {

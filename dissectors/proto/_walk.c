@@ -17,69 +17,31 @@
  * against the reader under hypothesis.)
  */
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "_wire.h"
 
-/* wire.Kind's numbers */
-enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM, K_MESSAGE };
 #define MAX_NUMBER 128 /* field numbers a plan may name (two 64-bit presence words) */
-
-/* A varint at *pos (at most 10 bytes, bits past 64 dropped, as the reader); 0 when cut
- * short or longer. */
-static int varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, uint64_t *out)
-{
-    uint64_t v = 0;
-    Py_ssize_t p = *pos;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (p >= end)
-            return 0;
-        uint8_t b = buf[p++];
-        if (shift < 64)
-            v |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *pos = p;
-            *out = v;
-            return 1;
-        }
-    }
-    return 0;
-}
 
 /* The value of a varint field as the reader's _scalar makes it; ``names`` (an enum's
  * number -> name dict) turns an enum into its name.  NULL with no exception: refuse. */
 static PyObject *scalar(long kind, uint64_t v, PyObject *extra)
 {
-    switch (kind) {
-    case K_INT32:
-        return PyLong_FromLong((long)(int32_t)(uint32_t)v);
-    case K_ENUM: {
-        PyObject *num = PyLong_FromLong((long)(int32_t)(uint32_t)v);
-        if (!num || !PyDict_Check(extra))
-            return num;  /* (None: no names, the number itself) */
-        PyObject *name = PyDict_GetItemWithError(extra, num);
-        if (!name) {
-            if (!PyErr_Occurred()) {
-                name = PyObject_Str(num);  /* the dissectors' ``names.get(v, str(v))`` */
-                Py_DECREF(num);
-                return name;
-            }
+    if (kind == K_UINT64 && extra == Py_True && v > (uint64_t)INT64_MAX)
+        return NULL;  /* the reference reports the overflow */
+    PyObject *num = pb_scalar(kind, v);
+    if (kind != K_ENUM || !num || !PyDict_Check(extra))
+        return num;  /* (an enum without names: the number itself) */
+    PyObject *name = PyDict_GetItemWithError(extra, num);
+    if (!name) {
+        if (!PyErr_Occurred()) {
+            name = PyObject_Str(num);  /* the dissectors' ``names.get(v, str(v))`` */
             Py_DECREF(num);
-            return NULL;
+            return name;
         }
         Py_DECREF(num);
-        return Py_NewRef(name);
+        return NULL;
     }
-    case K_INT64:
-        return PyLong_FromLongLong((long long)(int64_t)v);
-    case K_UINT32:
-        return PyLong_FromUnsignedLong((unsigned long)(v & 0xFFFFFFFFu));
-    case K_BOOL:
-        return PyBool_FromLong(v != 0);
-    default: /* K_UINT64 */
-        if (extra == Py_True && v > (uint64_t)INT64_MAX)
-            return NULL;  /* the reference reports the overflow */
-        return PyLong_FromUnsignedLongLong(v);
-    }
+    Py_DECREF(num);
+    return Py_NewRef(name);
 }
 
 /* values(data, pos, table, base, defaults) -> (values, present) or None
@@ -112,7 +74,7 @@ static PyObject *values(PyObject *self, PyObject *args)
         goto fail;
     while (pos < end) {
         uint64_t tag, v;
-        if (!varint(buf, &pos, end, &tag))
+        if (!pb_varint(buf, &pos, end, &tag))
             goto refuse;
         uint64_t number = tag >> 3;
         int wt = (int)(tag & 7);
@@ -128,12 +90,12 @@ static PyObject *values(PyObject *self, PyObject *args)
             goto fail;
         PyObject *value;
         if (kind >= K_INT32 && kind <= K_ENUM) {
-            if (wt != 0 || !varint(buf, &pos, end, &v))
+            if (wt != 0 || !pb_varint(buf, &pos, end, &v))
                 goto refuse;
             value = scalar(kind, v, extra);
         } else if (kind == K_STRING || kind == K_BYTES || kind == K_MESSAGE) {
             uint64_t n;
-            if (wt != 2 || !varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
+            if (wt != 2 || !pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
                 goto refuse;
             if (kind == K_MESSAGE && present[number >> 6] & ((uint64_t)1 << (number & 63)))
                 goto refuse;  /* a message field twice: the reader's to settle */

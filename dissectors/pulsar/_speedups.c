@@ -27,26 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* A varint of at most 10 bytes inside [*pos, end); the value as the reference keeps it
- * (bits above 64 dropped).  0 when cut or longer than 10 bytes. */
-static int read_varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, uint64_t *out)
-{
-    uint64_t v = 0;
-    Py_ssize_t p = *pos;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (p >= end)
-            return 0;
-        uint8_t b = buf[p++];
-        if (shift < 64)
-            v |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *pos = p;
-            *out = v;
-            return 1;
-        }
-    }
-    return 0;
-}
+#include "../proto/_wire.h"
 
 /* Whether buf[0:n] is UTF-8 as Python's strict decoder takes it (RFC 3629: no overlong
  * forms, no surrogates, nothing above U+10FFFF): what the reference decodes without its
@@ -82,7 +63,7 @@ static int read_bytes(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, Py_ss
                       Py_ssize_t *len)
 {
     uint64_t n;
-    if (!read_varint(buf, pos, end, &n) || n > (uint64_t)(end - *pos))
+    if (!pb_varint(buf, pos, end, &n) || n > (uint64_t)(end - *pos))
         return 0;
     *start = *pos;
     *len = (Py_ssize_t)n;
@@ -379,7 +360,7 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
                 break;
             case 0x18:  /* payload_size */
             case 0x40:  /* sequence_id */
-                if (!read_varint(buf, &p, mend, &v))
+                if (!pb_varint(buf, &p, mend, &v))
                     goto refuse;
                 if (tag == 0x18) {
                     psize = v;
@@ -452,26 +433,7 @@ done:
  * result is ``make(schema, values)`` (``Decoded``), values a dict in wire order (the last
  * value of a scalar wins, as in the reader), nested messages made the same way.
  */
-enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM, K_MESSAGE };
 #define DECODE_DEPTH 8
-
-/* A value as the reader's _scalar makes it. */
-static PyObject *scalar(long kind, uint64_t v)
-{
-    switch (kind) {
-    case K_INT32:
-    case K_ENUM:
-        return PyLong_FromLong((long)(int32_t)(uint32_t)(v & 0xFFFFFFFFu));
-    case K_INT64:
-        return PyLong_FromLongLong((long long)(int64_t)v);
-    case K_UINT32:
-        return PyLong_FromUnsignedLong((unsigned long)(v & 0xFFFFFFFFu));
-    case K_BOOL:
-        return PyBool_FromLong(v != 0);
-    default:
-        return PyLong_FromUnsignedLongLong(v);
-    }
-}
 
 /* Set (or, repeated, append) name = value in out; steals value.  -1: an exception. */
 static int put(PyObject *out, PyObject *name, int repeated, PyObject *value)
@@ -517,7 +479,7 @@ static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
     Py_ssize_t nfields = PyList_GET_SIZE(table);
     while (pos < end) {
         uint64_t tag, v;
-        if (!read_varint(buf, &pos, end, &tag))
+        if (!pb_varint(buf, &pos, end, &tag))
             goto refuse;
         uint64_t number = tag >> 3;
         int wt = (int)(tag & 7);
@@ -535,9 +497,9 @@ static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
             goto fail;
         PyObject *value;
         if (kind >= K_INT32 && kind <= K_ENUM) {
-            if (wt != 0 || !read_varint(buf, &pos, end, &v))
+            if (wt != 0 || !pb_varint(buf, &pos, end, &v))
                 goto refuse;  /* (packed repeated varints: left to the reader) */
-            value = scalar(kind, v);
+            value = pb_scalar(kind, v);
         } else if (kind == K_STRING || kind == K_BYTES || kind == K_MESSAGE) {
             Py_ssize_t at, len;
             if (wt != 2 || !read_bytes(buf, &pos, end, &at, &len))
