@@ -541,18 +541,13 @@ def _walk_response(payload: bytes, at: int) -> dict[str, Any] | None:
         return None
     top = got[0]
     out: dict[str, Any] = {"op": top["op"], "error_code": 0, "error": ""}
-    err = top.get("error")
-    if err is not None:
-        inner = walk(err, 0, plans[1])
-        if inner is None:
-            return None
-        out.update(inner[0])
-    resp = top.get("resp")
-    if resp is not None:
-        inner = walk(resp, 0, plans[2])
-        if inner is None:
-            return None
-        out.update(inner[0])
+    for key, plan in (("error", plans[1]), ("resp", plans[2])):
+        nested = top.get(key)
+        if nested is not None:
+            inner = walk(nested, 0, plan)
+            if inner is None:
+                return None
+            out.update(inner[0])
     return out
 
 

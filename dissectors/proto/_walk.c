@@ -73,14 +73,12 @@ static PyObject *values(PyObject *self, PyObject *args)
     if (!out)
         goto fail;
     while (pos < end) {
-        uint64_t tag, v;
-        if (!pb_varint(buf, &pos, end, &tag))
+        uint64_t v;
+        Py_ssize_t number;
+        int wt;
+        if (!pb_tag(buf, &pos, end, nfields, &number, &wt))
             goto refuse;
-        uint64_t number = tag >> 3;
-        int wt = (int)(tag & 7);
-        if (number == 0 || number >= (uint64_t)nfields)
-            goto refuse;
-        PyObject *spec = PyList_GET_ITEM(table, (Py_ssize_t)number);
+        PyObject *spec = PyList_GET_ITEM(table, number);
         if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3)
             goto refuse;  /* not in the plan (unknown, or a field kind left to the reader) */
         PyObject *column = PyTuple_GET_ITEM(spec, 0);

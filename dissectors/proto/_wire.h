@@ -36,6 +36,23 @@ static inline int pb_varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end,
     return 0;
 }
 
+/* The tag at buf[*pos]: its field number and wire type.  0 when the tag is cut short or
+ * too long, or its number is 0 or not below ``limit`` (a field the caller's table, indexed
+ * by field number, cannot name). */
+static inline int pb_tag(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, Py_ssize_t limit,
+                         Py_ssize_t *number, int *wt)
+{
+    uint64_t tag;
+    if (!pb_varint(buf, pos, end, &tag))
+        return 0;
+    uint64_t n = tag >> 3;
+    if (n == 0 || n >= (uint64_t)limit)
+        return 0;
+    *number = (Py_ssize_t)n;
+    *wt = (int)(tag & 7);
+    return 1;
+}
+
 /* A varint field's value as the reader's _scalar makes it (an enum as its number). */
 static inline PyObject *pb_scalar(long kind, uint64_t v)
 {

@@ -478,14 +478,12 @@ static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
         return NULL;
     Py_ssize_t nfields = PyList_GET_SIZE(table);
     while (pos < end) {
-        uint64_t tag, v;
-        if (!pb_varint(buf, &pos, end, &tag))
+        uint64_t v;
+        Py_ssize_t number;
+        int wt;
+        if (!pb_tag(buf, &pos, end, nfields, &number, &wt))
             goto refuse;
-        uint64_t number = tag >> 3;
-        int wt = (int)(tag & 7);
-        if (number == 0 || number >= (uint64_t)nfields)
-            goto refuse;
-        PyObject *spec = PyList_GET_ITEM(table, (Py_ssize_t)number);
+        PyObject *spec = PyList_GET_ITEM(table, number);
         if (spec == Py_None || !PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5)
             goto refuse;  /* unknown field (or a table this code does not know) */
         PyObject *name = PyTuple_GET_ITEM(spec, 0);
