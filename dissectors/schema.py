@@ -257,11 +257,16 @@ def rows_to_batch(
     # protocol row sets a fraction of its table's columns (a NATS PING sets one)
     n = len(rows)
     columns: dict[str, list[Any]] = {f.name: [None] * n for f in spec.columns}
-    for i, r in enumerate(rows):
-        for k, v in r.items():
-            col = columns.get(k)
-            if col is not None:
-                col[i] = v
+    if check_keys:  # every key is a column (checked above): no lookup that may miss
+        for i, r in enumerate(rows):
+            for k, v in r.items():
+                columns[k][i] = v
+    else:
+        for i, r in enumerate(rows):
+            for k, v in r.items():
+                col = columns.get(k)
+                if col is not None:
+                    col[i] = v
     arrays = []
     exact: dict[str, pa.Array] = {}  # timestamp column -> its int64 nanoseconds
     for f in spec.columns:
