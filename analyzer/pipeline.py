@@ -56,6 +56,7 @@ from dissectors.api import (
     SessionOptions,
     Span,
 )
+from dissectors.arrowops import from_numpy, take
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.dispatch import PayloadDispatcher
 from dissectors.layers import LayerDissector, LayerFacts, builtin_layers, stream_gap_anomaly
@@ -807,13 +808,8 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     if m > MAX_INTERLEAVED_PIECES // 2 and batch.nbytes <= MAX_TAKE_BYTES:
         order = _interleaved_order([at for at, _ in waiting], batch.num_rows)
         if order is not None:
-            # the kernel itself: ``Table.take`` imports ``pyarrow.compute`` (~45 ms of a
-            # run that never needs it), its compiled core ``_compute`` costs ~5 ms
-            from pyarrow._compute import call_function
-
-            table: pa.Table = call_function(
-                "take", [pa.Table.from_batches([batch, rows], schema=schema), order])
-            return table
+            # (``arrowops``: ``Table.take`` would import ``pyarrow.compute``, ~45 ms)
+            return take(pa.Table.from_batches([batch, rows], schema=schema), order)
     parts = []
     done = i = 0  # rows of ``batch`` / of ``rows`` placed so far
     while i < m:
@@ -855,7 +851,7 @@ def _interleaved_order(ats: list[int], n: int) -> pa.Array | None:
     from_batch[landing] = False
     order[landing] = np.arange(n, n + m)
     order[from_batch] = np.arange(n)
-    return pa.array(order)
+    return from_numpy(order)
 
 
 class _Abandoned:
