@@ -417,3 +417,22 @@ def test_ordered_envelope_columns_delta_encoded_the_rest_dictionary(tmp_path) ->
             assert "RLE_DICTIONARY" in enc, path
     got = pq.read_table(part, partitioning=None)
     assert got.equals(pa.Table.from_batches([rows_to_batch(spec, rows)]))
+
+
+def test_leaf_paths_are_the_footers_of_every_table() -> None:
+    """``_leaf_paths`` names each Parquet leaf from the Arrow schema; pyarrow's writer is
+    the definition: the paths in the footer of an empty file of every table's schema
+    (a pyarrow that named nested leaves otherwise would make the dictionary settings miss
+    them silently)."""
+    from analyzer.pipeline import tables_for
+    from analyzer.sink import _leaf_paths
+    from dissectors.registry import discover
+
+    nested = 0
+    for spec in tables_for(discover()):
+        buf = pa.BufferOutputStream()
+        pq.write_table(arrow_schema(spec).empty_table(), buf)
+        footer = pq.ParquetFile(pa.BufferReader(buf.getvalue())).schema
+        assert _leaf_paths(spec) == tuple(footer.column(i).path for i in range(len(footer)))
+        nested += sum("." in p for p in _leaf_paths(spec))
+    assert nested > 10  # lists, maps and a list of structs are among them
