@@ -49,6 +49,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("Protocols carried inside NATS messages", (
         "PayloadDissector", "CarriedMessage", "Bindings", "CarrierSession", "CarrierScope",
+        "MAX_VERDICTS",
     )),
     ("Columnar fast paths", (
         "ColumnarSession", "ColumnBatch", "ColumnFormat", "ColumnAccumulator",

@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # pragma: no cover - the lazy names below, for type checkers
 __all__ = [
     "API_VERSION",
     "DEFAULT_PAYLOAD_CAP",
+    "MAX_VERDICTS",
     "NEED_MORE",
     "Bindings",
     "Block",
@@ -423,6 +424,13 @@ class PayloadDissector(ABC):
         """Rows (``msg.record``) and anomalies (``msg.anomaly``) for one message."""
 
 
+# The most subjects a scope's ``verdicts`` holds (``CarrierScope``): replies go to a new
+# ``_INBOX.<id>.<n>`` subject per request, so without a bound the dict would grow with the
+# capture, outside the memory budget.  A fast path that must add one at the bound empties
+# the dict first; the scope's own bindings add none past it.
+MAX_VERDICTS = 4096
+
+
 class CarrierScope(Protocol):
     """What a carrier session is given for one flow (``CarrierSession.carry``): the
     payload dispatch of its server's scope (``dissectors.dispatch``).
@@ -432,8 +440,9 @@ class CarrierScope(Protocol):
     building a ``CarriedMessage``, whether a message may be a payload dissector's:
     ``first_bytes`` (256 flags, then a prefix table:
     ``dissectors.dispatch.probe_first_bytes``), ``verdicts`` (subject -> "a binding covers
-    it", emptied in place when a binding changes), ``bound(subject)`` and
-    ``probed(payload)``."""
+    it", at most ``MAX_VERDICTS``; kept true as bindings change: a subject's own entry set
+    or dropped, the whole dict emptied in place when a pattern is added),
+    ``bound(subject)`` and ``probed(payload)``."""
 
     @property
     def flow_id(self) -> int: ...

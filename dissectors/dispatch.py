@@ -28,6 +28,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from dissectors.api import (
+    MAX_VERDICTS,
     Bindings,
     CarriedMessage,
     CarrierSession,
@@ -38,9 +39,6 @@ from dissectors.api import (
 from dissectors.options import SessionOptions
 
 MAX_EXACT_BINDINGS = 100_000
-# verdicts ``bind_subject`` sets itself while there are fewer (the fast path's sessions
-# bound the dict the same way when they add to it)
-MAX_VERDICTS_SET = 4096
 _SUBJECT_CACHE = 4096
 
 
@@ -147,7 +145,7 @@ class ScopeDispatcher(Bindings):
         # subject it met (a STAN capture binds a reply inbox per request: ~30,000 times
         # in bench_stan's 20 MB capture)
         verdicts = self.verdicts
-        if subject in verdicts or len(verdicts) < MAX_VERDICTS_SET:
+        if subject in verdicts or len(verdicts) < MAX_VERDICTS:
             verdicts[subject] = True
         self.exact[subject] = (dissector, hint)
         self.exact.move_to_end(subject)

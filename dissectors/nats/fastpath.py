@@ -37,8 +37,8 @@ a prober that declares none gets every payload) and a probe claims it, or when a
 binding covers its subject.  A first byte only probes with an exact rule
 (``PayloadDissector.probe_prefixes``, Liftbridge's magic) may claim is decided by the
 scanner from the prefixes themselves, without a stop to ask the probe (29,010 stops per
-run of bench_liftbridge's 20 MB capture).  Subject verdicts are cached per server scope and dropped
-whenever a binding changes (``ScopeDispatcher.verdicts``).  A PUB/MSG so offered stays
+run of bench_liftbridge's 20 MB capture).  Subject verdicts are cached per server scope and kept
+true as bindings change (``ScopeDispatcher.verdicts``).  A PUB/MSG so offered stays
 on the fast path (``CARRIED``, issue 22): its row goes to the columns like any other,
 the scan stops right after it, and the session offers the ``CarriedMessage`` the
 reference would build to the carrier scope; the records returned are the

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dissectors.api import (
+    MAX_VERDICTS,
     CarriedMessage,
     CarrierScope,
     CarrierSession,
@@ -92,11 +93,6 @@ DEFAULT_MAX_SERVER_LINE = 65536
 # Largest payload kept whole for ``on_message``: a memory bound (one payload per direction
 # is held at a time), far above NATS's default max_payload of 1 MiB (option `carry_max`).
 DEFAULT_CARRY_MAX = 64 * 1024 * 1024
-
-# Subjects whose verdict the fast path caches (the scope's ``verdicts`` dict) before it
-# starts again from empty: replies go to a new ``_INBOX.<id>.<n>`` subject per request, so
-# without a bound the cache would grow with the capture, outside the memory budget.
-_MAX_VERDICTS = 4096
 
 _CRLF = b"\r\n"
 _LENIENT = (b"\n",)
@@ -336,8 +332,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             if status == fastpath.CARRIED:
                 carry = 1
             elif status == fastpath.NEED_VERDICT:
-                if len(verdicts) >= _MAX_VERDICTS:  # type: ignore[arg-type]
-                    verdicts.clear()  # type: ignore[union-attr]  # (see _MAX_VERDICTS)
+                if len(verdicts) >= MAX_VERDICTS:  # type: ignore[arg-type]
+                    verdicts.clear()  # type: ignore[union-attr]  # (see MAX_VERDICTS)
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
             elif status == fastpath.NEED_PROBE:
                 if self._fast_probe(subject):  # type: ignore[misc]

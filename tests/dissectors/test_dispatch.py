@@ -8,10 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dissectors.api import CarriedMessage, Direction, PayloadDissector, Verdict
+from dissectors.api import MAX_VERDICTS, CarriedMessage, Direction, PayloadDissector, Verdict
 from dissectors.dispatch import (
     MAX_EXACT_BINDINGS,
-    MAX_VERDICTS_SET,
     PayloadDispatcher,
     _tokens,
     specificity,
@@ -140,9 +139,9 @@ def test_verdicts_stay_what_bound_answers(ops):
         elif op == "ask":  # as the NATS session fills it
             scope.verdicts[subject] = scope.bound(subject)
         else:
-            for i in range(MAX_VERDICTS_SET):
+            for i in range(MAX_VERDICTS):
                 scope.verdicts[f"fill.{i}"] = False
-        assert len(scope.verdicts) <= MAX_VERDICTS_SET + len(_OPS_SUBJECTS)
+        assert len(scope.verdicts) <= MAX_VERDICTS + len(_OPS_SUBJECTS)
         for s, v in scope.verdicts.items():
             assert v is scope.bound(s), (s, v)
 

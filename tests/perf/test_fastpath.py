@@ -473,7 +473,7 @@ def test_the_verdict_cache_stays_bounded(monkeypatch):
     # start again from empty at the bound, and the rows and offers stay the reference's
     from dissectors.nats import session as nats_session
 
-    monkeypatch.setattr(nats_session, "_MAX_VERDICTS", 3)
+    monkeypatch.setattr(nats_session, "MAX_VERDICTS", 3)
     offered: list[list] = [[], []]
     which = [0]
 
