@@ -296,16 +296,11 @@ class CaptureDissection:
 
     def _emit_records(self, fd: FlowDispatch, records: list) -> None:
         """Rows of one event's records, handed to the sink one list per table."""
-        pending: dict[str, list[dict]]
-        if len(records) == 1 and type(records[0]) is ColumnBatch:  # the usual bulk case,
-            if not records[0].children:  # kept short
-                self._column_rows(fd, records[0], None)
-                return
-            pending = {}
-            self._column_rows(fd, records[0], pending)  # (``_collect`` of it)
-        else:
-            pending = {}
-            self._collect(fd, records, None, pending)
+        if len(records) == 1 and type(records[0]) is ColumnBatch and not records[0].children:
+            self._column_rows(fd, records[0], None)  # the usual bulk case, kept short
+            return
+        pending: dict[str, list[dict]] = {}
+        self._collect(fd, records, None, pending)
         for table, rows in pending.items():
             self._write_rows(table, rows)
 
@@ -336,10 +331,7 @@ class CaptureDissection:
         n0 = flow_rows.get(fid, 0)
         flow_rows[fid] = n0 + n
         if kids and pending is not None:  # from the last row's payload (_emit_records)
-            if len(kids) == 1 and type(kids[0]) is ColumnBatch:  # (``_collect`` of it: a
-                self._column_rows(fd, kids[0], pending)  # carried message's columns)
-            else:
-                self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
+            self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
         if rows is None:  # parsed and counted only: another worker writes this flow
             return
         if pending:
@@ -349,10 +341,7 @@ class CaptureDissection:
         acc = self._accs.get(table)
         if acc is None:
             acc = self._accs[table] = fmt.accumulator()
-        if d:  # (``flow.endpoint(d)``, inline: once per row batch)
-            src, dst = flow.server, flow.client
-        else:
-            src, dst = flow.client, flow.server
+        src, dst = flow.endpoint(d)
         acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
                  src.ip, src.port, dst.ip, dst.port)
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
@@ -384,11 +373,11 @@ class CaptureDissection:
         parent: int | None,
         pending: dict[str, list[dict]],
     ) -> None:
+        name = fd.dissector.name if fd.dissector else "?"
         for rec in records:
             if type(rec) is ColumnBatch:
                 self._column_rows(fd, rec, pending)
                 continue
-            name = fd.dissector.name if fd.dissector else "?"
             if rec.table == ANOMALIES.name:
                 v = rec.values
                 self._anomaly_row(
