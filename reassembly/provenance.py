@@ -167,13 +167,8 @@ class ProvenanceBuffer:
         if not self.started:
             self.base = span.offset
             self.started = True
-        elif pos:  # (``compact`` written out: once per feed)
-            del buf[:pos]
-            self.base = base = self.base + pos
-            self.pos = 0
-            ch = self.chunks
-            if len(ch) > 1 and ch[0][0] <= base:
-                self._forget(base)
+        elif pos:
+            self.compact()
         end = self.base + len(buf) + len(data)
         if chunks is None:
             chunk = (end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last)
