@@ -332,7 +332,7 @@ class TlsLayer:
             return
         before = w.skew[d] + STARTTLS_WINDOW_BYTES
         if d == _CLIENT and end < before:
-            self._passing.passes(self._member, fid, d, (before, 0x16))
+            self._passing.passes(self._member, fid, d, (before, int(ContentType.HANDSHAKE)))
         else:
             self._passing.passes(self._member, fid, d)
 
