@@ -24,10 +24,15 @@ class Direction(IntEnum):
 
     @property
     def short(self) -> str:
-        return "c2s" if self is Direction.C2S else "s2c"
+        return DIRECTION_SHORT[self]
 
     def flip(self) -> Direction:
         return Direction.S2C if self is Direction.C2S else Direction.C2S
+
+
+DIRECTION_SHORT: tuple[str, str] = ("c2s", "s2c")
+"""``Direction.short`` by the direction's number, for a hot path that holds the number (a
+``Direction(n)`` call costs ~1 µs)."""
 
 
 class Transport(IntEnum):

@@ -36,11 +36,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Direction, Record
+from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Record
 from dissectors.arrowops import repeated_bytes
 from dissectors.options import SessionOptions
 from dissectors.schema import rows_to_batch, timestamp_from_ns
 from dissectors.tables import TableSpec
+from reassembly.events import DIRECTION_SHORT
 
 __all__ = ["CONVERT_ROWS", "DEFAULT", "SWITCH", "PayloadRows", "RowsFormat", "enabled", "rows_for"]
 
@@ -60,7 +61,6 @@ _MOVED = ("flow_id", "record_id", "direction", "stream_id", "src_ip", "src_port"
           "dst_port")
 _PROVENANCE = ("offset_start", "offset_end", "ts_first", "ts_last", "frame_first",
                "frame_last")
-_SHORT = {int(d): d.short for d in Direction}
 # what a row is reckoned to hold besides its payload's bytes (for ``nbytes``)
 _ROW_OVERHEAD = 512
 CONVERT_ROWS = 4096  # values dicts held before conversion to Arrow (``PayloadRows``)
@@ -177,7 +177,7 @@ class PayloadRows:
         columns: dict[str, Any] = dict(zip(_MOVED, zip(*envelopes, strict=True), strict=True))
         columns.update(zip(_PROVENANCE, zip(*[r[2:] for r in rows], strict=True),
                            strict=True))
-        columns["direction"] = [_SHORT[d] for d in columns["direction"]]
+        columns["direction"] = [DIRECTION_SHORT[d] for d in columns["direction"]]
         columns["parent_record_id"] = [r - 1 for r in columns["record_id"]]
         exact: dict[str, pa.Array] = {}
         arrays = []

@@ -64,7 +64,6 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dissectors import libcrypto
-from dissectors.api import Direction
 from dissectors.arrowops import from_numpy, nulls, repeated_bytes, take
 from dissectors.proto.wire import Decoded, Kind, MessageSchema
 from dissectors.proto.wire import decode as wire_decode
@@ -74,6 +73,7 @@ from dissectors.pulsar.frame import Frame, parse_frame
 from dissectors.pulsar.table import PULSAR_MESSAGES
 from dissectors.schema import rows_to_batch, timestamp_from_ns
 from dissectors.tables import NS_SUFFIX, Field
+from reassembly.events import DIRECTION_SHORT
 
 _speedups: Any  # C, no stub (imported by name: the package's lazy __getattr__ is untyped)
 try:
@@ -401,7 +401,6 @@ def plain_json(d: Decoded, shown: frozenset[str]) -> str | None:
     return got
 
 
-_SHORT = {int(d): d.short for d in Direction}  # (an Enum call per chunk, ~1 us, saved)
 
 
 class MessageRows:
@@ -444,7 +443,7 @@ class MessageAccumulator:
             raise ValueError(f"pulsar fast path: batch of {n} rows for a chunk of {chunk.n}")
         start, end, ts_first, ts_last, frame_first, frame_last = chunk.provenance
         # (the values of _ENVELOPE, in its order)
-        envelope = (flow_id, record_id - 1, _SHORT[direction], stream_id, src_ip,
+        envelope = (flow_id, record_id - 1, DIRECTION_SHORT[direction], stream_id, src_ip,
                     src_port, dst_ip, dst_port, ts_first, ts_last, start, end, frame_first,
                     frame_last)
         self._chunks.append((chunk, envelope, record_id))
