@@ -13,7 +13,7 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache, lru_cache
 from typing import Any
 
@@ -23,8 +23,8 @@ from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_he
 from dissectors.liftbridge.table import ENTRIES_TABLE, MSG_TYPES
 from dissectors.proto import Decoded, Kind, decode, schema
 from dissectors.proto.columns import rows_for
-from dissectors.proto.walk import WalkPlan, present_fields, walk, walk_plan
-from dissectors.proto.wire import ABSENT, FieldSpec, planned_values, zero_value
+from dissectors.proto.walk import WalkPlan, present_fields, tree, tree_plan, walk, walk_plan
+from dissectors.proto.wire import ABSENT, FieldSpec, MessageSchema, planned_values, zero_value
 
 __all__ = ["MAX_STREAM_SUBJECTS", "LiftbridgeDecoder"]
 
@@ -126,8 +126,20 @@ def _json_obj(d: Decoded) -> dict[str, object]:
     return {k: _json_value(v, by_name.get(k)) for k, v in d.values.items()}
 
 
+# one encoder for every JSON column (``json.dumps`` with these options builds one per call)
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(obj: object) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(obj)
+
+
+def _fields_of(v: object) -> Mapping[str, Any] | None:
+    """The fields of a nested message as the reader (a ``Decoded``) or the compiled
+    ``tree`` (a dict) gives it; None for anything else."""
+    if isinstance(v, Decoded):
+        return v.values
+    return v if isinstance(v, dict) else None
 
 
 class LiftbridgeDecoder:
@@ -232,12 +244,9 @@ class LiftbridgeDecoder:
                 cls._internal_value(msg, values, held)
             cls._learn_streams(state, bindings, code, values, held)
             return
-        if code == 9:
-            walked_resp = _walk_response(msg.payload, at)
-            if walked_resp is not None:  # clean, of known fields: what the reader gives
-                values["unknown_fields"] = []
-                values.update(walked_resp)
-                return  # (nothing to learn from a PropagatedResponse)
+        if code in (8, 9) and cls._walked_nested(state, bindings, msg, code, values, at,
+                                                 anomalies):
+            return
         d = decode(body, schema(full), base=at)
         clean_end = d.error is None
         if not clean_end:
@@ -254,7 +263,8 @@ class LiftbridgeDecoder:
                 f"{MSG_TYPES[code]}: string field(s) {', '.join(d.bad_utf8)} not valid UTF-8",
             ))
         if code == 8:
-            cls._propagated_request(values, d, clean_end, anomalies)
+            cls._request_columns(values, d.values, d.schema, clean_end, anomalies,
+                                 _ops_json)
         elif code == 9:
             cls._propagated_response(values, d, clean_end, anomalies)
         else:
@@ -270,35 +280,59 @@ class LiftbridgeDecoder:
         cls._learn_streams(state, bindings, code, values, d.values)
 
     @classmethod
-    def _propagated_request(cls, values: dict[str, Any], d: Decoded, clean_end: bool,
-                            anomalies: list[tuple[str, str]]) -> None:
-        op_spec = d.schema.fields[1]
-        if "op" in d.values or clean_end:
-            _set(values, "op", d.values.get("op", 0), op_spec, anomalies, "PropagatedRequest")
-        set_ops = [(k, v) for k, v in d.values.items() if isinstance(v, Decoded)]
+    def _walked_nested(cls, state: LiftbridgeState, bindings: Bindings, msg: CarriedMessage,
+                       code: int, values: dict[str, Any], at: int,
+                       anomalies: list[tuple[str, str]]) -> bool:
+        """A clean PropagatedRequest (8) or PropagatedResponse (9) at ``payload[at:]``
+        through the compiled walk, as ``_protobuf`` does it with the reader; False: the
+        reader's (anything the walk refuses, or no walk)."""
+        if code == 9:
+            walked_resp = _walk_response(msg.payload, at)
+            if walked_resp is None:
+                return False
+            values["unknown_fields"] = []
+            values.update(walked_resp)
+            return True  # (nothing to learn from a PropagatedResponse)
+        full = _SCHEMAS[code]
+        assert full is not None
+        node = _tree_plan(full, False)
+        got = tree(msg.payload, at, node) if node is not None else None
+        if got is None:
+            return False
+        values["unknown_fields"] = []  # (clean: the reader's fields, the ops JSON-ready)
+        cls._request_columns(values, got, schema(full), True, anomalies, _dumps)
+        cls._learn_streams(state, bindings, code, values, got)
+        return True
+
+    @classmethod
+    def _request_columns(cls, values: dict[str, Any], got: Mapping[str, Any],
+                         sch: MessageSchema, clean_end: bool,
+                         anomalies: list[tuple[str, str]],
+                         render: Callable[[dict[str, Any]], str]) -> None:
+        """A PropagatedRequest's columns from its fields ``got``: the reader's
+        ``Decoded.values`` (operations as ``Decoded``, ``render`` = ``_ops_json``) or
+        the compiled ``tree``'s (operations as JSON-ready dicts, ``render`` = ``_dumps``)."""
+        fields = sch.fields
+        if "op" in got or clean_end:
+            _set(values, "op", got.get("op", 0), fields[1], anomalies, "PropagatedRequest")
+        set_ops = {k: v for k, v in got.items() if _fields_of(v) is not None}
         if not set_ops:
             return
-        if len(set_ops) == 1:
-            values["op_json"] = _dumps({set_ops[0][0]: _json_obj(set_ops[0][1])})
-        else:
-            values["op_json"] = _dumps({k: _json_obj(v) for k, v in set_ops})
-        opname, op = set_ops[0]
-        ov = op.values
+        values["op_json"] = render(set_ops)
+        opname, op = next(iter(set_ops.items()))
+        ov = _fields_of(op)
+        assert ov is not None  # (set_ops holds messages only)
         if opname == "create_stream_op":
-            stream = ov.get("stream")
-            if isinstance(stream, Decoded):
-                values["stream"] = stream.values.get("name", "")
+            stream = _fields_of(ov.get("stream"))
+            if stream is not None:
+                values["stream"] = stream.get("name", "")
             return
-        specs = {s.name: s for s in op.schema.fields.values()}
-        for field_name, col in (
-            ("stream", "stream"), ("partition", "partition"), ("replica_to_remove", "replica"),
-            ("replica_to_add", "replica"), ("replica", "replica"), ("leader", "leader"),
-            ("leader_epoch", "leader_epoch"), ("group_id", "group_id"),
-            ("consumer_id", "consumer_id"), ("coordinator", "coordinator"), ("epoch", "epoch"),
-        ):
+        op_clean = op.error is None if isinstance(op, Decoded) else True
+        specs = _op_specs(sch.full_name, opname)
+        for field_name, col in _OP_COLUMNS:
             if field_name in ov:
                 _set(values, col, ov[field_name], specs[field_name], anomalies, opname)
-            elif field_name in specs and op.error is None and col not in values:
+            elif field_name in specs and op_clean and col not in values:
                 _set(values, col, zero_value(specs[field_name].kind), specs[field_name],
                      anomalies, opname)
 
@@ -336,6 +370,12 @@ class LiftbridgeDecoder:
         elif last == "cursors" or stream == "__cursors":
             full = _INTERNAL + "Cursor"
         else:
+            return
+        node = _tree_plan(full, True)
+        walked = tree(value, 0, node) if node is not None else None
+        if walked is not None:  # clean: its fields JSON-ready (enums named)
+            values["value_decoded_as"] = schema(full).name
+            values["value_json"] = _dumps(walked)
             return
         inner = decode(value, schema(full))
         if not inner.clean:
@@ -433,19 +473,20 @@ class LiftbridgeDecoder:
         elif code == 1:
             cls._bind_stream(state, bindings, got.get("partition_subject"),
                              got.get("stream", ""), None)
-        elif code == 8:
-            op = got.get("create_stream_op")
-            stream = op.values.get("stream") if isinstance(op, Decoded) else None
-            if not isinstance(stream, Decoded):
+        elif code == 8:  # (``got``: the reader's fields or the compiled ``tree``'s)
+            op = _fields_of(got.get("create_stream_op"))
+            stream = _fields_of(op.get("stream")) if op is not None else None
+            if stream is None:
                 return
-            name = stream.values.get("name", "")
-            parts = stream.values.get("partitions", [])
+            name = stream.get("name", "")
+            parts = stream.get("partitions", [])
             for p in parts:
-                if isinstance(p, Decoded):
-                    cls._bind_stream(state, bindings, p.values.get("subject"),
-                                     p.values.get("stream", name), p.values.get("id", 0))
+                pv = _fields_of(p)
+                if pv is not None:
+                    cls._bind_stream(state, bindings, pv.get("subject"),
+                                     pv.get("stream", name), pv.get("id", 0))
             if not parts:
-                cls._bind_stream(state, bindings, stream.values.get("subject"), name, 0)
+                cls._bind_stream(state, bindings, stream.get("subject"), name, 0)
 
     @classmethod
     def _learn_reply(cls, bindings: Bindings, msg: CarriedMessage, code: int | None,
@@ -502,7 +543,7 @@ def _walk_plans(full: str) -> tuple[WalkPlan, tuple[tuple[int, str, str], ...], 
         elif how == _SET and spec.kind is Kind.MAP:
             default = []  # (``_set`` lists a map's items)
         entries.append((spec, col, default, extra))
-    plan = walk_plan(entries, _NO_BASE)
+    plan = walk_plan(entries, _NO_BASE, maps=True)  # (a map: listed, as ``_set`` does)
     if plan is None:
         return None
     columns = tuple((spec.number, spec.name, col) for _, col, _, spec, _ in _plan(full))
@@ -549,6 +590,35 @@ def _walk_response(payload: bytes, at: int) -> dict[str, Any] | None:
                 return None
             out.update(inner[0])
     return out
+
+
+@cache
+def _tree_plan(full: str, names: bool) -> list[Any] | None:
+    """The compiled ``tree``'s node of ``full`` (``dissectors.proto.walk``), enums of its
+    own fields named or not (``names``; nested ones always, as a JSON column shows
+    them); None: no tree."""
+    return tree_plan(schema(full), names)
+
+
+# (op field, column) a PropagatedRequest's operation fills (``_request_columns``)
+_OP_COLUMNS = (
+    ("stream", "stream"), ("partition", "partition"), ("replica_to_remove", "replica"),
+    ("replica_to_add", "replica"), ("replica", "replica"), ("leader", "leader"),
+    ("leader_epoch", "leader_epoch"), ("group_id", "group_id"),
+    ("consumer_id", "consumer_id"), ("coordinator", "coordinator"), ("epoch", "epoch"),
+)
+
+
+@cache
+def _op_specs(full: str, opname: str) -> dict[str, FieldSpec]:
+    """Field name -> spec of the operation ``opname`` of the PropagatedRequest ``full``."""
+    sub = next(s.message for s in schema(full).fields.values() if s.name == opname)
+    return {} if sub is None else {s.name: s for s in sub.fields.values()}
+
+
+def _ops_json(ops: dict[str, Any]) -> str:
+    """A PropagatedRequest's ``op_json``: its operations (``Decoded``) as JSON."""
+    return _dumps({k: _json_obj(v) for k, v in ops.items()})
 
 
 def _set_u64(values: dict[str, Any], col: str, v: int, anomalies: list[tuple[str, str]],

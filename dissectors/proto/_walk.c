@@ -20,6 +20,7 @@
 #include "_wire.h"
 
 #define MAX_NUMBER 128 /* field numbers a plan may name (two 64-bit presence words) */
+#define MAX_TREE_DEPTH 32 /* the reader's MAX_DEPTH: deeper nesting is the reader's */
 
 /* The value of a varint field as the reader's _scalar makes it; ``names`` (an enum's
  * number -> name dict) turns an enum into its name.  NULL with no exception: refuse. */
@@ -44,13 +45,94 @@ static PyObject *scalar(long kind, uint64_t v, PyObject *extra)
     return Py_NewRef(name);
 }
 
+#define MAX_MAPS 4 /* map fields one message may hold (more: the reader's) */
+
+/* One varint, string or bytes value of ``kind`` at buf[*pos] (wire type ``wt``), as the
+ * reader makes it (an enum as its number); *pos moves past it.  NULL with no exception:
+ * refuse (a wrong wire type, a cut varint or length, invalid UTF-8, another kind). */
+static PyObject *plain_value(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, long kind,
+                             int wt)
+{
+    uint64_t v;
+    if (kind >= K_INT32 && kind <= K_ENUM) {
+        if (wt != 0 || !pb_varint(buf, pos, end, &v))
+            return NULL;
+        return pb_scalar(kind, v);
+    }
+    if ((kind != K_STRING && kind != K_BYTES) || wt != 2 || !pb_varint(buf, pos, end, &v)
+            || v > (uint64_t)(end - *pos))
+        return NULL;
+    const char *at = (const char *)buf + *pos;
+    *pos += (Py_ssize_t)v;
+    if (kind == K_BYTES)
+        return PyBytes_FromStringAndSize(at, (Py_ssize_t)v);
+    PyObject *s = PyUnicode_DecodeUTF8(at, (Py_ssize_t)v, NULL);
+    if (!s && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        PyErr_Clear();  /* the reader escapes it and reports it */
+    return s;
+}
+
+/* The reader's value of a map field absent from its entry: "" or 0 for a key (by
+ * ``key``), proto3's zero value for a value. */
+static PyObject *map_default(long kind, int key)
+{
+    if (kind == K_STRING)
+        return PyUnicode_FromStringAndSize("", 0);
+    if (!key && kind == K_BYTES)
+        return PyBytes_FromStringAndSize("", 0);
+    if (!key && kind == K_BOOL)
+        Py_RETURN_FALSE;
+    return PyLong_FromLong(0);
+}
+
+/* The map entry buf[pos:end] (key = field 1, value = field 2, of the kinds ``kinds``, a
+ * tuple (key kind, value kind)) into ``map``, as the reader fills a map's dict: within
+ * the entry the last key or value wins, a later entry of the same key replaces the value.
+ * 1: done; 0: refuse (anything but a clean entry); -1: an exception. */
+static int map_entry(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end, PyObject *kinds,
+                     PyObject *map)
+{
+    if (!PyTuple_Check(kinds) || PyTuple_GET_SIZE(kinds) != 2)
+        return 0;
+    long kk = PyLong_AsLong(PyTuple_GET_ITEM(kinds, 0));
+    long vk = PyLong_AsLong(PyTuple_GET_ITEM(kinds, 1));
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *got[2] = {NULL, NULL};
+    int r = 0;
+    while (pos < end) {
+        Py_ssize_t number;
+        int wt;
+        if (!pb_tag(buf, &pos, end, 3, &number, &wt))
+            goto done;
+        PyObject *value = plain_value(buf, &pos, end, number == 1 ? kk : vk, wt);
+        if (!value) {
+            r = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        Py_XSETREF(got[number - 1], value);
+    }
+    for (int i = 0; i < 2; i++)
+        if (!got[i] && !(got[i] = map_default(i ? vk : kk, !i))) {
+            r = -1;
+            goto done;
+        }
+    r = PyDict_SetItem(map, got[0], got[1]) < 0 ? -1 : 1;
+done:
+    Py_XDECREF(got[0]);
+    Py_XDECREF(got[1]);
+    return r;
+}
+
 /* values(data, pos, table, base, defaults) -> (values, present) or None
  *
  * data[pos:] is one message.  table: a list indexed by field number of None or
  * (column, kind, extra) -- extra None, an enum's names dict (K_ENUM), or True for a
  * K_UINT64 column that must fit int64.  A K_MESSAGE field (a plan made with nested
  * fields) gives its raw bytes, for the caller to walk; seen twice, the message is
- * refused.  base: a dict the values start as (copied).
+ * refused.  A K_MAP field (extra: (key kind, value kind), both plain) gives the list of
+ * its (key, value) items, as ``list(dict.items())`` of the reader's dict.  base: a dict
+ * the values start as (copied).
  * defaults: a tuple of (field number, column, value) set for each field the message
  * does not hold (a list value is copied, so no two rows share one).  present: the field
  * numbers the message held, as the bits of an int. */
@@ -67,6 +149,8 @@ static PyObject *values(PyObject *self, PyObject *args)
     Py_ssize_t nfields = PyList_GET_SIZE(table);
     uint64_t present[2] = {0, 0};
     PyObject *out = NULL, *result = NULL;
+    PyObject *maps[MAX_MAPS], *map_columns[MAX_MAPS];  /* (borrowed columns) */
+    int nmaps = 0;
     if (pos < 0 || pos > end || nfields > MAX_NUMBER)
         goto refuse;
     out = PyDict_Copy(base);
@@ -109,6 +193,31 @@ static PyObject *values(PyObject *self, PyObject *args)
                     goto refuse;
                 }
             }
+        } else if (kind == K_MAP) {
+            uint64_t n;
+            if (wt != 2 || !pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
+                goto refuse;
+            int m = 0;
+            while (m < nmaps && map_columns[m] != column)
+                m++;
+            if (m == nmaps) {  /* the field's first entry: its dict, in its place */
+                if (nmaps == MAX_MAPS)
+                    goto refuse;
+                if (!(maps[m] = PyDict_New()))
+                    goto fail;
+                map_columns[m] = column;
+                nmaps++;
+                if (PyDict_SetItem(out, column, maps[m]) < 0)
+                    goto fail;
+            }
+            int r = map_entry(buf, pos, pos + (Py_ssize_t)n, extra, maps[m]);
+            if (r < 0)
+                goto fail;
+            if (r == 0)
+                goto refuse;
+            pos += (Py_ssize_t)n;
+            present[number >> 6] |= (uint64_t)1 << (number & 63);
+            continue;
         } else
             goto refuse;
         if (!value) {
@@ -146,6 +255,14 @@ static PyObject *values(PyObject *self, PyObject *args)
         if (r < 0)
             goto fail;
     }
+    for (int m = 0; m < nmaps; m++) {  /* each map's dict as its list of items */
+        PyObject *items = PyDict_Items(maps[m]);
+        if (!items || PyDict_SetItem(out, map_columns[m], items) < 0) {
+            Py_XDECREF(items);
+            goto fail;
+        }
+        Py_DECREF(items);
+    }
     PyObject *bits = PyLong_FromUnsignedLongLong(present[0]);
     if (bits && present[1]) {
         PyObject *hi = PyLong_FromUnsignedLongLong(present[1]);
@@ -163,19 +280,158 @@ static PyObject *values(PyObject *self, PyObject *args)
     result = PyTuple_Pack(2, out, bits);
     Py_DECREF(bits);
     Py_DECREF(out);
+    for (int m = 0; m < nmaps; m++)
+        Py_DECREF(maps[m]);
     PyBuffer_Release(&view);
     return result;
 refuse:
     Py_XDECREF(out);
+    for (int m = 0; m < nmaps; m++)
+        Py_DECREF(maps[m]);
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 fail:
     Py_XDECREF(out);
+    for (int m = 0; m < nmaps; m++)
+        Py_DECREF(maps[m]);
     PyBuffer_Release(&view);
     return NULL;
 }
 
+/* A varint field's value in a tree: the reader's, an enum by its name when ``names`` (a
+ * dict) has it, else its number (as the dissectors' JSON columns show one). */
+static PyObject *tree_scalar(long kind, uint64_t v, PyObject *names)
+{
+    PyObject *value = pb_scalar(kind, v);
+    if (value && kind == K_ENUM && PyDict_Check(names)) {
+        PyObject *named = PyDict_GetItemWithError(names, value);
+        if (named)
+            Py_SETREF(value, Py_NewRef(named));
+        else if (PyErr_Occurred())
+            Py_CLEAR(value);
+    }
+    return value;
+}
+
+/* The tree of the clean message buf[pos:end] per ``node`` (see ``tree``), one level; NULL
+ * with no exception: refuse. */
+static PyObject *tree_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end,
+                              PyObject *node, int depth)
+{
+    if (depth >= MAX_TREE_DEPTH || !PyList_Check(node) || PyList_GET_SIZE(node) > MAX_NUMBER)
+        return NULL;
+    Py_ssize_t nfields = PyList_GET_SIZE(node);
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    while (pos < end) {
+        Py_ssize_t number;
+        int wt;
+        if (!pb_tag(buf, &pos, end, nfields, &number, &wt))
+            goto refuse;
+        PyObject *spec = PyList_GET_ITEM(node, number);
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5)
+            goto refuse;  /* not in the node (unknown, or a kind left to the reader) */
+        PyObject *name = PyTuple_GET_ITEM(spec, 0);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        PyObject *extra = PyTuple_GET_ITEM(spec, 2);
+        int repeated = PyTuple_GET_ITEM(spec, 3) == Py_True;
+        if (kind == -1 && PyErr_Occurred())
+            goto fail;
+        PyObject *list = NULL;  /* (borrowed) a repeated field's list */
+        if (repeated) {
+            list = PyDict_GetItemWithError(out, name);
+            if (!list) {
+                if (PyErr_Occurred() || !(list = PyList_New(0)))
+                    goto fail;
+                int r = PyDict_SetItem(out, name, list);
+                Py_DECREF(list);  /* (out holds it) */
+                if (r < 0)
+                    goto fail;
+            }
+            if (!PyList_Check(list))
+                goto refuse;
+        }
+        PyObject *value;
+        if (kind >= K_INT32 && kind <= K_ENUM && wt == 2 && repeated) {
+            uint64_t n, v;  /* packed: each varint to the list */
+            if (!pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
+                goto refuse;
+            Py_ssize_t stop = pos + (Py_ssize_t)n;
+            while (pos < stop) {
+                if (!pb_varint(buf, &pos, stop, &v))
+                    goto refuse;
+                PyObject *item = tree_scalar(kind, v, extra);
+                if (!item || PyList_Append(list, item) < 0) {
+                    Py_XDECREF(item);
+                    goto fail;
+                }
+                Py_DECREF(item);
+            }
+            continue;
+        }
+        if (kind == K_MESSAGE) {
+            uint64_t n;
+            if (wt != 2 || !pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
+                goto refuse;
+            value = tree_message(buf, pos, pos + (Py_ssize_t)n, PyTuple_GET_ITEM(spec, 4),
+                                 depth + 1);
+            pos += (Py_ssize_t)n;
+        } else if (kind >= K_INT32 && kind <= K_ENUM) {
+            uint64_t v;
+            if (wt != 0 || !pb_varint(buf, &pos, end, &v))
+                goto refuse;
+            value = tree_scalar(kind, v, extra);
+        } else
+            value = plain_value(buf, &pos, end, kind, wt);
+        if (!value) {
+            if (PyErr_Occurred())
+                goto fail;
+            goto refuse;
+        }
+        int r = repeated ? PyList_Append(list, value) : PyDict_SetItem(out, name, value);
+        Py_DECREF(value);
+        if (r < 0)
+            goto fail;
+    }
+    return out;
+refuse:
+    Py_DECREF(out);
+    return NULL;
+fail:
+    Py_DECREF(out);
+    return NULL;  /* (with the exception set) */
+}
+
+/* tree(data, pos, node) -> dict or None
+ *
+ * The clean message data[pos:] as the reader's ``Decoded.to_plain()`` gives it: the fields
+ * present, by name; a repeated field (packed or not) as a list; a message as the dict of
+ * its own fields (the last one when seen twice, as the reader keeps it); an enum by its
+ * name when ``extra`` names it, else its number (the dissectors' JSON columns).  node: a
+ * list indexed by field number of None or (name, kind, extra, repeated, node of a
+ * message field).  None: the reader must decode it (anything but a clean message of the
+ * node's fields: no map fields, no unknown field, nesting below MAX_TREE_DEPTH). */
+static PyObject *tree(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    PyObject *node;
+    if (!PyArg_ParseTuple(args, "y*nO!", &view, &pos, &PyList_Type, &node))
+        return NULL;
+    PyObject *out = NULL;
+    if (pos >= 0 && pos <= view.len)
+        out = tree_message((const uint8_t *)view.buf, pos, view.len, node, 0);
+    PyBuffer_Release(&view);
+    if (!out && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"tree", tree, METH_VARARGS,
+     "tree(data, pos, node) -> the fields of the clean message data[pos:] as nested dicts\n"
+     "and lists, or None when the tolerant reader must decode it (see the module source)."},
     {"values", values, METH_VARARGS,
      "values(data, pos, table, base, defaults) -> (values, present) of the clean message\n"
      "data[pos:], or None when the tolerant reader must decode it (see the module source)."},

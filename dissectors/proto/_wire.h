@@ -13,7 +13,8 @@
 #include <stdint.h>
 
 /* wire.Kind's numbers */
-enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM, K_MESSAGE };
+enum { K_STRING, K_BYTES, K_INT32, K_INT64, K_UINT32, K_UINT64, K_BOOL, K_ENUM, K_MESSAGE,
+       K_MAP };
 
 /* A varint at buf[*pos] before end (at most 10 bytes, bits past 64 dropped, as the
  * reader); *pos moves past it.  0 (and *pos unchanged) when cut short or longer. */

@@ -15,8 +15,8 @@ from dissectors.dispatch import ScopeDispatcher
 from dissectors.liftbridge.decoder import _SCHEMAS as _LB_SCHEMAS
 from dissectors.liftbridge.magic import MAGIC
 from dissectors.proto import schema
-from dissectors.proto.walk import WalkPlan, available, walk, walk_plan
-from dissectors.proto.wire import ABSENT, Kind, MessageSchema, decode
+from dissectors.proto.walk import WalkPlan, available, tree, tree_plan, walk, walk_plan
+from dissectors.proto.wire import ABSENT, Decoded, Kind, MessageSchema, decode
 from dissectors.stan.decode import KINDS, clean_values, decode_kind
 from tests.stan.wirehelp import carried, pb, tag, varint
 
@@ -60,6 +60,41 @@ def _fields(draw: st.DrawFn, sch: MessageSchema) -> list[tuple[int, object]]:
     return out
 
 
+@st.composite
+def _nested(draw: st.DrawFn, sch: MessageSchema, depth: int = 0) -> bytes:
+    """A message of ``sch`` with its nested messages, repeated fields (packed lists
+    too) and map entries mostly well-formed, sometimes not (``_fields``' anything)."""
+    out = b""
+    for _ in range(draw(st.integers(0, 5))):
+        f = draw(st.sampled_from(list(sch.fields.values()))) if sch.fields else None
+        if f is None or not draw(st.integers(0, 7)):
+            out += pb((draw(_NUMBERS), draw(_VALUES)))
+        elif f.kind is Kind.MESSAGE and f.message is not None and depth < 4:
+            out += pb((f.number, draw(_nested(f.message, depth + 1))))
+        elif f.kind is Kind.MAP and f.message is not None:
+            entry = list(f.message.fields.values())
+            out += pb((f.number, pb(*((e.number, draw(_typed_value(e.kind)))
+                                     for e in entry if draw(st.integers(0, 4))))))
+        elif f.repeated and f.kind not in (Kind.STRING, Kind.BYTES, Kind.MESSAGE) \
+                and draw(st.booleans()):  # packed
+            items = draw(st.lists(st.integers(0, (1 << 64) - 1), max_size=4))
+            out += pb((f.number, b"".join(varint(v) for v in items)))
+        else:
+            out += pb((f.number, draw(_typed_value(f.kind))))
+    return out
+
+
+def _plain(v: object) -> object:
+    """A reader's value with every nested ``Decoded`` (map values too) as a dict."""
+    if isinstance(v, Decoded):
+        return {k: _plain(x) for k, x in v.values.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
 def _identity(sch: MessageSchema) -> WalkPlan:
     """Each field to the column of its own name, nothing when absent."""
     plan = walk_plan([(f, f.name, ABSENT, None) for f in sch.fields.values()], {})
@@ -90,6 +125,73 @@ def test_what_the_walk_takes_the_reader_decodes_the_same(data_, sch, cut, tail, 
             continue
         values, present = got
         assert simple and values == d.values
+        assert present == sum(1 << by_name[n].number for n in d.values)
+
+
+_TREE_SCHEMAS = [schema(_LB_SCHEMAS[8]), schema("msgcap.liftbridge.internal.Cursor"),
+                 schema("msgcap.liftbridge.api.ActivityStreamEvent"),
+                 schema("msgcap.liftbridge.internal.PropagatedResponse")]
+
+
+@given(st.data(), st.sampled_from(_TREE_SCHEMAS), st.booleans(), st.integers(0, 300),
+       st.binary(max_size=3))
+def test_what_the_tree_takes_the_reader_decodes_the_same(data_, sch, names, cut, tail):
+    """Nested messages (operations, partitions, repeated and packed fields), cut or with
+    trailing garbage: the tree answers only for a clean message, with the reader's
+    fields (nested ones as dicts), enums named as a JSON column names them; and it
+    answers for every clean one."""
+    from dissectors.liftbridge.decoder import _json_obj
+
+    node = tree_plan(sch, names)
+    assert node is not None
+    full = data_.draw(_nested(sch))
+    for data in (full, full[:cut], full + tail):
+        got = tree(b"xy" + data, 2, node)
+        d = decode(data, sch)
+        if got is None:
+            assert not d.clean, data
+            continue
+        assert d.clean
+        if names:  # (every level named: the JSON the dissector shows)
+            assert got == _json_obj(d)
+        else:
+            top = _json_obj(d)
+            top.update({k: v for k, v in d.values.items() if not isinstance(v, Decoded)})
+            assert got == top
+
+
+def test_the_tree_refuses_what_a_json_column_renders_otherwise():
+    assert tree_plan(schema("msgcap.liftbridge.api.Message")) is None  # bytes, a map
+    node = tree_plan(schema("msgcap.liftbridge.api.ActivityStreamEvent"))
+    assert node is not None
+    assert tree(pb((2, 1), (3, b"")), 0, node) == {"op": "DELETE_STREAM",
+                                                   "create_stream_op": {}}
+    assert tree(pb((2, 99)), 0, node) == {"op": 99}  # (unnamed: its number, as JSON)
+    assert tree(pb((3, pb((1, 5)))), 0, node) is None  # an unknown field, nested
+    assert tree(pb((1, "x")), 0, node) is None  # a wrong wire type
+    assert tree(b"", 1, node) is None and tree(b"", -1, node) is None
+
+
+@given(st.data(), st.integers(0, 300), st.binary(max_size=3))
+def test_walked_maps_are_the_readers_items(data_, cut, tail):
+    """A Liftbridge Message's header map (entries with a key or value missing, repeated
+    keys, bad UTF-8, unknown entry fields): the walk answers only for a clean message,
+    the map as the list of the reader's dict items."""
+    sch = schema(_LB_SCHEMAS[0])
+    by_name = {f.name: f for f in sch.fields.values()}
+    plan = walk_plan([(f, f.name, ABSENT, None) for f in sch.fields.values()], {}, maps=True)
+    assert plan is not None
+    full = data_.draw(_nested(sch))
+    for data in (full, full[:cut], full + tail):
+        got = walk(data, 0, plan)
+        d = decode(data, sch)
+        if got is None:
+            assert not d.clean, data
+            continue
+        values, present = got
+        expect = {k: list(v.items()) if by_name[k].kind is Kind.MAP else v
+                  for k, v in d.values.items()}
+        assert d.clean and values == expect
         assert present == sum(1 << by_name[n].number for n in d.values)
 
 
@@ -162,13 +264,19 @@ def test_typical_stan_messages_take_the_walk():
 _LB_CODES = [c for c, full in _LB_SCHEMAS.items() if full is not None]
 
 
+def _refuse(*args: object) -> None:
+    """The walk and the tree switched off: every message to the reader."""
+    return None
+
+
 def _lb_arm(messages: list[CarriedMessage], walked: bool) -> tuple[object, ...]:
     """Records and what the scope learned from ``messages``, with or without the walk."""
     from dissectors import liftbridge
     from dissectors.liftbridge import decoder
 
     scope = ScopeDispatcher([liftbridge.LiftbridgeDissector], {"payload_cap": 16}, strict=True)
-    with mock.patch.object(decoder, "walk", decoder.walk if walked else lambda *a: None):
+    with mock.patch.object(decoder, "walk", decoder.walk if walked else _refuse), \
+            mock.patch.object(decoder, "tree", decoder.tree if walked else _refuse):
         out = [[(r.table, r.values, [(c.table, c.values) for c in r.children])
                 for r in scope.dispatch(m)] for m in messages]
     return out, dict(scope.exact), list(scope.patterns), \
@@ -177,12 +285,14 @@ def _lb_arm(messages: list[CarriedMessage], walked: bool) -> tuple[object, ...]:
 
 @given(st.data(), st.lists(st.sampled_from(_LB_CODES), min_size=1, max_size=6))
 def test_liftbridge_rows_and_learning_are_the_readers(data_, codes):
-    """Random envelopes of every protobuf type (plain fields of their kind mostly, so
-    the walk takes many), some on a ``.replicate`` / ``.offset`` subject, the same rows,
-    anomalies and bindings with the walk as with the reader alone."""
+    """Random envelopes of every protobuf type (plain fields of their kind mostly, or
+    nested messages, lists and maps, so the walk takes many), some on a ``.replicate`` /
+    ``.offset`` subject, the same rows, anomalies and bindings with the walk as with
+    the reader alone."""
     messages = []
     for code in codes:
-        body = pb(*data_.draw(_fields(schema(_LB_SCHEMAS[code]))))
+        sch = schema(_LB_SCHEMAS[code])
+        body = data_.draw(st.one_of(_fields(sch).map(lambda f: pb(*f)), _nested(sch)))
         payload = MAGIC + bytes([0, 8, 0, code]) + body
         subject = data_.draw(st.sampled_from(["s.x", "ns.orders.0.replicate", "ns.o.1.offset",
                                               "a.activity"]))
