@@ -19,7 +19,14 @@ from typing import Any
 
 from dissectors.api import Bindings, CarriedMessage, Record
 from dissectors.liftbridge import NAME, LiftbridgeState
-from dissectors.liftbridge.envelope import MAGIC, Entry, parse_entries, parse_header
+from dissectors.liftbridge.envelope import (
+    HEADER_LEN,
+    MAGIC,
+    VERSION,
+    Entry,
+    parse_entries,
+    parse_header,
+)
 from dissectors.liftbridge.table import ENTRIES_TABLE, MSG_TYPES
 from dissectors.proto import Decoded, Kind, decode, schema
 from dissectors.proto.columns import rows_for
@@ -142,6 +149,47 @@ def _fields_of(v: object) -> Mapping[str, Any] | None:
     return v if isinstance(v, dict) else None
 
 
+def _envelope(payload: bytes, anomalies: list[tuple[str, str]]
+              ) -> tuple[dict[str, Any], int | None, int | None]:
+    """(the row's values from the envelope header of ``payload``, its MsgType, where the
+    payload to decode starts: None when it is not decoded, for a fatal header problem
+    or an unknown MsgType), the header's problems added to ``anomalies``."""
+    values: dict[str, Any] = {"magic_ok": True, "malformed": False, "decode_error": None,
+                              "unknown_fields": []}
+    header = parse_header(payload)
+    values["version"] = header.version
+    values["header_len"] = header.header_len
+    values["flags"] = header.flags
+    values["msg_type_code"] = header.msg_type
+    code = header.msg_type
+    values["msg_type"] = MSG_TYPES[code] if code is not None and code < len(MSG_TYPES) else None
+    values["crc32c"] = header.crc
+    values["crc_status"] = header.crc_status
+    anomalies.extend(header.problems)
+    if header.fatal is not None:
+        values["malformed"] = True
+        values["decode_error"] = header.fatal
+        return values, code, None
+    if values["msg_type"] is None:
+        detail = f"unknown envelope MsgType {code}; payload not decoded"
+        values["malformed"] = True
+        values["decode_error"] = detail
+        anomalies.append(("liftbridge.unknown_msg_type", detail))
+        return values, code, None
+    return values, code, header.payload_at or 0
+
+
+# Envelope header bytes 4..8 (version 0, HeaderLen 8, no flags, a known MsgType) -> the
+# row's values ``_envelope`` gives such a header (which has no problem to report and
+# nothing past those bytes to read): worked out once, not per message.  (A row copies
+# it and gets its own ``unknown_fields`` list.)
+_PLAIN_HEADERS: dict[bytes, dict[str, Any]] = {
+    bytes([VERSION, HEADER_LEN, 0, code]): _envelope(MAGIC + bytes([VERSION, HEADER_LEN, 0,
+                                                                    code]), [])[0]
+    for code in range(len(MSG_TYPES))
+}
+
+
 class LiftbridgeDecoder:
     """``LiftbridgeDissector.decode`` and what it calls (the dissector's shell delegates
     here: see the module docstring)."""
@@ -156,33 +204,19 @@ class LiftbridgeDecoder:
             if kind != _HINT_STREAM:
                 return []
             return [cls._plain(state, bindings, msg, h_stream, h_partition)]
-        values: dict[str, Any] = {"magic_ok": True, "malformed": False, "decode_error": None,
-                                  "unknown_fields": []}
         anomalies: list[tuple[str, str]] = []
-        header = parse_header(payload)
-        values["version"] = header.version
-        values["header_len"] = header.header_len
-        values["flags"] = header.flags
-        values["msg_type_code"] = header.msg_type
-        code = header.msg_type
-        values["msg_type"] = MSG_TYPES[code] if code is not None and code < len(MSG_TYPES) else None
-        values["crc32c"] = header.crc
-        values["crc_status"] = header.crc_status
-        anomalies.extend(header.problems)
-        children: list[Record] = []
-        if header.fatal is not None:
-            values["malformed"] = True
-            values["decode_error"] = header.fatal
-        elif values["msg_type"] is None:
-            detail = f"unknown envelope MsgType {code}; payload not decoded"
-            values["malformed"] = True
-            values["decode_error"] = detail
-            anomalies.append(("liftbridge.unknown_msg_type", detail))
+        plain = _PLAIN_HEADERS.get(payload[4:8])
+        if plain is not None:  # (the usual header: its columns as ``_envelope`` gives them)
+            values = plain.copy()
+            values["unknown_fields"] = []
+            code: int | None = payload[7]
+            at: int | None = HEADER_LEN
         else:
-            assert code is not None  # MSG_TYPES named it
-            at = header.payload_at or 0
-            body = payload[at:]
-            values["payload_len"] = len(body)
+            values, code, at = _envelope(payload, anomalies)
+        children: list[Record] = []
+        if at is not None:
+            assert code is not None  # (a payload to decode: MSG_TYPES names its type)
+            values["payload_len"] = len(payload) - at
             if kind == _HINT_REPLY or code in (2, 6):
                 if kind == _HINT_REPLY:
                     values["stream"], values["partition"] = h_stream, h_partition
@@ -190,10 +224,10 @@ class LiftbridgeDecoder:
                     suffix = "replicate" if code == 2 else "offset"
                     values["stream"], values["partition"] = _subject_stream(msg.subject, suffix)
             if code == 3:
-                children = cls._replication_response(state, bindings, msg, values, body, at,
-                                                     anomalies)
+                children = cls._replication_response(state, bindings, msg, values,
+                                                     payload[at:], at, anomalies)
             else:
-                cls._protobuf(state, bindings, msg, code, values, body, at, anomalies)
+                cls._protobuf(state, bindings, msg, code, values, at, anomalies)
         fmt = None if anomalies else rows_for(state.columns, bindings)
         if fmt is not None:  # (entries ride as the row's children either way)
             out = [fmt.record(msg, values, children)]
@@ -226,7 +260,7 @@ class LiftbridgeDecoder:
 
     @classmethod
     def _protobuf(cls, state: LiftbridgeState, bindings: Bindings, msg: CarriedMessage,
-                  code: int, values: dict[str, Any], body: bytes, at: int,
+                  code: int, values: dict[str, Any], at: int,
                   anomalies: list[tuple[str, str]]) -> None:
         full = _SCHEMAS[code]
         assert full is not None
@@ -247,7 +281,7 @@ class LiftbridgeDecoder:
         if code in (8, 9) and cls._walked_nested(state, bindings, msg, code, values, at,
                                                  anomalies):
             return
-        d = decode(body, schema(full), base=at)
+        d = decode(msg.payload[at:], schema(full), base=at)
         clean_end = d.error is None
         if not clean_end:
             values["malformed"] = True
@@ -521,13 +555,16 @@ def _plan(full: str) -> tuple[tuple[str, str, object, FieldSpec, int], ...]:
     return tuple(out)
 
 
+# the fields of a Message or Ack that ``_internal_value`` and ``_learn_streams`` read
+_HELD = frozenset({"value", "stream", "subject", "partition", "partition_subject"})
 _NO_BASE: dict[str, Any] = {}  # (the walk's values go into the row's own dict)
 
 
 @cache
 def _walk_plans(full: str) -> tuple[WalkPlan, tuple[tuple[int, str, str], ...], bool] | None:
     """The compiled walk's plan of ``full`` (``dissectors.proto.walk``), the (number,
-    field, column) of its fields and whether it has the ``value`` field: ``_plan`` as
+    field, column) of its fields ``_internal_value`` and ``_learn_streams`` read
+    (``_HELD``) and whether it has the ``value`` field: ``_plan`` as
     ``_protobuf`` applies it to a clean message (enums by name, absent ones too; maps
     only when absent, as an empty list; unsigned 64-bit values only while they fit
     int64, which ``_set`` reports otherwise).  None: no walk."""
@@ -546,7 +583,8 @@ def _walk_plans(full: str) -> tuple[WalkPlan, tuple[tuple[int, str, str], ...], 
     plan = walk_plan(entries, _NO_BASE, maps=True)  # (a map: listed, as ``_set`` does)
     if plan is None:
         return None
-    columns = tuple((spec.number, spec.name, col) for _, col, _, spec, _ in _plan(full))
+    columns = tuple((spec.number, spec.name, col) for _, col, _, spec, _ in _plan(full)
+                    if spec.name in _HELD)
     return plan, columns, any(how == _VALUE for *_, how in _plan(full))
 
 

@@ -265,7 +265,8 @@ _LB_CODES = [c for c, full in _LB_SCHEMAS.items() if full is not None]
 
 
 def _refuse(*args: object) -> None:
-    """The walk and the tree switched off: every message to the reader."""
+    """The walk and the tree switched off: every message to the reader (and every
+    envelope header to ``parse_header``)."""
     return None
 
 
@@ -276,7 +277,9 @@ def _lb_arm(messages: list[CarriedMessage], walked: bool) -> tuple[object, ...]:
 
     scope = ScopeDispatcher([liftbridge.LiftbridgeDissector], {"payload_cap": 16}, strict=True)
     with mock.patch.object(decoder, "walk", decoder.walk if walked else _refuse), \
-            mock.patch.object(decoder, "tree", decoder.tree if walked else _refuse):
+            mock.patch.object(decoder, "tree", decoder.tree if walked else _refuse), \
+            mock.patch.object(decoder, "_PLAIN_HEADERS",
+                              decoder._PLAIN_HEADERS if walked else {}):
         out = [[(r.table, r.values, [(c.table, c.values) for c in r.children])
                 for r in scope.dispatch(m)] for m in messages]
     return out, dict(scope.exact), list(scope.patterns), \
