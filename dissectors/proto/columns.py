@@ -65,6 +65,7 @@ _PROVENANCE = ("offset_start", "offset_end", "ts_first", "ts_last", "frame_first
 _ROW_OVERHEAD = 512
 CONVERT_ROWS = 4096  # values dicts held before conversion to Arrow (``PayloadRows``)
 _new_tuple = tuple.__new__
+_minus_one = (-1).__add__  # a row's parent: the carrier's row, just before it
 
 
 def enabled(options: SessionOptions, dissector: str) -> bool:
@@ -169,28 +170,30 @@ class PayloadRows:
         rows, envelopes = self._rows, self._envelopes
         self._rows, self._envelopes = [], []
         spec = self.spec
+        if not rows:
+            return rows_to_batch(spec, [])
+        # transposed in C (``zip``), no Python step per row: the values dicts, the
+        # payload sizes, then the provenance columns; the envelope likewise
+        values, _sizes, *provenance = zip(*rows, strict=True)
         # the protocol columns as the reference's dict rows are converted (the envelope's
         # columns come out null there: no values dict has those keys)
-        base = rows_to_batch(spec, [r[0] for r in rows])
-        if not rows:
-            return base
+        base = rows_to_batch(spec, values)
         columns: dict[str, Any] = dict(zip(_MOVED, zip(*envelopes, strict=True), strict=True))
-        columns.update(zip(_PROVENANCE, zip(*[r[2:] for r in rows], strict=True),
-                           strict=True))
-        columns["direction"] = [DIRECTION_SHORT[d] for d in columns["direction"]]
-        columns["parent_record_id"] = [r - 1 for r in columns["record_id"]]
+        columns.update(zip(_PROVENANCE, provenance, strict=True))
+        columns["direction"] = list(map(DIRECTION_SHORT.__getitem__, columns["direction"]))
+        columns["parent_record_id"] = list(map(_minus_one, columns["record_id"]))
         exact: dict[str, pa.Array] = {}
         arrays = []
         for i, f in enumerate(spec.columns):
             name = f.name
-            values = columns.get(name)
+            column = columns.get(name)
             if f.exact_of is not None and f.exact_of in exact:
                 arrays.append(exact[f.exact_of])
-            elif values is None:
+            elif column is None:
                 arrays.append(base.column(i))
             elif pa.types.is_timestamp(f.type):  # as rows_to_batch: ns, and its ``_ns`` twin
-                ns = exact[name] = pa.array(list(values), type=pa.int64())
+                ns = exact[name] = pa.array(list(column), type=pa.int64())
                 arrays.append(timestamp_from_ns(ns))
             else:  # (lists: pa.array takes a tuple of ints ~50x slower than a list)
-                arrays.append(pa.array(list(values), type=f.type))
+                arrays.append(pa.array(list(column), type=f.type))
         return pa.RecordBatch.from_arrays(arrays, schema=base.schema)
