@@ -352,6 +352,22 @@ def test_rows_to_batch_empty() -> None:
     validate_batch(ALL_TYPES, b)
 
 
+def test_rows_to_batch_columns_no_row_sets_are_plain_nulls() -> None:
+    # (a column no row sets is a slice of a kept null column: equal to n converted Nones)
+    b = rows_to_batch(ALL_TYPES, [{"s": "a"}, {"i64": 2}, {}])
+    for f, col in zip(ALL_TYPES.columns, b.columns, strict=True):
+        if f.name in ("s", "i64"):
+            continue
+        assert col.type == f.type and col.null_count == 3, f.name
+        assert col.equals(pa.array([None] * 3, type=f.type)), f.name
+    # an undeclared key (allowed unchecked) changes nothing; checked, the first in row order
+    # is named
+    assert rows_to_batch(ALL_TYPES, [{"s": "a", "zz": 1}], check_keys=False).equals(
+        rows_to_batch(ALL_TYPES, [{"s": "a"}]))
+    with pytest.raises(SchemaError, match="column 'zy': row has a key"):
+        rows_to_batch(ALL_TYPES, [{"s": "a"}, {"zy": 1, "i64": 1, "zx": 2}, {"zw": 0}])
+
+
 def test_rows_to_batch_rejects_unknown_keys_and_bad_values() -> None:
     with pytest.raises(SchemaError, match="column 'i3': row has a key that is not a declared"):
         rows_to_batch(ALL_TYPES, [_all_types_row(), {"s": "x", "i64": 1, "i3": 5}])
