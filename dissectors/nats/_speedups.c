@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -538,6 +539,135 @@ fail:
     return -1;
 }
 
+/* ------------------------------------------------ carried messages, batches (emit) */
+
+/* The slots of dissectors.api.CarriedMessage (a slotted dataclass), read once by
+ * message_layout(): the scan builds the message it offers by filling them, as the
+ * dataclass's __init__ would, without running that Python function (~0.3 us a
+ * message).  Any other type, or none declared, is called with the fields in order. */
+#define MSG_FIELDS 15
+static PyTypeObject *msg_type = NULL;
+static Py_ssize_t msg_off[MSG_FIELDS];
+
+static PyObject *py_message_layout(PyObject *self, PyObject *args) {
+    PyObject *type, *names;
+    Py_ssize_t off[MSG_FIELDS];
+    int i;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &type, &PyTuple_Type, &names))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != MSG_FIELDS) Py_RETURN_FALSE;
+    for (i = 0; i < MSG_FIELDS; i++) {
+        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
+        PyMemberDef *m;
+        if (d == NULL) return NULL;
+        if (!PyObject_TypeCheck(d, &PyMemberDescr_Type)) { Py_DECREF(d); Py_RETURN_FALSE; }
+        m = ((PyMemberDescrObject *)d)->d_member;
+        Py_DECREF(d);
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) Py_RETURN_FALSE;
+        off[i] = m->offset;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(msg_type, (PyTypeObject *)type);
+    memcpy(msg_off, off, sizeof(off));
+    Py_RETURN_TRUE;
+}
+
+static PyObject *new_message(PyObject *type, PyObject *const *v) {
+    PyObject *m;
+    int i;
+    if ((PyTypeObject *)type != msg_type) return PyObject_Vectorcall(type, v, MSG_FIELDS, NULL);
+    m = msg_type->tp_alloc(msg_type, 0);
+    if (m == NULL) return NULL;
+    for (i = 0; i < MSG_FIELDS; i++) {
+        Py_INCREF(v[i]);
+        *(PyObject **)((char *)m + msg_off[i]) = v[i];
+    }
+    return m;
+}
+
+/* Append the ColumnBatch record of n more rows to out, as NatsSession did in Python:
+ * it replaces the last record when that is a batch of the same direction without
+ * children (no record between them).  batch: (ColumnBatch, table, direction, rows,
+ * format); kids: the children of the batch's last row (a carried message's records). */
+static int emit_batch(PyObject *out, PyObject *batch, Py_ssize_t n, PyObject *kids) {
+    PyTypeObject *btype = (PyTypeObject *)PyTuple_GET_ITEM(batch, 0);
+    PyObject *direction = PyTuple_GET_ITEM(batch, 2), *b, *num;
+    Py_ssize_t len = PyList_GET_SIZE(out), k;
+    int replace = 0;
+    if (len > 0) {
+        PyObject *last = PyList_GET_ITEM(out, len - 1);
+        if (Py_IS_TYPE(last, btype) && PyTuple_GET_SIZE(last) == 6) {
+            int r = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 1), direction, Py_EQ);
+            if (r < 0) return -1;
+            if (r) {
+                r = PyObject_IsTrue(PyTuple_GET_ITEM(last, 5));
+                if (r < 0) return -1;
+                if (!r) {
+                    Py_ssize_t had = PyLong_AsSsize_t(PyTuple_GET_ITEM(last, 2));
+                    if (had == -1 && PyErr_Occurred()) return -1;
+                    n += had;
+                    replace = 1;
+                }
+            }
+        }
+    }
+    num = PyLong_FromSsize_t(n);
+    if (num == NULL) return -1;
+    /* a tuple subclass's instance, made as tuple.__new__(ColumnBatch, ...) makes it */
+    b = btype->tp_alloc(btype, 6);
+    if (b == NULL) { Py_DECREF(num); return -1; }
+    for (k = 0; k < 5; k++) {
+        /* table, direction, n, rows, format: batch's items 1, 2, -, 3, 4 */
+        PyObject *x = k == 2 ? num : PyTuple_GET_ITEM(batch, k < 2 ? k + 1 : k);
+        if (k != 2) Py_INCREF(x);
+        PyTuple_SET_ITEM(b, k, x);
+    }
+    Py_INCREF(kids);
+    PyTuple_SET_ITEM(b, 5, kids);
+    if (replace) return PyList_SetItem(out, len - 1, b); /* (steals b) */
+    k = PyList_Append(out, b);
+    Py_DECREF(b);
+    return (int)k;
+}
+
+/* Offer a carried operation's message: offer is (callable, message type, flow_id,
+ * carry_max); returns the records (new reference) or NULL. */
+static PyObject *offer_message(PyObject *offer, PyObject *direction, PyObject *payload,
+                               const char *op, const Tok *subj, const Tok *reply,
+                               const Tok *sid, int64_t o1, int64_t o2, int64_t t1,
+                               int64_t t2, int64_t f1, int64_t f2) {
+    PyObject *v[MSG_FIELDS] = {NULL}, *msg, *res = NULL;
+    long long cmax = PyLong_AsLongLong(PyTuple_GET_ITEM(offer, 3));
+    int i;
+    if (cmax == -1 && PyErr_Occurred()) return NULL;
+    if (cmax >= 0 && PyBytes_GET_SIZE(payload) > cmax)
+        return PyList_New(0); /* the reference does not keep it whole: not offered */
+    v[0] = PyUnicode_FromString("nats");
+    v[1] = PyUnicode_FromString(op);
+    v[2] = subj ? tok_str(subj) : PyUnicode_FromStringAndSize("", 0);
+    v[3] = tok_str(reply);
+    v[4] = tok_str(sid);
+    v[5] = Py_NewRef(Py_None);
+    v[6] = Py_NewRef(payload);
+    v[7] = Py_NewRef(direction);
+    v[8] = Py_NewRef(PyTuple_GET_ITEM(offer, 2));
+    v[9] = PyLong_FromLongLong(o1);
+    v[10] = PyLong_FromLongLong(o2);
+    v[11] = PyLong_FromLongLong(t1);
+    v[12] = PyLong_FromLongLong(t2);
+    v[13] = PyLong_FromLongLong(f1);
+    v[14] = PyLong_FromLongLong(f2);
+    for (i = 0; i < MSG_FIELDS; i++)
+        if (v[i] == NULL) goto done;
+    msg = new_message(PyTuple_GET_ITEM(offer, 1), v);
+    if (msg == NULL) goto done;
+    res = PyObject_CallOneArg(PyTuple_GET_ITEM(offer, 0), msg);
+    Py_DECREF(msg);
+done:
+    for (i = 0; i < MSG_FIELDS; i++) Py_XDECREF(v[i]);
+    return res;
+}
+
 static const char HEX[] = "0123456789abcdef";
 
 /* dissectors.proto.wire.scan() is not None: a well-formed top-level protobuf message
@@ -592,7 +722,8 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
 
 /*
  * scan(out, buf, pos, base, chunks, c2s, max_line, max_payload, payload_cap, header_cap,
- *      first_bytes, verdicts, cleared, carry) -> (status, new_pos, rows, subject_or_payload)
+ *      first_bytes, verdicts, cleared, carry, records=None, batch=None, offer=None)
+ *   -> (status, new_pos, rows, subject_or_payload)
  *
  * buf: the framer's bytearray; pos: read position in it; base: stream offset of buf[0];
  * chunks: sequence of the framer's chunk tuples; max_payload/payload_cap/header_cap: -1
@@ -615,10 +746,23 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
  * offset_end, ts_first, ts_last, frame_first, frame_last) for the caller to offer;
  * 2, as 1, and the first operation is one a probe claimed (after NEED_PROBE): carried.
  * HPUB/HMSG are refused as with 0 (the offer needs their parsed headers).
+ *
+ * records: None, or the session's list of records: the scan then appends the
+ * ColumnBatch records of the rows it takes itself (batch: (ColumnBatch, table,
+ * direction, rows, format); emit_batch), and a carried operation does not stop it: the
+ * scan builds the CarriedMessage the reference would (offer: (callable, message type,
+ * flow_id, carry_max or -1)), calls the callable with it, makes the records returned the
+ * children of the batch ending with that row, and goes on (CARRIED is not returned).
+ * Why: on a STAN or Liftbridge capture nearly every operation is carried, and a stop,
+ * a Python loop turn and a CarriedMessage.__init__ per operation cost ~250 bytecodes
+ * (most of NatsSession._scan's).  The order of offers, hence of the bindings their
+ * decodes make, is the reference's: the next operation's verdict is read after the
+ * offer returns (the memo of the last one is dropped, the dict may have changed).
  */
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *outobj, *bufobj, *chunks, *first_obj, *verdicts, *seq = NULL, *subject = NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *records = Py_None, *batch = Py_None, *offer = Py_None;
+    Py_ssize_t emitted = 0; /* rows already in a batch appended to records */
     Columns *out = NULL;
     Py_buffer view;
     Py_ssize_t pos, nch = 0, ci = 0, rows = 0, max_line, end, p, nfirst = 0;
@@ -633,10 +777,25 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     const uint8_t *memo_p = NULL;
     Py_ssize_t memo_n = 0;
 
-    if (!PyArg_ParseTuple(args, "OOnLOpnLLLOO|pi", &outobj, &bufobj, &pos, &base, &chunks,
+    if (!PyArg_ParseTuple(args, "OOnLOpnLLLOO|piOOO", &outobj, &bufobj, &pos, &base, &chunks,
                           &c2s, &max_line, &max_payload, &payload_cap, &header_cap,
-                          &first_obj, &verdicts, &cleared, &carry))
+                          &first_obj, &verdicts, &cleared, &carry, &records, &batch, &offer))
         return NULL;
+    if (records != Py_None) {
+        if (!PyList_Check(records) || !PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) != 5 ||
+            !PyType_Check(PyTuple_GET_ITEM(batch, 0)) ||
+            !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(batch, 0), &PyTuple_Type)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "records must be a list, batch (ColumnBatch, table, direction, "
+                            "rows, format)");
+            return NULL;
+        }
+        if (carry && (!PyTuple_Check(offer) || PyTuple_GET_SIZE(offer) != 4)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "carry with records needs offer (callable, type, flow_id, carry_max)");
+            return NULL;
+        }
+    }
     if (outobj != Py_None) {
         if (!PyObject_TypeCheck(outobj, &ColumnsType)) {
             PyErr_SetString(PyExc_TypeError, "out must be Columns or None");
@@ -881,6 +1040,32 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         }
         rows++;
         p += consumed;
+        if (carried && records != Py_None) {
+            /* offered here, its records the children of the batch ending with its row;
+             * then on with the next operation, as the caller would scan again (carry 1,
+             * not cleared: this row was the first after a stop) */
+            PyObject *payload = PyBytes_FromStringAndSize((const char *)(s + li + 1),
+                                                          (Py_ssize_t)total);
+            PyObject *kids;
+            if (payload == NULL) goto done;
+            kids = offer_message(offer, PyTuple_GET_ITEM(batch, 2), payload, OP_NAMES[op],
+                                 subj, reply, sid, off0, off0 + consumed, ch[c1].ts_first,
+                                 ch[c2].ts_last, ch[c1].frame_first, ch[c2].frame_last);
+            Py_DECREF(payload);
+            if (kids == NULL) goto done;
+            if (emit_batch(records, batch, rows - emitted, kids) < 0) {
+                Py_DECREF(kids);
+                goto done;
+            }
+            Py_DECREF(kids);
+            emitted = rows;
+            carried = 0;
+            carry = 1;
+            /* the offer may have changed the verdicts (a decode binds subjects): the
+             * borrowed memo may be stale or gone */
+            memo_v = NULL;
+            continue;
+        }
         if (carried) {
             subject = Py_BuildValue(
                 "(y#sNNNLLLLLL)", (const char *)(s + li + 1), (Py_ssize_t)total, OP_NAMES[op],
@@ -892,6 +1077,12 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
             status = CARRIED;
             break;
         }
+    }
+    if (records != Py_None && rows > emitted) {
+        PyObject *none = PyTuple_New(0); /* no children: () */
+        int r = none == NULL ? -1 : emit_batch(records, batch, rows - emitted, none);
+        Py_XDECREF(none);
+        if (r < 0) goto done;
     }
     result = Py_BuildValue("innO", status, p, rows, subject ? subject : Py_None);
 done:
@@ -1231,6 +1422,8 @@ static PyMethodDef module_methods[] = {
     {"reuse_stats", py_reuse_stats, METH_NOARGS,
      "reuse_stats() -> (hits, misses, hit bytes, missed bytes) of the digests of payloads "
      ">= REUSE_MIN bytes: taken from an equal kept payload, or hashed"},
+    {"message_layout", py_message_layout, METH_VARARGS,
+     "message_layout(type, field_names) -> whether scan fills type's slots itself"},
     {"protobuf_ok", py_protobuf_ok, METH_VARARGS,
      "protobuf_ok(data) -> dissectors.proto.wire.scan(data) is not None"},
     {NULL}};

@@ -40,11 +40,16 @@ scanner from the prefixes themselves, without a stop to ask the probe (29,010 st
 run of bench_liftbridge's 20 MB capture).  Subject verdicts are cached per server scope and kept
 true as bindings change (``ScopeDispatcher.verdicts``).  A PUB/MSG so offered stays
 on the fast path (``CARRIED``, issue 22): its row goes to the columns like any other,
-the scan stops right after it, and the session offers the ``CarriedMessage`` the
-reference would build to the carrier scope; the records returned are the
-``ColumnBatch``'s ``children`` (the conveyor ids them after the batch's last row, that
-message's row, as it ids a reference row's children).  Stopping after each one keeps
-the order of decodes, hence of bindings, the reference's.  HPUB/HMSG (the offer
+and the scan itself offers the ``CarriedMessage`` the reference would build to the
+carrier scope (filling the dataclass's slots: ``message_layout`` below); the records
+returned are the ``children`` of the ``ColumnBatch`` ending with that message's row
+(the conveyor ids them after the batch's last row, as it ids a reference row's
+children), and the scan goes on.  The session passes its list of records to the scan,
+which appends the ``ColumnBatch`` records itself: no stop, Python loop turn or
+``__init__`` per carried message (on bench_stan's capture nearly every operation is
+one; they cost ~300 of the ~3,060 bytecodes per STAN row).  Offers are made in order
+and the next operation's verdict is read after the offer returns, so the order of
+decodes, hence of bindings, is the reference's.  HPUB/HMSG (the offer
 carries their parsed headers) and every operation the scanner refuses anyway go to the
 reference, which offers them itself; so does everything when the hook is not the one
 ``carry`` set.  ``MSGCAP_NATS_CARRY=0`` sends every offered operation to the reference.
@@ -58,13 +63,14 @@ takes Arrow batches.
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from dissectors import arrowops, libcrypto
-from dissectors.api import ColumnBatch
+from dissectors.api import CarriedMessage, ColumnBatch
 from dissectors.nats.jetstream import ack_arrays
 from dissectors.schema import timestamp_from_ns
 from dissectors.tables import NS_SUFFIX
@@ -105,6 +111,16 @@ def _hook_openssl() -> str:
 
 
 SHA256_IMPL = _hook_openssl()
+
+# ``CarriedMessage``'s fields in the order the scan fills them (``_speedups.c``,
+# ``offer_message``): the scan sets the slots itself when the dataclass is still exactly
+# that (no ``__post_init__``), else calls it with them in this order
+_CARRIED_FIELDS = ("carrier", "op", "subject", "reply_to", "sid", "headers", "payload",
+                   "direction", "flow_id", "offset_start", "offset_end", "ts_first_ns",
+                   "ts_last_ns", "frame_first", "frame_last")
+if AVAILABLE and tuple(f.name for f in fields(CarriedMessage)) == _CARRIED_FIELDS \
+        and not hasattr(CarriedMessage, "__post_init__"):
+    _speedups.message_layout(CarriedMessage, _CARRIED_FIELDS)
 
 
 def enabled(requested: bool = True) -> bool:

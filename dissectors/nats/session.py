@@ -171,6 +171,11 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         # carry()'s hook, and whether the scanner takes the PUB/MSG it offers (CARRIED)
         self._carry_hook: MessageHook | None = None
         self._fast_carry = False
+        # what the scan needs to append ColumnBatch records and offer carried messages
+        # itself (``fastpath``): per direction (ColumnBatch, table, direction, rows,
+        # format), set by enable_fast; (offer, CarriedMessage, flow_id, carry_max), by carry
+        self._batch: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
+        self._offer: tuple[Any, ...] | None = None
 
     def carry(self, scope: CarrierScope) -> None:
         """``CarrierSession``: offer each whole PUB/HPUB/MSG/HMSG payload to ``scope`` as a
@@ -189,6 +194,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             ))
 
         self.on_message = self._carry_hook = on_message
+        cmax = self.carry_max
+        self._offer = (offer, CarriedMessage, flow_id, -1 if cmax is None else cmax)
 
     def columnar(self, keep_rows: bool) -> None:
         """``ColumnarSession``: the compiled fast path, when it is built and not turned
@@ -218,6 +225,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self._fast_verdict = verdict
         self._fast_probe = probe
         self._fast_carry = fastpath.carry_enabled()
+        self._batch = ((ColumnBatch, _TABLE, Direction.C2S, rows, fastpath.FORMAT),
+                       (ColumnBatch, _TABLE, Direction.S2C, rows, fastpath.FORMAT))
 
     # ---- driver hooks --------------------------------------------------------------
 
@@ -297,12 +306,13 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         hook = self.on_message
         verdicts = self._fast_verdicts if hook is not None else None
         first = self._fast_first if verdicts is not None else None
-        # carried PUB/MSG stay on the fast path only behind carry()'s own hook
+        # carried PUB/MSG stay on the fast path only behind carry()'s own hook, which the
+        # scanner offers them to itself (``fastpath``: the scan's ``records``)
         carry = 1 if self._fast_carry and hook is not None and hook is self._carry_hook else 0
+        batch = self._batch[direction]
+        offer = self._offer
         cleared = False
         st.wait_for = 0
-        # the ColumnarSession contract: ``out`` (typed by FramedSession) takes ColumnBatch
-        batches: list[Record | ColumnBatch] = out  # type: ignore[assignment]  # (see above)
         status: int
         new_pos: int
         n: int
@@ -311,27 +321,18 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             status, new_pos, n, subject = fastpath.scan(
                 self.fast_rows, buf, pos, base, chunks, c2s, fr.max_line_bytes,
                 -1 if mp is None else mp, -1 if cap is None else cap,
-                -1 if hcap is None else hcap, first, verdicts, cleared, carry,
+                -1 if hcap is None else hcap, first, verdicts, cleared, carry, out, batch,
+                offer,
             )
             cleared = False
             if n:
+                # (the scan appended the rows' ColumnBatch records to ``out`` itself, a
+                # carried message's records the children of the batch ending with it)
                 fr.consumed(new_pos - pos)
                 self.ops[direction] += n
-                # a carried message's records: children of the row just written, the
-                # batch's last (and the batch is closed: the next rows come after them)
-                kids = self._offer_carried(direction, subject) \
-                    if status == fastpath.CARRIED else ()
-                last = batches[-1] if batches else None
-                if type(last) is ColumnBatch and last.direction == direction \
-                        and not last.children:  # no row between: one batch
-                    batches[-1] = ColumnBatch(_TABLE, direction, last.n + n, self.fast_rows,
-                                              fastpath.FORMAT, kids)
-                else:
-                    batches.append(ColumnBatch(_TABLE, direction, n, self.fast_rows,
-                                               fastpath.FORMAT, kids))
-            if status == fastpath.CARRIED:
-                carry = 1
-            elif status == fastpath.NEED_VERDICT:
+                if carry:
+                    carry = 1  # (a probe-claimed first operation was taken)
+            if status == fastpath.NEED_VERDICT:
                 if len(verdicts) >= MAX_VERDICTS:  # type: ignore[arg-type]
                     verdicts.clear()  # type: ignore[union-attr]  # (see MAX_VERDICTS)
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
@@ -348,19 +349,6 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                 st.wait_at = base + new_pos
                 st.wait_for = subject or 0
                 return status
-
-    def _offer_carried(self, direction: Direction, carried: tuple[Any, ...]) -> list[Record]:
-        """The records the carrier scope decodes from a PUB/MSG the scanner took (its
-        ``CARRIED`` tuple), as ``on_message`` gives the reference's row: the same
-        ``CarriedMessage`` (no headers: HPUB/HMSG go to the reference)."""
-        payload, op, subject, reply, sid, o1, o2, t1, t2, f1, f2 = carried
-        cmax = self.carry_max
-        if cmax is not None and len(payload) > cmax:
-            return []  # the reference does not keep it whole, hence does not offer it
-        sc = self._carrier
-        return sc.offer(CarriedMessage(  # type: ignore[union-attr]  # set with _carry_hook
-            _TABLE, op, subject, reply, sid, None, payload, direction, sc.flow_id,  # type: ignore[union-attr]
-            o1, o2, t1, t2, f1, f2))
 
     def _on_line(self, direction: Direction, st: _Direction, ev: Line, out: list[Record]) -> None:
         line = ev.data

@@ -468,6 +468,46 @@ def test_carried_messages_stay_on_the_fast_path():
     assert_same(a, b)
 
 
+def test_the_scan_reads_a_verdict_after_the_offer_before_it():
+    # the scan offers a carried message itself and goes on: the next operation's
+    # verdict must be the one after that offer, whose decode may bind or unbind
+    # subjects -- the same subject again included (q: a probe's exact prefix claims its
+    # first message, whose decode binds q; the next one on q is bound, not claimed)
+    from dissectors import dispatch
+
+    class Exact:
+        probe_prefixes = (b"M",)
+
+    flags = dispatch.probe_first_bytes([Exact])  # type: ignore[list-item]
+
+    def run(fast):
+        bound = {"s"}
+
+        def offer(m):  # a decode that learns: binds q and s's reply, a bare s unbinds s
+            if m.subject not in bound and m.payload[:1] != b"M":
+                return []
+            if m.subject == "s" and m.reply_to:
+                bound.add(m.reply_to)
+                scope.verdicts[m.reply_to] = True
+            elif m.subject == "s":
+                bound.discard("s")
+                scope.verdicts.pop("s", None)
+            elif m.subject == "q":
+                bound.add("q")
+                scope.verdicts["q"] = True
+            return [m.anomaly("test.claimed", f"{m.subject} {m.payload!r}")]
+
+        scope = _Scope(offer, flags, lambda s: s in bound, lambda p: p[:1] == b"M")
+        ops = (b"PUB r 1\r\na\r\nPUB s r 1\r\nb\r\nPUB r 1\r\nc\r\nPUB s 1\r\nd\r\n"
+               b"PUB s 1\r\ne\r\nPUB q 1\r\nM\r\nPUB q 1\r\nf\r\n")
+        return run_session(lambda: _carried(scope, fast), [Data(C2S, ops)])
+
+    a, b = run(False), run(True)
+    assert_same(a, b)
+    kids = [k.values["detail"] for r in b.records for k in r.children]
+    assert kids == ["s b'b'", "r b'c'", "s b'd'", "q b'M'", "q b'f'"]
+
+
 def test_the_verdict_cache_stays_bounded(monkeypatch):
     # a reply subject per request (_INBOX.<id>.<n>): the verdicts the fast path caches
     # start again from empty at the bound, and the rows and offers stay the reference's
