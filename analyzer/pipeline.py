@@ -78,6 +78,7 @@ from reassembly.events import (
 )
 from reassembly.flows import RoleSwaps
 from reassembly.limits import Limits
+from reassembly.native import maker
 from reassembly.provenance import CoalescedData
 
 try:
@@ -93,6 +94,7 @@ _FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offse
 # ``MSGCAP_FLOW_COALESCE=0``: ``dissect_capture`` takes the engine's runs in the
 # reference's event order only (``CaptureDissection.may_reorder`` is never asked)
 FLOW_COALESCE_SWITCH = "MSGCAP_FLOW_COALESCE"
+_span = maker(Span)  # ``Span`` made in C: one a segment (``CaptureDissection.handle``)
 
 
 def flow_coalescing() -> bool:
@@ -561,19 +563,26 @@ class CaptureDissection:
         return fd
 
     def handle(self, ev: object) -> None:
-        if type(ev) is CoalescedData:  # (first: the bulk of a capture's events)
+        cls = type(ev)
+        if cls is CoalescedData:  # (first: the bulk of a capture's events)
             self._coalesced(ev)
             return
-        if type(ev) is StreamData:
-            fd = self._flows.get((ev.flow.flow_id, ev.stream_id))  # (``_dispatch``, inline)
+        if cls is StreamData:
+            flow, sid = ev.flow, ev.stream_id
+            fd = self._flows.get((flow.flow_id, sid))  # (``_dispatch``, inline)
             if fd is None:
-                fd = self._dispatch(ev.flow, ev.stream_id)
-            span = Span(ev.offset, ev.ts_first_ns, ev.ts_last_ns, ev.frame_first, ev.frame_last)
-            self._feed(fd, ev.direction, ev.data, span)
+                fd = self._dispatch(flow, sid)
+            self._feed(fd, ev.direction, ev.data, _span(ev.offset, ev.ts_first_ns, ev.ts_last_ns,
+                                                        ev.frame_first, ev.frame_last))
             ready = self.roles.ready
             while ready:  # detection swapped the flow's roles (``RoleSwaps``)
                 self.handle(ready.pop(0))
             return
+        self._other(ev)
+
+    def _other(self, ev: object) -> None:
+        """``handle`` for every event but stream data (apart: the closures here would make
+        ``handle`` build three cells per call, one call per segment)."""
         layer = self._layer_of.get(type(ev))
         if layer is not None:
             self._layer_rows(layer, ev)

@@ -1740,6 +1740,283 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ windows */
+
+/* One flow direction's part of slide(): the half stream, its keep, and the data of its
+ * runs from the last one back (reversed), as far as reaches into the last keep bytes. */
+typedef struct {
+    PyObject *half;  /* a TcpHalfStream (new reference), NULL: nothing to do */
+    Py_ssize_t keep, size;
+    PyObject *parts; /* list, reversed order */
+    int done;
+} Slide;
+
+/* Apply one direction's slide: half.recent (a _Window, made if it is not one: the first
+ * bytes, or the first after a gap) ends with the last keep bytes delivered. */
+static int slide_apply(Slide *sl, PyObject *wtype) {
+    PyObject *recent;
+    Py_ssize_t np = PyList_GET_SIZE(sl->parts), i, keep = sl->keep, size = 0, rlen, pos;
+    char *dst;
+    if (np == 0) return 0;
+    if ((recent = PyObject_GetAttrString(sl->half, "recent")) == NULL) return -1;
+    if (!PyObject_TypeCheck(recent, (PyTypeObject *)wtype)) {
+        PyObject *zero = PyLong_FromLong(0);
+        int rc;
+        Py_DECREF(recent);
+        if (zero == NULL || (recent = PyObject_CallNoArgs(wtype)) == NULL) {
+            Py_XDECREF(zero);
+            return -1;
+        }
+        rc = PyObject_SetAttrString(sl->half, "recent", recent) < 0 ||
+             PyObject_SetAttrString(recent, "half", sl->half) < 0 ||
+             PyObject_SetAttrString(recent, "held", zero) < 0;
+        Py_DECREF(zero);
+        if (rc) {
+            Py_DECREF(recent);
+            return -1;
+        }
+    }
+    for (i = 0; i < np; i++) size += PyBytes_GET_SIZE(PyList_GET_ITEM(sl->parts, i));
+    rlen = PyByteArray_GET_SIZE(recent);
+    if (size >= keep) { /* the window is the last keep bytes of the new ones */
+        if (PyByteArray_Resize(recent, keep) < 0) goto fail;
+        pos = keep; /* filled from the end, parts reversed: the last part first */
+    } else {
+        Py_ssize_t excess = rlen + size - keep;
+        if (excess > 0) {
+            dst = PyByteArray_AS_STRING(recent);
+            memmove(dst, dst + excess, (size_t)(rlen - excess));
+            rlen -= excess;
+        }
+        if (PyByteArray_Resize(recent, rlen + size) < 0) goto fail;
+        pos = rlen + size;
+    }
+    dst = PyByteArray_AS_STRING(recent);
+    for (i = 0; i < np && pos > 0; i++) {
+        PyObject *part = PyList_GET_ITEM(sl->parts, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(part), take = len < pos ? len : pos;
+        memcpy(dst + pos - take, PyBytes_AS_STRING(part) + len - take, (size_t)take);
+        pos -= take;
+    }
+    Py_DECREF(recent);
+    return 0;
+fail:
+    Py_DECREF(recent);
+    return -1;
+}
+
+/* slide(runs, window_type): reassembly.native.NativeReassembler._slide_windows (its
+ * reference, kept there) in C: each direction's overlap-check window ends with the
+ * bytes its runs delivered after its last gap, once per direction and sync.  Why: a
+ * stretch of many short flows has about one run per flow direction, and that loop cost
+ * ~55 bytecodes a segment in Python.  The runs are read from the last one back, so a
+ * direction's bytes stop being collected once they cover its keep. */
+static PyObject *py_slide(PyObject *self, PyObject *args) {
+    PyObject *runs, *wtype, *seen = NULL, *key = NULL;
+    Slide *sl = NULL;
+    Py_ssize_t n, i, nsl = 0;
+    int ok = 0;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &runs, &PyType_Type, &wtype)) return NULL;
+    n = PyList_GET_SIZE(runs);
+    if (n == 0) Py_RETURN_NONE;
+    if ((sl = PyMem_Calloc((size_t)n, sizeof(Slide))) == NULL) return PyErr_NoMemory();
+    if ((seen = PyDict_New()) == NULL) goto done;
+    for (i = n - 1; i >= 0; i--) {
+        PyObject *run = PyList_GET_ITEM(runs, i), *conn, *dir, *data, *at;
+        Slide *cur;
+        if (!PyTuple_Check(run) || PyTuple_GET_SIZE(run) != 6) {
+            PyErr_SetString(PyExc_TypeError, "slide: a run is a 6-tuple");
+            goto done;
+        }
+        conn = PyTuple_GET_ITEM(run, 1);
+        dir = PyTuple_GET_ITEM(run, 2);
+        data = PyTuple_GET_ITEM(run, 4);
+        if ((key = PyTuple_Pack(2, conn, dir)) == NULL) goto done;
+        at = PyDict_GetItemWithError(seen, key);
+        if (at == NULL) {
+            PyObject *idx, *keep;
+            long d;
+            if (PyErr_Occurred()) goto done;
+            cur = &sl[nsl];
+            if ((idx = PyLong_FromSsize_t(nsl++)) == NULL) goto done;
+            if (PyDict_SetItem(seen, key, idx) < 0) {
+                Py_DECREF(idx);
+                goto done;
+            }
+            Py_DECREF(idx);
+            if ((d = PyLong_AsLong(dir)) == -1 && PyErr_Occurred()) goto done;
+            if ((cur->half = PyObject_GetAttrString(conn, d ? "s2c" : "c2s")) == NULL) goto done;
+            if ((keep = PyObject_GetAttrString(cur->half, "keep")) == NULL) goto done;
+            cur->keep = PyLong_AsSsize_t(keep);
+            Py_DECREF(keep);
+            if (cur->keep == -1 && PyErr_Occurred()) goto done;
+            if ((cur->parts = PyList_New(0)) == NULL) goto done;
+            cur->done = cur->keep <= 0;
+        } else {
+            cur = &sl[PyLong_AsSsize_t(at)];
+        }
+        Py_CLEAR(key);
+        if (cur->done) continue;
+        if (data == Py_None) { /* a gap forgot the window: only the bytes after it count */
+            cur->done = 1;
+            continue;
+        }
+        if (!PyBytes_Check(data)) {
+            PyErr_SetString(PyExc_TypeError, "slide: a run's data is bytes or None");
+            goto done;
+        }
+        if (PyList_Append(cur->parts, data) < 0) goto done;
+        cur->size += PyBytes_GET_SIZE(data);
+        if (cur->size >= cur->keep) cur->done = 1;
+    }
+    /* in order of each direction's last run (the Python reference: of its first run;
+     * the windows are distinct objects, so the order changes nothing) */
+    for (i = 0; i < nsl; i++)
+        if (sl[i].keep > 0 && slide_apply(&sl[i], wtype) < 0) goto done;
+    ok = 1;
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(seen);
+    for (i = 0; i < nsl; i++) {
+        Py_XDECREF(sl[i].half);
+        Py_XDECREF(sl[i].parts);
+    }
+    PyMem_Free(sl);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ Maker */
+
+/* Maker(cls, names, defaults=()): a callable that makes an instance of cls from its
+ * fields' values in order, as cls(*values) would, without a Python __init__ or __new__.
+ * Why: the engine makes one StreamData per segment (and the conveyor one Span), a
+ * frozen slots dataclass whose generated __init__ sets each of its 9 fields through
+ * object.__setattr__ (~2 us) and a NamedTuple whose __new__ is a Python function
+ * (~0.5 us); made here, either costs a tenth of that.  Only for classes whose
+ * construction is nothing but storing the values: a tuple subclass with no slots of its
+ * own (a NamedTuple: names are its fields), or a class whose names are all object slots
+ * (member descriptors of type T_OBJECT_EX: a slots dataclass with no __post_init__; the
+ * caller checks that).  defaults: the values of the last fields when fewer are given. */
+#include <structmember.h>
+
+#define MAKER_MAX 32
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *cls;
+    PyObject *defaults; /* tuple */
+    Py_ssize_t n;       /* fields */
+    int is_tuple;
+    Py_ssize_t offsets[MAKER_MAX];
+} Maker;
+
+static PyObject *maker_call(Maker *m, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nd = PyTuple_GET_SIZE(m->defaults), i;
+    PyObject *obj, *v;
+    if (kw != NULL && PyTuple_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Maker takes positional arguments only");
+        return NULL;
+    }
+    if (nargs > m->n || nargs < m->n - nd) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd to %zd values, not %zd", m->cls->tp_name,
+                     m->n - nd, m->n, nargs);
+        return NULL;
+    }
+    obj = m->cls->tp_alloc(m->cls, m->is_tuple ? m->n : 0);
+    if (obj == NULL) return NULL;
+    for (i = 0; i < m->n; i++) {
+        v = i < nargs ? args[i] : PyTuple_GET_ITEM(m->defaults, i - (m->n - nd));
+        Py_INCREF(v);
+        if (m->is_tuple)
+            PyTuple_SET_ITEM(obj, i, v);
+        else
+            *(PyObject **)((char *)obj + m->offsets[i]) = v;
+    }
+    return obj;
+}
+
+static PyObject *maker_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *cls, *names, *defaults = NULL;
+    Maker *m;
+    Py_ssize_t i, n;
+    static char *kwlist[] = {"cls", "names", "defaults", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|O!", kwlist, &PyType_Type, &cls,
+                                     &PyTuple_Type, &names, &PyTuple_Type, &defaults))
+        return NULL;
+    n = PyTuple_GET_SIZE(names);
+    if (n > MAKER_MAX || (defaults != NULL && PyTuple_GET_SIZE(defaults) > n)) {
+        PyErr_SetString(PyExc_ValueError, "Maker: too many names or defaults");
+        return NULL;
+    }
+    m = (Maker *)type->tp_alloc(type, 0);
+    if (m == NULL) return NULL;
+    m->vectorcall = (vectorcallfunc)maker_call;
+    m->cls = (PyTypeObject *)Py_NewRef(cls);
+    m->defaults = defaults != NULL ? Py_NewRef(defaults) : PyTuple_New(0);
+    if (m->defaults == NULL) goto fail;
+    m->n = n;
+    m->is_tuple = PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type);
+    if (m->is_tuple) {
+        if (((PyTypeObject *)cls)->tp_basicsize != PyTuple_Type.tp_basicsize ||
+            ((PyTypeObject *)cls)->tp_dictoffset) {
+            PyErr_Format(PyExc_TypeError, "%s: a tuple subclass with state of its own",
+                         ((PyTypeObject *)cls)->tp_name);
+            goto fail;
+        }
+        return (PyObject *)m;
+    }
+    if (((PyTypeObject *)cls)->tp_new != PyBaseObject_Type.tp_new ||
+        ((PyTypeObject *)cls)->tp_itemsize) {
+        PyErr_Format(PyExc_TypeError, "%s: not a plain slots class",
+                     ((PyTypeObject *)cls)->tp_name);
+        goto fail;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *d;
+        PyMemberDef *md;
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "Maker: names must be str");
+            goto fail;
+        }
+        d = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, name);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s.%U is not a slot of the class",
+                             ((PyTypeObject *)cls)->tp_name, name);
+            goto fail;
+        }
+        md = ((PyMemberDescrObject *)d)->d_member;
+        if (md->type != T_OBJECT_EX || (md->flags & READONLY)) {
+            PyErr_Format(PyExc_TypeError, "%s.%U is not an object slot",
+                         ((PyTypeObject *)cls)->tp_name, name);
+            goto fail;
+        }
+        m->offsets[i] = md->offset;
+    }
+    return (PyObject *)m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
+
+static void maker_dealloc(Maker *m) {
+    Py_XDECREF(m->cls);
+    Py_XDECREF(m->defaults);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyTypeObject MakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "reassembly._engine.Maker",
+    .tp_basicsize = sizeof(Maker),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Maker, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = maker_new,
+    .tp_dealloc = (destructor)maker_dealloc,
+    .tp_doc = "Maker(cls, names, defaults=()) -> callable making cls from field values",
+};
+
 /* ------------------------------------------------------------------ pcapng walk */
 
 #include "_pcapng_walk.c"
@@ -1759,6 +2036,9 @@ static PyMethodDef module_methods[] = {
     {"walk_pcap", py_walk_pcap, METH_VARARGS,
      "walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max) "
      "-> Batch"},
+    {"slide", py_slide, METH_VARARGS,
+     "slide(runs, window_type): each run's flow direction's overlap-check window ends with "
+     "the bytes delivered (reassembly.native.NativeReassembler._slide_windows)"},
     {"walk_pcapng", py_walk_pcapng, METH_VARARGS,
      "walk_pcapng(buf, pos, stop, big_endian, interfaces, number, last_ts, max) -> "
      "(Batch, last_ts)"},
@@ -1771,7 +2051,9 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__engine(void) {
     PyObject *m;
-    if (PyType_Ready(&BatchType) < 0 || PyType_Ready(&EngineType) < 0) return NULL;
+    if (PyType_Ready(&BatchType) < 0 || PyType_Ready(&EngineType) < 0 ||
+        PyType_Ready(&MakerType) < 0)
+        return NULL;
     m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     Py_INCREF(&BatchType);
@@ -1783,6 +2065,12 @@ PyMODINIT_FUNC PyInit__engine(void) {
     Py_INCREF(&EngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
         Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&MakerType);
+    if (PyModule_AddObject(m, "Maker", (PyObject *)&MakerType) < 0) {
+        Py_DECREF(&MakerType);
         Py_DECREF(m);
         return NULL;
     }

@@ -21,12 +21,13 @@ core still reads and writes the reference's flow state (``FlowTable``/``_Tcp``/
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import struct
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from itertools import groupby
-from typing import NamedTuple, TypeGuard, cast
+from typing import Any, NamedTuple, TypeGuard, TypeVar, cast
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.engine import CaptureClock, Reassembler
@@ -51,6 +52,46 @@ except ImportError:  # no C compiler at install time: the reference runs alone
     _engine = None  # type: ignore[assignment]
 
 AVAILABLE = _engine is not None
+_T = TypeVar("_T")
+
+
+def maker(cls: type[_T]) -> Callable[..., _T]:
+    """A constructor of ``cls`` taking the same positional values and making an equal
+    object: ``_engine.Maker`` (C) where making one only stores its fields — a
+    NamedTuple, or a slots dataclass without ``__post_init__`` whose fields all come from
+    its generated ``__init__`` (defaults allowed, no factories) — else ``cls`` itself.
+    Why: the engine makes a ``StreamData`` per segment and the conveyor a ``Span``; a
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``
+    (~2 us for ``StreamData``), a NamedTuple's ``__new__`` is a Python function (~0.5 us);
+    the C one takes ~0.15 and ~0.05 us (``tests/perf/test_engine_native.py`` compares)."""
+    make = getattr(_engine, "Maker", None)
+    if make is None:  # (no C compiler, or a module built before it had Maker)
+        return cls
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        tup: Any = cls
+        names, defaults = tup._fields, tuple(tup._field_defaults.values())
+    elif (dataclasses.is_dataclass(cls) and "__slots__" in vars(cls)
+          and not hasattr(cls, "__post_init__")
+          and _generated(cls.__init__)):
+        fields = dataclasses.fields(cls)
+        if any(not f.init or f.default_factory is not dataclasses.MISSING for f in fields):
+            return cls
+        names = tuple(f.name for f in fields)
+        defaults = tuple(f.default for f in fields if f.default is not dataclasses.MISSING)
+    else:
+        return cls
+    return cast(Callable[..., _T], make(cls, names, defaults))
+
+
+def _generated(init: object) -> bool:
+    """Whether ``init`` is a dataclass's generated ``__init__`` (not one of the class)."""
+    code = getattr(init, "__code__", None)
+    return code is not None and code.co_qualname.startswith("__create_fn__")
+
+
+_stream_data = maker(StreamData)
+# ``NativeReassembler._slide_windows`` in C (None: a module built before it had it)
+_slide = getattr(_engine, "slide", None)
 
 # Records per batch: bounds the batch's row array (~100 bytes a record) and how long
 # the reference waits for the events of a stretch of taken packets.
@@ -426,7 +467,8 @@ class NativeReassembler:
                 continue
             for direction, (packets, nbytes, mid, next_off, ref_off, last_end, acked, edge,
                             wsize, _rlen, buffered, drained) in enumerate((c2s, s2c)):
-                half = _stream(conn, direction)
+                # (``_stream`` written out: this is per flow and sync)
+                half: TcpHalfStream = conn.s2c if direction else conn.c2s  # type: ignore[assignment]
                 info.packets[direction] += packets
                 if nbytes or buffered or drained:
                     info.payload_bytes[direction] += nbytes + buffered
@@ -443,7 +485,10 @@ class NativeReassembler:
         if effects:  # (before the windows slide: a drain forgets its direction's)
             self._effects(effects)
         if runs:
-            self._slide_windows(runs)
+            if _slide is not None:  # (``_slide_windows`` in C)
+                _slide(runs, _Window)
+            else:
+                self._slide_windows(runs)
 
     def _effects(self, effects: list[_engine.Effect]) -> None:
         """What the C core did to buffers and windows, into the reference's objects in
@@ -505,22 +550,26 @@ class NativeReassembler:
     def _slide_windows(runs: list[_engine.Run]) -> None:
         """Each direction's overlap-check window ends with the bytes delivered: once per
         direction and sync (the reference slides it a segment at a time; the bytes kept
-        are the same)."""
-        # the runs' bytes per flow direction (by the flow's ``_Tcp`` and the direction:
-        # no lookup of the direction's state per run)
+        are the same).  ``_engine.slide`` does this in C (``_sync``; this stays its
+        definition, ``tests/perf/test_engine_native.py`` compares them)."""
+        # the runs' bytes per flow direction (by the flow's ``_Tcp``, hashed by identity,
+        # and the direction: no lookup of the direction's state per run)
         # (a gap, data None, forgot the window: only the bytes after it count)
-        taken: dict[tuple[int, int], tuple[_Tcp, int, list[bytes]]] = {}
+        taken: dict[tuple[_Tcp, int], list[bytes]] = {}
         for _info, conn, direction, _off, data, _segs in runs:
-            entry = taken.get((id(conn), direction))
-            if entry is None or data is None:
-                taken[(id(conn), direction)] = (conn, direction, [] if data is None else [data])
+            key = (conn, direction)
+            parts = taken.get(key)
+            if parts is None or data is None:
+                taken[key] = [] if data is None else [data]
             else:
-                entry[2].append(data)
-        for conn, direction, parts in taken.values():
-            half = _stream(conn, direction)
-            keep, recent = half.keep, half.recent
+                parts.append(data)
+        for (conn, direction), parts in taken.items():
+            # (``_stream`` written out: a registered flow's direction is a TcpHalfStream)
+            half: TcpHalfStream = conn.s2c if direction else conn.c2s  # type: ignore[assignment]
+            keep = half.keep
             if not keep or not parts:
                 continue
+            recent = half.recent
             if not isinstance(recent, _Window):  # the first bytes, or the first after a gap
                 recent = half.recent = _Window()
                 recent.half, recent.held = half, 0
@@ -675,7 +724,7 @@ class NativeReassembler:
                 continue
             if len(segs) == _ONE_SEGMENT:
                 _, ts, frame = _unpack_segment(segs)
-                yield StreamData(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
+                yield _stream_data(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
                 continue
             chunk = CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
             if split:
@@ -749,8 +798,8 @@ class NativeReassembler:
                             # (``_hold_pieces`` only when a charge is due by this frame)
                             if pending and pending[0][0] <= frame:
                                 self._hold_pieces(frame)
-                            yield StreamData(info, _DIRECTIONS[direction], offset, data, ts,
-                                             ts, frame, frame)
+                            yield _stream_data(info, _DIRECTIONS[direction], offset, data, ts,
+                                               ts, frame, frame)
                             continue
                         if pending:
                             self._hold_pieces(_last_frame(segs))

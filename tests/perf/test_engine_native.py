@@ -909,3 +909,81 @@ def test_capture_events_with_chunks_stand_for_the_same_events(path: Path) -> Non
 
     plain = [_key(e) for e in run()]
     assert [_key(e) for e in _expanded(run(chunks=True))] == plain
+
+
+def test_maker_makes_what_the_class_makes() -> None:
+    """``native.maker``: the C constructor of ``StreamData`` (a frozen slots dataclass with
+    a default) and ``Span`` (a NamedTuple) makes objects equal to the class's own, still
+    frozen; a class it cannot make so (a dataclass with ``__post_init__``, no slots) is
+    returned as it is."""
+    import dataclasses
+
+    from reassembly.events import Direction, StreamData, StreamGap
+    from reassembly.provenance import Span
+
+    if not hasattr(native._engine, "Maker"):
+        pytest.skip("engine built without Maker")
+    make = native.maker(StreamData)
+    assert make is not StreamData
+    args = (object(), Direction.S2C, 5, b"abc", 1, 2, 3, 4)
+    assert make(*args) == StreamData(*args) and make(*args, 7) == StreamData(*args, 7)
+    assert type(make(*args)) is StreamData and make(*args).stream_id is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        make(*args).offset = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make(*args[:-1])
+    assert native.maker(Span)(1, 2, 3, 4, 5) == Span(1, 2, 3, 4, 5)
+    assert type(native.maker(Span)(1, 2, 3, 4, 5)) is Span
+    gap = native.maker(StreamGap)(None, Direction.C2S, 1, 2, 3, 4, "x")
+    assert gap == StreamGap(None, Direction.C2S, 1, 2, 3, 4, "x")
+
+    @dataclasses.dataclass(slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            assert self.a > 0
+
+    @dataclasses.dataclass
+    class Plain:
+        a: int
+
+    assert native.maker(Checked) is Checked and native.maker(Plain) is Plain
+
+
+def test_window_slide_in_c_is_the_reference() -> None:
+    """``_engine.slide`` leaves every direction's overlap-check window as
+    ``NativeReassembler._slide_windows`` (its definition) does, over random stretches of
+    runs: gaps, several runs a direction, windows not made yet, full or empty."""
+    import copy
+
+    from reassembly.tcp import _Window
+
+    if native._slide is None:
+        pytest.skip("engine built without slide")
+
+    class Obj:  # a flow's ``_Tcp`` / a ``TcpHalfStream``: the attributes slide reads
+        def __init__(self, **kw: object) -> None:
+            self.__dict__.update(kw)
+
+    def state(conns: list) -> list:
+        return [[(type(h.recent), bytes(h.recent), getattr(h.recent, "held", None),
+                  getattr(h.recent, "half", None) is h) for h in (c.c2s, c.s2c)]
+                for c in conns]
+
+    rng = random.Random(7)
+    for _ in range(400):
+        conns = [Obj(c2s=Obj(keep=rng.choice((0, 4, 16, 64)), recent=b""),
+                     s2c=Obj(keep=rng.choice((0, 4, 16, 64)), recent=b"")) for _ in range(3)]
+        for half in (h for c in conns for h in (c.c2s, c.s2c)):
+            if rng.random() < 0.5:
+                window = half.recent = _Window(rng.randbytes(rng.randrange(half.keep + 1)))
+                window.half, window.held = half, 256
+        runs = [(None, rng.choice(conns), rng.randrange(2), 0,
+                 None if rng.random() < 0.1 else rng.randbytes(rng.randrange(1, 40)), b"")
+                for _ in range(rng.randrange(1, 12))]
+        twins = copy.deepcopy(conns)
+        index = {id(c): i for i, c in enumerate(conns)}
+        native.NativeReassembler._slide_windows(runs)
+        native._slide([(r[0], twins[index[id(r[1])]], *r[2:]) for r in runs], _Window)
+        assert state(twins) == state(conns)
