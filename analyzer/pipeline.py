@@ -375,11 +375,13 @@ class CaptureDissection:
         parent: int | None,
         pending: dict[str, list[dict]],
     ) -> None:
-        name = fd.dissector.name if fd.dissector else "?"
         for rec in records:
             if type(rec) is ColumnBatch:
                 self._column_rows(fd, rec, pending)
                 continue
+            # (the name only for a Record: a carried message's ColumnBatch comes through
+            # here, one call each, and needs none)
+            name = fd.dissector.name if fd.dissector else "?"
             if rec.table == ANOMALIES.name:
                 v = rec.values
                 self._anomaly_row(

@@ -61,6 +61,8 @@ _MOVED = ("flow_id", "record_id", "direction", "stream_id", "src_ip", "src_port"
           "dst_port")
 _PROVENANCE = ("offset_start", "offset_end", "ts_first", "ts_last", "frame_first",
                "frame_last")
+# a moved row's tuple after its values dict and payload size: provenance, then envelope
+_ROW_COLUMNS = _PROVENANCE + _MOVED
 # what a row is reckoned to hold besides its payload's bytes (for ``nbytes``)
 _ROW_OVERHEAD = 512
 CONVERT_ROWS = 4096  # values dicts held before conversion to Arrow (``PayloadRows``)
@@ -122,22 +124,20 @@ class PayloadRows:
     rows (``analyzer.sink._CONVERT_ROWS``): Python objects are far bigger than Arrow
     values, and the conveyor holds up to 16,384 rows before it asks for the batch."""
 
-    __slots__ = ("_converted", "_envelopes", "_nbytes", "_parts", "_rows", "spec")
+    __slots__ = ("_converted", "_parts", "_rows", "nbytes", "spec")
 
     def __init__(self, spec: TableSpec) -> None:
         self.spec = spec
-        self._rows: list[tuple[Any, ...]] = []  # moved, not yet converted
-        self._envelopes: list[tuple[Any, ...]] = []
+        # moved, not yet converted: each the row's tuple with its envelope appended (one
+        # flat tuple: one append a row, and ``_convert`` transposes all in one ``zip``)
+        self._rows: list[tuple[Any, ...]] = []
         self._parts: list[pa.RecordBatch] = []  # converted (capture_id still null)
         self._converted = 0  # their rows (``len`` is asked after every move)
-        self._nbytes = 0
+        # (an attribute, not a property: the conveyor reads it after every move)
+        self.nbytes = 0
 
     def __len__(self) -> int:
         return len(self._rows) + self._converted
-
-    @property
-    def nbytes(self) -> int:
-        return self._nbytes
 
     def move(self, rows: tuple[Any, ...], n: int, flow_id: int, record_id: int,
              direction: int, stream_id: int | None, src_ip: str, src_port: int, dst_ip: str,
@@ -145,19 +145,19 @@ class PayloadRows:
         """Take the one row ``RowsFormat.record`` made, numbered ``record_id``."""
         if n != 1:  # pragma: no cover - RowsFormat.record makes batches of one row
             raise ValueError(f"payload rows: a batch of {n} rows, not 1")
-        self._rows.append(rows)
-        self._envelopes.append((flow_id, record_id, direction, stream_id, src_ip, src_port,
-                                dst_ip, dst_port))
-        self._nbytes += rows[1] + _ROW_OVERHEAD
-        if len(self._rows) >= CONVERT_ROWS:
-            self._converted += len(self._rows)
+        moved = self._rows
+        moved.append(rows + (flow_id, record_id, direction, stream_id, src_ip, src_port,
+                             dst_ip, dst_port))
+        self.nbytes += rows[1] + _ROW_OVERHEAD
+        if len(moved) >= CONVERT_ROWS:
+            self._converted += len(moved)
             self._parts.append(self._convert())
 
     def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
         parts = self._parts
         if self._rows or not parts:
             parts.append(self._convert())
-        self._parts, self._converted, self._nbytes = [], 0, 0
+        self._parts, self._converted, self.nbytes = [], 0, 0
         batch = parts[0] if len(parts) == 1 else \
             pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
         arrays = batch.columns
@@ -167,19 +167,18 @@ class PayloadRows:
 
     def _convert(self) -> pa.RecordBatch:
         """The rows moved since the last conversion as a batch (capture_id null)."""
-        rows, envelopes = self._rows, self._envelopes
-        self._rows, self._envelopes = [], []
+        rows = self._rows
+        self._rows = []
         spec = self.spec
         if not rows:
             return rows_to_batch(spec, [])
         # transposed in C (``zip``), no Python step per row: the values dicts, the
-        # payload sizes, then the provenance columns; the envelope likewise
-        values, _sizes, *provenance = zip(*rows, strict=True)
+        # payload sizes, the provenance columns, then the envelope's
+        values, _sizes, *moved = zip(*rows, strict=True)
         # the protocol columns as the reference's dict rows are converted (the envelope's
         # columns come out null there: no values dict has those keys)
         base = rows_to_batch(spec, values)
-        columns: dict[str, Any] = dict(zip(_MOVED, zip(*envelopes, strict=True), strict=True))
-        columns.update(zip(_PROVENANCE, provenance, strict=True))
+        columns: dict[str, Any] = dict(zip(_ROW_COLUMNS, moved, strict=True))
         columns["direction"] = list(map(DIRECTION_SHORT.__getitem__, columns["direction"]))
         columns["parent_record_id"] = list(map(_minus_one, columns["record_id"]))
         exact: dict[str, pa.Array] = {}
