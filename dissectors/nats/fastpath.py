@@ -85,6 +85,7 @@ __all__ = ["AVAILABLE", "FORMAT", "FastRows", "batch_from_export", "enabled", "n
 AVAILABLE = _speedups is not None
 if AVAILABLE:
     scan = _speedups.scan
+    scan_with = _speedups.scan_with
     NEED_MORE: int = _speedups.NEED_MORE
     REFUSE: int = _speedups.REFUSE
     NEED_VERDICT: int = _speedups.NEED_VERDICT

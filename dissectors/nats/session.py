@@ -176,6 +176,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         # format), set by enable_fast; (offer, CarriedMessage, flow_id, carry_max), by carry
         self._batch: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
         self._offer: tuple[Any, ...] | None = None
+        # per direction, ``_scan_config``'s answer (None: to be made again)
+        self._scan_configs: list[tuple[Any, tuple[Any, ...], int] | None] = [None, None]
 
     def carry(self, scope: CarrierScope) -> None:
         """``CarrierSession``: offer each whole PUB/HPUB/MSG/HMSG payload to ``scope`` as a
@@ -196,6 +198,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self.on_message = self._carry_hook = on_message
         cmax = self.carry_max
         self._offer = (offer, CarriedMessage, flow_id, -1 if cmax is None else cmax)
+        self._scan_configs = [None, None]
 
     def columnar(self, keep_rows: bool) -> None:
         """``ColumnarSession``: the compiled fast path, when it is built and not turned
@@ -227,22 +230,31 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self._fast_carry = fastpath.carry_enabled()
         self._batch = ((ColumnBatch, _TABLE, Direction.C2S, rows, fastpath.FORMAT),
                        (ColumnBatch, _TABLE, Direction.S2C, rows, fastpath.FORMAT))
+        self._scan_configs = [None, None]
 
     # ---- driver hooks --------------------------------------------------------------
 
     def drain_fed(self, direction: Direction, out: list[Record]) -> None:
-        if self.fast_on:
-            st = self._dirs[direction]
-            fr = st.framer
-            if st.wait_for and self._still_short(st, fr):
-                # a large payload arriving in many segments: scanning again before all of
-                # it is in would stop at the same operation with the same answer
-                fr.hold_budget()
-                self.account(direction)
-                return
-            self._drain_fast(direction, st, out)
-        else:
+        if not self.fast_on:
             self.drain(direction, out)
+            return
+        st = self._dirs[direction]
+        fr = st.framer
+        if st.wait_for and self._still_short(st, fr):
+            # a large payload arriving in many segments: scanning again before all of
+            # it is in would stop at the same operation with the same answer
+            fr.hold_budget()
+        else:
+            # the compiled scanner (runs of ordinary operations) and the reference (one
+            # operation the scanner refused, then back), in turn
+            while True:
+                if st.values is None and fr.at_line and \
+                        self._scan(direction, st, out) == fastpath.NEED_MORE:
+                    fr.hold_budget()  # stopped for more bytes: what it holds draws from the budget
+                    break
+                if not self._reference_step(direction, st, out):
+                    break
+        self.account(direction)
 
     @staticmethod
     def _still_short(st: _Direction, fr: LineFramer) -> bool:
@@ -268,19 +280,6 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
 
     # ---- compiled fast path --------------------------------------------------------
 
-    def _drain_fast(self, direction: Direction, st: _Direction, out: list[Record]) -> None:
-        """Alternate between the compiled scanner (runs of ordinary operations) and the
-        reference (one operation the scanner refused, then back)."""
-        fr = st.framer
-        c2s = direction == Direction.C2S
-        while True:
-            if self._between_ops(st) and self._scan(direction, st, out, c2s) == fastpath.NEED_MORE:
-                fr.hold_budget()  # stopped for more bytes: what it holds draws from the budget
-                break
-            if not self._reference_step(direction, st, out):
-                break
-        self.account(direction)
-
     @staticmethod
     def _between_ops(st: _Direction) -> bool:
         fr = st.framer
@@ -298,19 +297,31 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             if self._between_ops(st):
                 return True
 
-    def _scan(self, direction: Direction, st: _Direction, out: list[Record], c2s: bool) -> int:
-        fr = st.framer
-        mp = self.max_payload
-        cap = self.payload_cap
-        hcap = self.header_cap
+    def _scan_config(self, direction: Direction) -> tuple[Any, tuple[Any, ...], int]:
+        """``(on_message, config, carry)``: the arguments of ``fastpath.scan_with`` that
+        stay the same between calls while ``on_message`` does (``_scan_configs`` is
+        emptied when anything else in them changes)."""
         hook = self.on_message
         verdicts = self._fast_verdicts if hook is not None else None
         first = self._fast_first if verdicts is not None else None
         # carried PUB/MSG stay on the fast path only behind carry()'s own hook, which the
         # scanner offers them to itself (``fastpath``: the scan's ``records``)
         carry = 1 if self._fast_carry and hook is not None and hook is self._carry_hook else 0
-        batch = self._batch[direction]
-        offer = self._offer
+        mp, cap, hcap = self.max_payload, self.payload_cap, self.header_cap
+        config = (self.fast_rows, direction == Direction.C2S,
+                  self._dirs[direction].framer.max_line_bytes,
+                  -1 if mp is None else mp, -1 if cap is None else cap,
+                  -1 if hcap is None else hcap, first, verdicts, self._batch[direction],
+                  self._offer)
+        got = self._scan_configs[direction] = (hook, config, carry)
+        return got
+
+    def _scan(self, direction: Direction, st: _Direction, out: list[Record]) -> int:
+        fr = st.framer
+        got = self._scan_configs[direction]
+        if got is None or got[0] is not self.on_message:
+            got = self._scan_config(direction)
+        _, config, carry = got
         cleared = False
         st.wait_for = 0
         status: int
@@ -318,24 +329,21 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         n: int
         while True:
             buf, pos, base, chunks = fr.scan_view()
-            status, new_pos, n, subject = fastpath.scan(
-                self.fast_rows, buf, pos, base, chunks, c2s, fr.max_line_bytes,
-                -1 if mp is None else mp, -1 if cap is None else cap,
-                -1 if hcap is None else hcap, first, verdicts, cleared, carry, out, batch,
-                offer,
-            )
-            cleared = False
+            # (the scan appends the rows' ColumnBatch records to ``out`` itself, a carried
+            # message's records the children of the batch ending with it)
+            status, new_pos, n, subject = fastpath.scan_with(config, buf, pos, base, chunks,
+                                                             cleared, carry, out)
             if n:
-                # (the scan appended the rows' ColumnBatch records to ``out`` itself, a
-                # carried message's records the children of the batch ending with it)
                 fr.consumed(new_pos - pos)
                 self.ops[direction] += n
                 if carry:
                     carry = 1  # (a probe-claimed first operation was taken)
+            cleared = False
             if status == fastpath.NEED_VERDICT:
-                if len(verdicts) >= MAX_VERDICTS:  # type: ignore[arg-type]
-                    verdicts.clear()  # type: ignore[union-attr]  # (see MAX_VERDICTS)
-                verdicts[subject] = self._fast_verdict(subject)  # type: ignore[index,misc]
+                verdicts = config[7]
+                if len(verdicts) >= MAX_VERDICTS:
+                    verdicts.clear()  # (see MAX_VERDICTS)
+                verdicts[subject] = self._fast_verdict(subject)  # type: ignore[misc]
             elif status == fastpath.NEED_PROBE:
                 if self._fast_probe(subject):  # type: ignore[misc]
                     if not carry:
@@ -392,6 +400,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                         self._dirs[Direction.C2S].wait_for = 0
                         self.drain(Direction.C2S, out)
                     self.max_payload = mp
+                    self._scan_configs = [None, None]  # (the scanner checks PUBs against it)
             return
         # an op with a payload: wait for its bytes
         if op == "PUB" or op == "HPUB":

@@ -600,13 +600,13 @@ def test_a_held_operation_waits_without_rescanning_and_meets_a_new_max_payload(m
     # the scanner is not called again while the payload it waits for is short, and an
     # INFO setting max_payload meanwhile reaches the held operation as in the reference
     calls = []
-    scan = fastpath.scan
+    scan = fastpath.scan_with
 
     def counting(*args):
         calls.append(args[2])
         return scan(*args)
 
-    monkeypatch.setattr(fastpath, "scan", counting)
+    monkeypatch.setattr(fastpath, "scan_with", counting)
     body = bytes(range(256)) * 40
     script = [Data(C2S, b"PUB a %d\r\n" % len(body) + body[:100])]
     script += [Data(C2S, body[i:i + 1000]) for i in range(100, len(body), 1000)]
@@ -615,7 +615,7 @@ def test_a_held_operation_waits_without_rescanning_and_meets_a_new_max_payload(m
     calls.clear()
     b = run_session(_fast_session, script)
     assert_same(a, b)
-    assert len(calls) <= 3  # the line, the last piece (payload in), the trailer
+    assert 0 < len(calls) <= 3  # the line, the last piece (payload in), the trailer
     for cut in (3, 6):  # before and while the payload comes
         info = Data(S2C, b'INFO {"server_id":"S","max_payload":100}\r\n')
         held = [*script[:cut], info, *script[cut:]]
