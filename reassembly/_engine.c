@@ -1886,6 +1886,121 @@ done:
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ events */
+
+/* One packed segment of a run (reassembly.provenance.SEGMENT, "=qqq"): its end offset
+ * (a gap's: its size), time and frame. */
+static void seg_at(const char *p, int64_t *v) { memcpy(v, p, 3 * sizeof(int64_t)); }
+
+/* events(runs, single, holds, make_data, make_chunk, make_gap, directions) ->
+ * (events, cuts): reassembly.native.NativeReassembler.process's loop over a stretch's
+ * runs (the Python loop there stays its definition, NativeReassembler._emit) in C: per
+ * run, a gap (data None) is make_gap(info, direction, offset, nbytes, ts, frame,
+ * "acked-unseen"), a run of one segment make_data(info, direction, offset, data, ts, ts,
+ * frame, frame) when single, any other make_chunk(info, direction, offset, data,
+ * segments); direction is directions[d].  holds: the frames of the budget charges due
+ * (ascending); cuts: (i, frame) where process makes the charges up to frame before it
+ * yields events[i] (_hold_pieces), as its loop decides them.  Why: a stretch of many
+ * short flows has about one run a segment, and that loop cost ~50 bytecodes each. */
+static PyObject *py_events(PyObject *self, PyObject *args) {
+    PyObject *runs, *holds, *make_data, *make_chunk, *make_gap, *dirs, *out = NULL,
+             *cuts = NULL, *reason = NULL, *res;
+    int single;
+    Py_ssize_t n, i, nh, k = 0;
+    int64_t *hf = NULL;
+    if (!PyArg_ParseTuple(args, "O!pOOOOO!", &PyList_Type, &runs, &single, &holds, &make_data,
+                          &make_chunk, &make_gap, &PyTuple_Type, &dirs))
+        return NULL;
+    if (PyTuple_GET_SIZE(dirs) != 2) {
+        PyErr_SetString(PyExc_ValueError, "events: two directions");
+        return NULL;
+    }
+    if ((holds = PySequence_Fast(holds, "events: holds is a sequence")) == NULL) return NULL;
+    nh = PySequence_Fast_GET_SIZE(holds);
+    if (nh && (hf = PyMem_Malloc(sizeof(int64_t) * (size_t)nh)) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (i = 0; i < nh; i++) {
+        hf[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(holds, i));
+        if (hf[i] == -1 && PyErr_Occurred()) goto fail;
+    }
+    n = PyList_GET_SIZE(runs);
+    if ((out = PyList_New(n)) == NULL || (cuts = PyList_New(0)) == NULL) goto fail;
+    if ((reason = PyUnicode_InternFromString("acked-unseen")) == NULL) goto fail;
+    for (i = 0; i < n; i++) {
+        PyObject *run = PyList_GET_ITEM(runs, i), *info, *data, *segs, *dir, *ev, *a[8];
+        Py_ssize_t ns;
+        long d;
+        int64_t v[3], due = -1;
+        const char *sp;
+        if (!PyTuple_Check(run) || PyTuple_GET_SIZE(run) != 6) {
+            PyErr_SetString(PyExc_TypeError, "events: a run is a 6-tuple");
+            goto fail;
+        }
+        info = PyTuple_GET_ITEM(run, 0);
+        data = PyTuple_GET_ITEM(run, 4);
+        segs = PyTuple_GET_ITEM(run, 5);
+        if ((d = PyLong_AsLong(PyTuple_GET_ITEM(run, 2))) == -1 && PyErr_Occurred()) goto fail;
+        if (!PyBytes_Check(segs) || (ns = PyBytes_GET_SIZE(segs)) < 24 || ns % 24 ||
+            (d != 0 && d != 1)) {
+            PyErr_SetString(PyExc_ValueError, "events: a run's segments or direction");
+            goto fail;
+        }
+        dir = PyTuple_GET_ITEM(dirs, d);
+        sp = PyBytes_AS_STRING(segs);
+        seg_at(sp + ns - 24, v); /* the last segment: the frame a charge waits for */
+        if (single && data != Py_None && ns == 24) {
+            if (k < nh && hf[k] <= v[2]) due = v[2];
+            a[0] = info, a[1] = dir, a[2] = PyTuple_GET_ITEM(run, 3), a[3] = data;
+            a[4] = a[5] = PyLong_FromLongLong(v[1]);
+            a[6] = a[7] = PyLong_FromLongLong(v[2]);
+            ev = a[4] && a[6] ? PyObject_Vectorcall(make_data, a, 8, NULL) : NULL;
+            Py_XDECREF(a[4]);
+            Py_XDECREF(a[6]);
+        } else {
+            if (k < nh && hf[k] <= v[2]) due = v[2];
+            if (data == Py_None) {
+                a[0] = info, a[1] = dir, a[2] = PyTuple_GET_ITEM(run, 3);
+                a[3] = PyLong_FromLongLong(v[0]);
+                a[4] = PyLong_FromLongLong(v[1]);
+                a[5] = PyLong_FromLongLong(v[2]);
+                a[6] = reason;
+                ev = a[3] && a[4] && a[5] ? PyObject_Vectorcall(make_gap, a, 7, NULL) : NULL;
+                Py_XDECREF(a[3]);
+                Py_XDECREF(a[4]);
+                Py_XDECREF(a[5]);
+            } else {
+                a[0] = info, a[1] = dir, a[2] = PyTuple_GET_ITEM(run, 3), a[3] = data, a[4] = segs;
+                ev = PyObject_Vectorcall(make_chunk, a, 5, NULL);
+            }
+        }
+        if (ev == NULL) goto fail;
+        PyList_SET_ITEM(out, i, ev);
+        if (due >= 0) {
+            PyObject *cut = Py_BuildValue("(nL)", i, (long long)due);
+            int rc = cut == NULL ? -1 : PyList_Append(cuts, cut);
+            Py_XDECREF(cut);
+            if (rc < 0) goto fail;
+            while (k < nh && hf[k] <= due) k++;
+        }
+    }
+    res = PyTuple_Pack(2, out, cuts);
+    Py_DECREF(out);
+    Py_DECREF(cuts);
+    Py_DECREF(reason);
+    Py_DECREF(holds);
+    PyMem_Free(hf);
+    return res;
+fail:
+    Py_XDECREF(out); /* (a list made by PyList_New(n) with NULL items frees fine) */
+    Py_XDECREF(cuts);
+    Py_XDECREF(reason);
+    Py_DECREF(holds);
+    PyMem_Free(hf);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ Maker */
 
 /* Maker(cls, names, defaults=()): a callable that makes an instance of cls from its
@@ -2036,6 +2151,9 @@ static PyMethodDef module_methods[] = {
     {"walk_pcap", py_walk_pcap, METH_VARARGS,
      "walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max) "
      "-> Batch"},
+    {"events", py_events, METH_VARARGS,
+     "events(runs, single, holds, make_data, make_chunk, make_gap, directions) -> (events, "
+     "cuts): a stretch's runs as events (reassembly.native.NativeReassembler.process)"},
     {"slide", py_slide, METH_VARARGS,
      "slide(runs, window_type): each run's flow direction's overlap-check window ends with "
      "the bytes delivered (reassembly.native.NativeReassembler._slide_windows)"},

@@ -90,8 +90,12 @@ def _generated(init: object) -> bool:
 
 
 _stream_data = maker(StreamData)
-# ``NativeReassembler._slide_windows`` in C (None: a module built before it had it)
+_chunk = maker(CoalescedData)
+_stream_gap = maker(StreamGap)
+# ``NativeReassembler._slide_windows`` and ``process``'s loop over a stretch's runs in C
+# (None: a module built before it had them)
 _slide = getattr(_engine, "slide", None)
+_events = getattr(_engine, "events", None)
 
 # Records per batch: bounds the batch's row array (~100 bytes a record) and how long
 # the reference waits for the events of a stretch of taken packets.
@@ -328,6 +332,9 @@ class NativeReassembler:
     # whether the C core takes segments ahead of a hole into the reorder buffer
     # (``Engine.reorder``); False: the reference places every one (for comparisons)
     take_pieces = True
+    # whether ``process`` makes a stretch's events in C (``_engine.events``); False: its
+    # Python loop, the definition (for comparisons)
+    compiled_events = True
 
     def __init__(self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None,
                  coalesce: str = "adjacent", *, reference: Reassembler | None = None,
@@ -713,7 +720,9 @@ class NativeReassembler:
     # -- driving ------------------------------------------------------------------------
 
     def _emit(self, runs: list[_engine.Run]) -> Iterator[Event | CoalescedData]:
-        """The events of a stretch's runs (``process`` has this loop written out)."""
+        """The events of a stretch's runs, each ``CoalescedData`` split when the caller
+        takes ``StreamData`` only (``coalesce="none"``; ``_stretch`` has this loop written
+        out for the others, and ``_engine.events`` in C)."""
         split = self.coalesce == "none"
         pending = self._piece_holds
         for info, _conn, direction, offset, data, segs in runs:
@@ -765,10 +774,48 @@ class NativeReassembler:
             else:
                 yield event
 
+    def _stretch(self, runs: list[_engine.Run], per_flow: bool
+                 ) -> Iterator[Event | CoalescedData]:
+        """The events of a stretch's runs, each budget charge the C core took made before
+        the first event that ends past its packet (``_hold_pieces``)."""
+        pending = self._piece_holds
+        if self.coalesce == "none":
+            yield from self._emit(runs)
+            return
+        # (a run of one segment as ``StreamData`` unless the runs are joined per flow with
+        # movable flow directions, those the layers pass: a layer says it passes one when a
+        # run of it comes, ``reassembly.passing``)
+        single = not per_flow or self.movable is None
+        if _events is not None and self.compiled_events:
+            # the loop below in C: the events at once, and where the charges come among them
+            events, cuts = _events(runs, single, [hold[0] for hold in pending], _stream_data,
+                                   _chunk, _stream_gap, _DIRECTIONS)
+            start = 0
+            for at, frame in cuts:
+                yield from events[start:at]
+                self._hold_pieces(frame)
+                start = at
+            yield from events[start:] if start else events
+            return
+        for info, _conn, direction, offset, data, segs in runs:  # (``_emit``, not split)
+            if single and data is not None and len(segs) == _ONE_SEGMENT:
+                _, ts, frame = _unpack_segment(segs)
+                # (``_hold_pieces`` only when a charge is due by this frame)
+                if pending and pending[0][0] <= frame:
+                    self._hold_pieces(frame)
+                yield _stream_data(info, _DIRECTIONS[direction], offset, data, ts, ts, frame,
+                                   frame)
+                continue
+            if pending:
+                self._hold_pieces(_last_frame(segs))
+            if data is None:
+                yield _gap(info, direction, offset, segs)
+            else:
+                yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
+
     def process(self, batches: Iterable[_engine.Batch]) -> Iterator[Event | CoalescedData]:
         """The events of the batches' records, then the end-of-capture flush."""
         core = self.core
-        split = self.coalesce == "none"
         for batch in batches:
             n = len(batch)
             i = 0
@@ -784,29 +831,7 @@ class NativeReassembler:
                         runs = core.regroup()
                         if verdict is None:
                             self.coalesce = "adjacent"
-                pending = self._piece_holds
-                if split:
-                    yield from self._emit(runs)
-                else:  # (``_emit`` written out: no generator per stretch)
-                    # (a run of one segment too where the movable flow directions are
-                    # those the layers pass: a layer says it passes one when a run of it
-                    # comes, ``reassembly.passing``)
-                    single = not per_flow or self.movable is None
-                    for info, _conn, direction, offset, data, segs in runs:
-                        if single and data is not None and len(segs) == _ONE_SEGMENT:
-                            _, ts, frame = _unpack_segment(segs)
-                            # (``_hold_pieces`` only when a charge is due by this frame)
-                            if pending and pending[0][0] <= frame:
-                                self._hold_pieces(frame)
-                            yield _stream_data(info, _DIRECTIONS[direction], offset, data, ts,
-                                               ts, frame, frame)
-                            continue
-                        if pending:
-                            self._hold_pieces(_last_frame(segs))
-                        if data is None:
-                            yield _gap(info, direction, offset, segs)
-                        else:
-                            yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
+                yield from self._stretch(runs, per_flow)
                 self._hold_pieces(None)
                 if i < n:
                     i = yield from self._hand_over(batch, i)

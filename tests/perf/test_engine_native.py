@@ -987,3 +987,29 @@ def test_window_slide_in_c_is_the_reference() -> None:
         native.NativeReassembler._slide_windows(runs)
         native._slide([(r[0], twins[index[id(r[1])]], *r[2:]) for r in runs], _Window)
         assert state(twins) == state(conns)
+
+
+@pytest.mark.parametrize("limit", [None, 60_000])
+def test_stretch_events_in_c_are_the_loops(monkeypatch, limit: int | None) -> None:
+    """``_engine.events`` makes the events of a stretch (and places the budget charges
+    among them) as ``NativeReassembler._stretch``'s Python loop does, joined per flow or
+    not, under a budget that evicts or not."""
+    if native._events is None:
+        pytest.skip("engine built without events")
+    path = Path(__file__).resolve().parents[2] / "samples" / "nats-s2-fast.pcap"
+    for coalesce in ("adjacent", "flow"):
+        got = []
+        for compiled in (True, False):
+            monkeypatch.setattr(native.NativeReassembler, "compiled_events", compiled)
+            with open_capture(path, digest=False) as reader:
+                engine = native.NativeReassembler(
+                    None if limit is None else Limits(memory_limit_bytes=limit), coalesce=coalesce)
+                held = []
+                budget = engine.ref.limits.budget
+                assert budget is not None
+                events = []
+                for ev in engine.process(native.reader_batches(reader)):
+                    events.append(repr(ev))
+                    held.append(budget.used)  # the charges made by each event
+                got.append((events, held))
+        assert got[0] == got[1]
