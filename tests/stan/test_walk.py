@@ -319,3 +319,32 @@ def test_liftbridge_forwarded_publishes_and_acks_learn_the_same():
     assert walked == _lb_arm(msgs, False)
     assert walked[3] == {"orders.a": ("orders", None), "orders.b": ("orders", 0),
                          "orders.c": ("orders", 2), "orders.d": ("orders", None)}
+
+
+def test_typical_liftbridge_messages_take_the_walk():
+    """The nested and map-field messages a Liftbridge cluster sends (a CreateStream with
+    its partitions, a consumer group join, a pause with a packed partition list, a publish
+    with headers, the __activity / __cursors values) never reach the reader, and give
+    the reader's rows and bindings."""
+    from dissectors.liftbridge import decoder
+
+    partition = pb((1, "orders.1"), (2, "orders"), (3, 1), (5, 2), (6, "a"), (6, "b"),
+                   (7, "a"), (8, "a"), (9, 1), (10, 1))
+    msgs = [carried(subject, MAGIC + bytes([0, 8, 0, code]) + body) for subject, code, body in (
+        ("lb.raft.metadata.propagate", 8,
+         pb((2, pb((1, pb((1, "orders"), (2, "orders"), (3, partition), (5, 7))))))),
+        ("lb.raft.metadata.propagate", 8, pb((1, 11), (10, pb((1, "g"), (2, "c"), (3, "o"))))),
+        ("lb.raft.metadata.propagate", 8, pb((1, 6), (7, pb((1, "s"), (2, b"\x00\x01"))))),
+        ("orders", 0, pb((1, -1), (2, b"k"), (3, b"v"), (9, pb((1, "trace"), (2, b"t-1"))),
+                         (9, pb((1, "bin"), (2, b"\x00"))), (12, 2))),
+        ("lb.activity", 0, pb((3, pb((1, 4), (2, 1), (4, b""))), (5, "__activity"))),
+        ("lb.cursors", 0, pb((2, b"g,orders,0"), (3, pb((1, "orders"), (3, "g"), (4, 4))),
+                             (5, "__cursors"))),
+    )]
+    with mock.patch.object(decoder, "decode", side_effect=AssertionError("to the reader")):
+        walked = _lb_arm(msgs, True)
+    assert walked == _lb_arm(msgs, False)
+    rows = [recs[0][1] for recs in walked[0]]  # type: ignore[index]
+    assert rows[3]["headers"] == [("trace", b"t-1"), ("bin", b"\x00")]
+    assert rows[4]["value_json"] == '{"delete_stream_op":{},"id":4,"op":"DELETE_STREAM"}'
+    assert walked[3] == {"orders.1": ("orders", 1)}
