@@ -298,11 +298,12 @@ class CaptureDissection:
 
     def _emit_records(self, fd: FlowDispatch, records: list) -> None:
         """Rows of one event's records, handed to the sink one list per table."""
-        if len(records) == 1 and type(records[0]) is ColumnBatch and not records[0].children:
-            self._column_rows(fd, records[0], None)  # the usual bulk case, kept short
-            return
         pending: dict[str, list[dict]] = {}
-        self._collect(fd, records, None, pending)
+        if len(records) == 1 and type(records[0]) is ColumnBatch:
+            # the usual bulk case, and a carried message's (its row's children), kept short
+            self._column_rows(fd, records[0], pending)
+        else:
+            self._collect(fd, records, None, pending)
         for table, rows in pending.items():
             self._write_rows(table, rows)
 
@@ -323,7 +324,7 @@ class CaptureDissection:
             self._flush_columns(table)
 
     def _column_rows(self, fd: FlowDispatch, batch: ColumnBatch,
-                     pending: dict[str, list[dict]] | None) -> None:
+                     pending: dict[str, list[dict]]) -> None:
         """Rows a session's fast path left in its column buffer: ids and envelope here,
         in the order the ``ColumnBatch`` stands among the session's records."""
         flow = fd.flow
@@ -332,7 +333,7 @@ class CaptureDissection:
         flow_rows = self._flow_rows
         n0 = flow_rows.get(fid, 0)
         flow_rows[fid] = n0 + n
-        if kids and pending is not None:  # from the last row's payload (_emit_records)
+        if kids:  # from the last row's payload
             self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
         if rows is None:  # parsed and counted only: another worker writes this flow
             return
