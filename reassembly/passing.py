@@ -225,18 +225,16 @@ class Passing:
             if out is not PAUSE:
                 yield out
                 continue
-            ev = held.pop()
-            n = 0
-            while True:
-                n += 1
-                yield ev
-                ev = next(events, None)
-                if ev is None:
-                    break  # the layers see the end through ``feed``
-                if (type(ev) is not CoalescedData and type(ev) is not StreamData
-                        or not skips(ev)):
-                    held.append(ev)
-                    break
+            n = 1
+            yield held.pop()
+            for ev in events:  # (at its end, the layers see it through ``feed``)
+                cls = type(ev)
+                if (cls is StreamData or cls is CoalescedData) and skips(ev):
+                    n += 1
+                    yield ev
+                    continue
+                held.append(ev)
+                break
             self.skipped += n
 
 
