@@ -115,6 +115,10 @@ class ScopeDispatcher(Bindings):
                 self.setup_errors.append((d.name, exc))
         dissectors = [d for d in dissectors if d.name in self.states]
         self.by_name = {d.name: d for d in dissectors}
+        # name -> (decode, state, counted in ``decoded``): what ``dispatch`` calls, looked
+        # up once per scope rather than per message
+        self._targets = {d.name: (d.decode, self.states[d.name], not d.flow_local)
+                         for d in dissectors}
         self.exact: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.patterns: list[tuple[tuple[str, ...], str, str]] = []
         for d in dissectors:
@@ -210,7 +214,10 @@ class ScopeDispatcher(Bindings):
 
     def dispatch(self, msg: CarriedMessage) -> list[Record]:
         """Rows decoded from ``msg`` by whichever payload dissector it belongs to."""
-        hit = self._match(msg.subject)
+        # (an exact binding, the common case, looked up here: ``_match``'s first step)
+        hit = self.exact.get(msg.subject)
+        if hit is None:
+            hit = self._match(msg.subject)
         failed: list[Record] = []
         if hit is None:
             for cand in self.probers:
@@ -235,13 +242,14 @@ class ScopeDispatcher(Bindings):
         if hit is None:
             return failed
         name, hint = hit
-        cls = self.by_name.get(name)
-        if cls is None:
+        target = self._targets.get(name)
+        if target is None:
             return []
-        if not cls.flow_local:  # its rows depend on other flows' messages
+        decode, state, counted = target
+        if counted:  # its rows depend on other flows' messages
             self.decoded += 1
         try:
-            records = cls.decode(self.states[name], self, msg, hint)
+            records = decode(state, self, msg, hint)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
