@@ -9,12 +9,18 @@
  * The reference stays ``dissectors.proto.wire``: ``values`` answers None for anything it
  * does not fully understand, and the caller then runs the reader.  It takes a message
  * only when the reader would decode it cleanly with nothing to report: every field
- * number in the plan, in its own wire type, no repeated, packed, map or message field,
- * strings valid UTF-8, no varint over 10 bytes or cut short, no length past the end,
- * no unsigned 64-bit value a column flagged int64-only cannot hold, no enum number its
- * names do not know.  Scalars as the reader's ``_scalar`` makes them; a field seen
- * twice keeps its last value, as the reader does.  (tests/stan/test_walk.py checks it
- * against the reader under hypothesis.)
+ * number in the plan, in its own wire type, no repeated or packed field, no message
+ * field (but as raw bytes, when the plan asks), no map field but one of plain keys and
+ * values the plan names, strings valid UTF-8, no varint over 10 bytes or cut short, no
+ * length past the end, no unsigned 64-bit value a column flagged int64-only cannot
+ * hold.  Scalars as the reader's ``_scalar`` makes them; a field seen twice keeps its
+ * last value, as the reader does.
+ *
+ * ``tree`` walks a whole nested message (Liftbridge's PropagatedRequest operations and
+ * internal stream values, shown as JSON): repeated and packed fields as lists, nested
+ * messages as dicts, as the reader's ``Decoded.to_plain()``; it too answers None for
+ * anything but a clean message of the fields its node names.  (tests/stan/test_walk.py
+ * checks both against the reader under hypothesis.)
  */
 #define PY_SSIZE_T_CLEAN
 #include "_wire.h"
