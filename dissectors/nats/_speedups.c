@@ -1440,7 +1440,9 @@ static PyTypeObject ColumnsType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dissectors.nats._speedups.Columns",
     .tp_basicsize = sizeof(Columns),
     .tp_dealloc = (destructor)columns_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    /* (a base type: fastpath._Accumulator adds to_batch and keeps len, nbytes and move
+     * the C type's own, which the conveyor asks after every batch it moves) */
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Growable column buffers of nats rows (see module docstring).",
     .tp_methods = columns_methods,
     .tp_getset = columns_getset,

@@ -392,8 +392,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                 self.anomaly(out, p.kind, p.detail, direction, ev)
             if op == "INFO" and direction == Direction.S2C:
                 mp = values.get("max_payload")
-                if mp is not None:
-                    if self.fast_on and mp != self.max_payload:
+                if mp is not None and mp != self.max_payload:
+                    if self.fast_on:
                         # a client operation the fast path holds back (not all its bytes
                         # are in) was checked against the old limit by the reference,
                         # which reads lines as they come: let it read that line now
