@@ -199,6 +199,10 @@ class ScopeDispatcher(Bindings):
         hit = self.exact.get(subject)
         if hit is not None:
             return hit
+        return self._pattern(subject)
+
+    def _pattern(self, subject: str) -> tuple[str, str] | None:
+        """The most specific pattern binding covering ``subject`` (cached per subject)."""
         if subject in self._cache:
             return self._cache[subject]
         toks = _tokens(subject)
@@ -217,7 +221,7 @@ class ScopeDispatcher(Bindings):
         # (an exact binding, the common case, looked up here: ``_match``'s first step)
         hit = self.exact.get(msg.subject)
         if hit is None:
-            hit = self._match(msg.subject)
+            hit = self._pattern(msg.subject)
         failed: list[Record] = []
         if hit is None:
             for cand in self.probers:
