@@ -1898,8 +1898,8 @@ static void seg_at(const char *p, int64_t *v) { memcpy(v, p, 3 * sizeof(int64_t)
  * run, a gap (data None) is make_gap(info, direction, offset, nbytes, ts, frame,
  * "acked-unseen"), a run of one segment make_data(info, direction, offset, data, ts, ts,
  * frame, frame) when single, any other make_chunk(info, direction, offset, data,
- * segments); direction is directions[d].  holds: the frames of the budget charges due
- * (ascending); cuts: (i, frame) where process makes the charges up to frame before it
+ * segments); direction is directions[d].  holds: the budget charges due, (frame, ...)
+ * each (ascending frames); cuts: (i, frame) where process makes the charges up to frame before it
  * yields events[i] (_hold_pieces), as its loop decides them.  Why: a stretch of many
  * short flows has about one run a segment, and that loop cost ~50 bytecodes each. */
 static PyObject *py_events(PyObject *self, PyObject *args) {
@@ -1921,8 +1921,13 @@ static PyObject *py_events(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto fail;
     }
-    for (i = 0; i < nh; i++) {
-        hf[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(holds, i));
+    for (i = 0; i < nh; i++) { /* each a tuple whose first item is the frame */
+        PyObject *hold = PySequence_Fast_GET_ITEM(holds, i);
+        if (!PyTuple_Check(hold) || PyTuple_GET_SIZE(hold) < 1) {
+            PyErr_SetString(PyExc_TypeError, "events: a hold is a tuple (frame, ...)");
+            goto fail;
+        }
+        hf[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(hold, 0));
         if (hf[i] == -1 && PyErr_Occurred()) goto fail;
     }
     n = PyList_GET_SIZE(runs);

@@ -1,6 +1,6 @@
 """Types of the C extension ``reassembly._engine`` (reassembly/_engine.c)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reassembly.events import FlowInfo
 from reassembly.flows import _Tcp
@@ -68,6 +68,11 @@ class Maker:
     def __call__(self, *values: object) -> object: ...
 
 def slide(runs: list[Run], window_type: type, /) -> None: ...
+# (events, cuts): a stretch's runs as events, and (index, frame) of each budget charge due
+def events(runs: list[Run], single: bool, holds: Sequence[tuple[object, ...]],
+           make_data: Callable[..., object], make_chunk: Callable[..., object],
+           make_gap: Callable[..., object], directions: tuple[object, object], /
+           ) -> tuple[list[object], list[tuple[int, int]]]: ...
 def decode(linktype: int, data: bytes, /) -> Row | None: ...
 def batch_of(frames: Sequence[FrameFields], /) -> Batch: ...
 def flow_bytes(batch: Batch, /) -> list[tuple[bytes, int]]: ...

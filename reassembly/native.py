@@ -788,8 +788,8 @@ class NativeReassembler:
         single = not per_flow or self.movable is None
         if _events is not None and self.compiled_events:
             # the loop below in C: the events at once, and where the charges come among them
-            events, cuts = _events(runs, single, [hold[0] for hold in pending], _stream_data,
-                                   _chunk, _stream_gap, _DIRECTIONS)
+            events, cuts = _events(runs, single, pending, _stream_data, _chunk, _stream_gap,
+                                   _DIRECTIONS)
             start = 0
             for at, frame in cuts:
                 yield from events[start:at]
