@@ -58,15 +58,31 @@ def _static_kind(subject: str) -> str | None:
     return None
 
 
+def _stamp(typed_by: str, inferred: bool, alternatives: list[str] | None = None,
+           kind: str = "") -> dict[str, Any]:
+    """The columns saying how a row was typed (added to its values in one update)."""
+    stamp: dict[str, Any] = {"typed_by": typed_by, "inferred": inferred,
+                             "inferred_alternatives": alternatives}
+    if typed_by == "inference" and kind in ("UnsubscribeRequest", "SubCloseRequest"):
+        stamp["sub_close"] = None  # the subject that would tell was never learned
+    return stamp
+
+
+_DEFAULT_SUBJECT = ("default_subject", False, _stamp("default_subject", False))
+
+
 @lru_cache(maxsize=1024)
-def _read_hint(hint: str) -> tuple[str, str, bool] | None:
-    """(kind, typed_by, inferred) of a binding's hint ``<kind>|<source>``; None for a
-    kind STAN does not have.  (Hints are the few strings ``_learn`` and the static
-    subjects make: read once each.)"""
+def _read_hint(hint: str) -> tuple[str, str, bool, dict[str, Any], bool] | None:
+    """(kind, typed_by, inferred, stamp, learns) of a binding's hint ``<kind>|<source>``
+    (``stamp``: ``_stamp``'s; ``learns``: ``_learn`` has something to learn from it);
+    None for a kind STAN does not have.  (Hints are the few strings ``_learn`` and the
+    static subjects make: read once each.)"""
     kind, _, source = hint.partition("|")
     if kind not in KINDS:
         return None
-    return kind, "learned" if source else "default_subject", source == _INFERRED
+    typed_by = "learned" if source else "default_subject"
+    inferred = source == _INFERRED
+    return kind, typed_by, inferred, _stamp(typed_by, inferred), kind in _LEARNS
 
 
 # ``plausible_subject`` of a str, once per subject (it costs ~25 bytecodes): a client
@@ -88,22 +104,22 @@ class StanDecoder:
         cls, state: StanState, bindings: Bindings, msg: CarriedMessage, hint: str
     ) -> list[Record]:
         payload = msg.payload
-        alternatives: tuple[str, ...] | None = None
         if hint:
             read = _read_hint(hint)
             if read is None:
                 return [msg.anomaly("stan.internal", f"unknown binding hint {hint!r}")]
-            kind, typed_by, inferred = read
+            # (learns: ConnectRequest and Ping below both learn; a hint never infers)
+            kind, typed_by, inferred, stamp, learns = read
             if inferred and _static_kind(msg.subject) == kind:
-                typed_by, inferred = "default_subject", False
+                typed_by, inferred, stamp = _DEFAULT_SUBJECT
             if kind == "ConnectRequest" and msg.subject.rsplit(".", 1)[-1] == "pings":
                 kind = "Ping"  # <prefix>.<cluster id with dots>.pings
         else:
             decision = infer(payload, bool(msg.reply_to))
             if decision is None:
                 return []
-            kind, typed_by, inferred = decision.kind, "inference", True
-            alternatives = decision.alternatives
+            kind, typed_by, inferred, learns = decision.kind, "inference", True, True
+            stamp = _stamp(typed_by, inferred, list(decision.alternatives), kind)
 
         # the compiled walk's values when the message is clean, else the reader's; not
         # for a ConnectResponse that may confirm a discovery (``_learn`` scores its decode)
@@ -113,18 +129,14 @@ class StanDecoder:
         problems: list[Problem] = []
         if values is None:
             values, decoded, problems = decode_kind(kind, payload, state.payload_cap)
-        values["typed_by"] = typed_by
-        values["inferred"] = inferred
-        values["inferred_alternatives"] = list(alternatives) if alternatives is not None else None
-        if typed_by == "inference" and kind in ("UnsubscribeRequest", "SubCloseRequest"):
-            values["sub_close"] = None  # the subject that would tell was never learned
+        values.update(stamp)
         fmt = None if problems else rows_for(state.columns, bindings)
         if fmt is not None:
             out = [fmt.record(msg, values)]
         else:
             out = [msg.record(NAME, values)]
             out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
-        if kind in _LEARNS or typed_by == "inference":
+        if learns:
             cls._learn(state, bindings, msg, kind, values, decoded, inferred, typed_by)
         return out
 
