@@ -1783,9 +1783,8 @@ static int slide_apply(Slide *sl, PyObject *wtype) {
         pos = keep; /* filled from the end, parts reversed: the last part first */
     } else {
         Py_ssize_t excess = rlen + size - keep;
-        if (excess > 0) {
-            dst = PyByteArray_AS_STRING(recent);
-            memmove(dst, dst + excess, (size_t)(rlen - excess));
+        if (excess > 0) { /* (as del recent[:excess]: the bytearray only moves its start) */
+            if (PySequence_DelSlice(recent, 0, excess) < 0) goto fail;
             rlen -= excess;
         }
         if (PyByteArray_Resize(recent, rlen + size) < 0) goto fail;
