@@ -95,6 +95,7 @@ _FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offse
 # reference's event order only (``CaptureDissection.may_reorder`` is never asked)
 FLOW_COALESCE_SWITCH = "MSGCAP_FLOW_COALESCE"
 _span = maker(Span)  # ``Span`` made in C: one a segment (``CaptureDissection.handle``)
+_C2S = Direction.C2S
 
 
 def flow_coalescing() -> bool:
@@ -304,8 +305,9 @@ class CaptureDissection:
             self._column_rows(fd, records[0], pending)
         else:
             self._collect(fd, records, None, pending)
-        for table, rows in pending.items():
-            self._write_rows(table, rows)
+        if pending:  # (most events' rows all went to the accumulators)
+            for table, rows in pending.items():
+                self._write_rows(table, rows)
 
     def _write_rows(self, table: str, rows: list[dict]) -> None:
         """Dict rows, after the columnar rows of the same table that precede them.
@@ -334,7 +336,12 @@ class CaptureDissection:
         n0 = flow_rows.get(fid, 0)
         flow_rows[fid] = n0 + n
         if kids:  # from the last row's payload
-            self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
+            if len(kids) == 1 and type(kids[0]) is ColumnBatch:
+                # a carried message's row (what ``_collect`` would do with it, its frame
+                # and loop left out: one a message)
+                self._column_rows(fd, kids[0], pending)
+            else:
+                self._collect(fd, kids, (fid << FLOW_ROW_BITS) | (n0 + n - 1), pending)
         if rows is None:  # parsed and counted only: another worker writes this flow
             return
         if pending:
@@ -344,7 +351,11 @@ class CaptureDissection:
         acc = self._accs.get(table)
         if acc is None:
             acc = self._accs[table] = fmt.accumulator()
-        src, dst = flow.endpoint(d)
+        # (``flow.endpoint(d)`` inline: one call less a batch, i.e. a carried message)
+        if d is _C2S:
+            src, dst = flow.client, flow.server
+        else:
+            src, dst = flow.server, flow.client
         acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
                  src.ip, src.port, dst.ip, dst.port)
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
