@@ -126,6 +126,8 @@ _OP_BYTES = {op.encode(): op for op in _ALL_OPS}
 _ROUTE_KEYS = ("route_pool_size", "lnoc", "lnocu", "ln", "route_account")
 _LEAF_KEYS = ("remote_account", "info_on_connect", "leafnode", "compress_mode")
 _GATEWAY_KEYS = ("gateway", "gateway_url", "gateway_urls", "gateway_cmd")
+# any of them: the JSON comes from a server link (``is_cluster_json``)
+_LINK_KEYS = frozenset((*_ROUTE_KEYS, *_LEAF_KEYS, *_GATEWAY_KEYS))
 
 
 class GatewayCmd(IntEnum):
@@ -235,13 +237,12 @@ def is_cluster_json(line: bytes) -> bool:
     """Does an ``INFO {...}`` / ``CONNECT {...}`` line come from a server link?"""
     try:
         op, _, rest = line.strip().partition(b" ")
-        obj = json.loads(rest)
+        obj = nats_parser.json_object(rest)
     except (ValueError, UnicodeDecodeError):
         return False
     if not isinstance(obj, dict):
         return False
-    keys = (*_ROUTE_KEYS, *_LEAF_KEYS, *_GATEWAY_KEYS)
-    if any(k in obj for k in keys):
+    if not obj.keys().isdisjoint(_LINK_KEYS):
         return True
     return op.upper() == b"CONNECT" and "cluster" in obj
 

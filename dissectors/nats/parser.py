@@ -24,6 +24,8 @@ import json
 import re
 from collections.abc import Callable
 from enum import StrEnum
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any, NamedTuple
 
 from dissectors.api import Direction, Verdict
@@ -37,6 +39,7 @@ __all__ = [
     "NatsAnomaly",
     "S2C_OPS",
     "Problem",
+    "json_object",
     "parse_connect",
     "parse_headers",
     "parse_info",
@@ -406,7 +409,7 @@ def _typed(v: object, kind: str) -> tuple[bool, object]:
         lo, hi = _I32 if kind == "i32" else _I64
         return type(v) is int and lo <= v <= hi, v
     if kind == "strs":
-        return type(v) is list and all(type(x) is str for x in v), v
+        return type(v) is list and set(map(type, v)) <= _STR_ONLY, v
     return False, v  # pragma: no cover
 
 
@@ -414,20 +417,86 @@ def _typed(v: object, kind: str) -> tuple[bool, object]:
 # (``_parse_json`` tests it inline: ``_typed`` as a call per field cost ~15% of the
 # Python an INFO or CONNECT line takes, three per connection)
 _EXACT_TYPE: dict[str, type] = {"str": str, "bool": bool}
+# a list of kind strs: each item's exact type in this set
+_STR_ONLY = frozenset({str})
 
 
-def _plan(fields: tuple[tuple[str, str, str], ...]) -> tuple[tuple[str, str, str, type | None],
-                                                             ...]:
-    """``fields`` with each kind's exact type (None: ``_typed`` decides)."""
-    return tuple((key, col, kind, _EXACT_TYPE.get(kind)) for key, col, kind in fields)
+class _Plan(NamedTuple):
+    """A field list made ready for ``_parse_json``: ``fields`` with each kind's exact type
+    (None: ``_typed`` decides); and for its one-pass check, the JSON keys, the columns,
+    per field the value types that need no more check but ints' ranges and lists' items
+    (None's included: an absent or null member sets nothing), the int fields' positions
+    and bounds, and the list fields' positions."""
+
+    fields: tuple[tuple[str, str, str, type | None], ...]
+    keys: tuple[str, ...]
+    cols: tuple[str, ...]
+    types: tuple[frozenset[type], ...]
+    ints: tuple[tuple[int, int, int], ...]
+    lists: tuple[int, ...]
 
 
-def _parse_json(op: str, raw: bytes, fields: tuple[tuple[str, str, str, type | None], ...]
+_KIND_TYPES: dict[str, type] = {"str": str, "bool": bool, "i32": int, "i64": int, "strs": list}
+
+
+def _plan(fields: tuple[tuple[str, str, str], ...]) -> _Plan:
+    return _Plan(
+        tuple((key, col, kind, _EXACT_TYPE.get(kind)) for key, col, kind in fields),
+        tuple(key for key, _, _ in fields),
+        tuple(col for _, col, _ in fields),
+        tuple(frozenset({_KIND_TYPES[kind], type(None)}) for _, _, kind in fields),
+        tuple((i, *(_I32 if kind == "i32" else _I64)) for i, (_, _, kind) in enumerate(fields)
+              if kind in ("i32", "i64")),
+        tuple(i for i, (_, _, kind) in enumerate(fields) if kind == "strs"),
+    )
+
+
+def _all_typed(plan: _Plan, got: list[object]) -> bool:
+    """Whether ``got`` (a JSON object's value of each of ``plan``'s keys, None if absent)
+    holds only values ``_typed`` accepts for their kinds, or None."""
+    if not all(map(frozenset.__contains__, plan.types, map(type, got))):
+        return False
+    for i, lo, hi in plan.ints:  # (ints only here)
+        v = got[i]
+        if v is not None and not lo <= v <= hi:  # type: ignore[operator]
+            return False
+    for i in plan.lists:  # (lists only here)
+        v = got[i]
+        if v is not None and not set(map(type, v)) <= _STR_ONLY:  # type: ignore[call-overload]
+            return False
+    return True
+
+
+# the last JSON text ``json_object`` parsed (None: none yet), and its object: NATS
+# detection's probe parses the first INFO/CONNECT of a connection
+# (``cluster.is_cluster_json``), the session the same bytes right after.  One entry only;
+# its callers read the object, never change it.
+_LAST_JSON: list[Any] = [None, None]
+_decode_json = json.JSONDecoder().decode
+
+
+def json_object(raw: bytes) -> object:
+    """``json.loads(raw)``, the same value or exception: bytes that open with ``{`` and
+    no NUL are UTF-8 to ``json.detect_encoding``, so they are decoded as ``json.loads``
+    decodes them and given to the decoder it uses (no Python-level encoding sniff); the
+    last text parsed is remembered (``_LAST_JSON``)."""
+    last = _LAST_JSON
+    if raw == last[0]:
+        return last[1]
+    if type(raw) is not bytes or raw[:1] != b"{" or raw[1:2] == b"\x00":
+        return json.loads(raw)
+    obj = _decode_json(raw.decode("utf-8", "surrogatepass"))
+    last[0] = raw
+    last[1] = obj
+    return obj
+
+
+def _parse_json(op: str, raw: bytes, plan: _Plan
                 ) -> tuple[dict[str, Any], list[Problem], dict[str, Any] | None]:
     values: dict[str, Any] = {"op": op, "json_raw": text(raw)}
     problems: list[Problem] = []
     try:
-        obj = json.loads(raw)
+        obj = json_object(raw)
     except (ValueError, RecursionError) as e:
         problems.append(Problem(NatsAnomaly.BAD_JSON,
                                 f"{op} JSON does not parse ({e}): {show(raw)}"))
@@ -437,7 +506,14 @@ def _parse_json(op: str, raw: bytes, fields: tuple[tuple[str, str, str, type | N
             Problem(NatsAnomaly.BAD_JSON, f"{op} JSON is a {type(obj).__name__}, not an object")
         )
         return values, problems, None
-    for key, col, kind, exact in fields:
+    # one pass in C over every field: each value absent, null or of its kind's type, and
+    # the ints in range and lists of strings; then the columns set are the fields not
+    # None, in the plan's order, as the loop below sets them (the loop's definition)
+    got = list(map(obj.get, plan.keys))
+    if _all_typed(plan, got):
+        values.update(compress(zip(plan.cols, got, strict=True), map(is_not, got, repeat(None))))
+        return values, problems, obj
+    for key, col, kind, exact in plan.fields:
         if key in obj:
             v = obj[key]
             if v is None:

@@ -398,6 +398,44 @@ def test_bad_json_kept_as_text():
     assert [a[0] for a in r.anomalies()] == ["nats.bad_json"]
 
 
+
+# INFO/CONNECT arguments for the one-pass field check and its loop (the definition):
+# every kind in range, out of range, of a near type (bool for int, int for bool), null,
+# lists with other items, duplicates, and texts json.loads reads other than as UTF-8
+_JSON_ARGS = [
+    b'{"server_id":"s","port":4222,"max_payload":1048576,"headers":true,"proto":1,'
+    b'"client_id":7,"connect_urls":["a:1","b:2"],"ldm":false,"x":{"y":[1]}}',
+    b'{"port":2147483648,"client_id":9223372036854775808,"proto":-2147483649}',
+    b'{"port":true,"headers":1,"connect_urls":["a",1],"version":null,"go":2.5}',
+    b'{"connect_urls":[],"max_payload":-9223372036854775808,"port":-1}',
+    b'{"port":1,"port":"2","name":"n","name":null,"verbose":false,"protocol":1,"user":"u"}',
+    b'{"connect_urls":"a","server_name":["x"],"pass":"p","auth_token":"t"}',
+    b"{}", b"[1]", b"{", b'{"a":1} x', b"\xef\xbb\xbf{}", b'\xef\xbb\xbf{"port":1}',
+    '{"name":"\u00e9"}'.encode("utf-16-le"), b'{"n\x00":1}', b'{"\xed\xa0\x80":"\xff"}',
+    b"1", b" {}", b'"s"',
+]
+
+
+@pytest.mark.parametrize("raw", _JSON_ARGS)
+def test_json_fields_one_pass_equals_the_loop(raw, monkeypatch):
+    import json
+    for _ in range(2):  # the second time from the remembered object
+        try:
+            want: object = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            want = repr(e)
+        try:
+            got: object = nats_parser.json_object(raw)
+        except (ValueError, RecursionError) as e:
+            got = repr(e)
+        assert got == want
+    fast = nats_parser.parse_info(raw), nats_parser.parse_connect(raw)
+    monkeypatch.setattr(nats_parser, "_all_typed", lambda plan, got: False)
+    assert (nats_parser.parse_info(raw), nats_parser.parse_connect(raw)) == fast
+    # values in the same order too
+    assert [list(v) for v, _ in fast] == [
+        list(v) for v, _ in (nats_parser.parse_info(raw), nats_parser.parse_connect(raw))]
+
 def test_bad_headers():
     blk = b"XATS/1.0\r\n\r\n"
     r = one(C, b"HPUB a %d %d\r\n" % (len(blk), len(blk)) + blk + b"\r\n")
