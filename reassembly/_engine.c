@@ -207,6 +207,38 @@ static PyObject *row_tuple(const uint8_t *d, const Rec *r) {
     return res;
 }
 
+/* wscale(options) -> the window scale shift of a SYN's TCP options (capped at 14), or
+   None: reassembly.flows._wscale_option (the definition; tests/perf/test_engine_native.py
+   compares them on any bytes).  Why here: the flow table reads it for every SYN and SYN/ACK
+   in Python (~240 bytecodes for a usual option list), a short flow's whole handshake. */
+static PyObject *py_wscale(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    const unsigned char *o;
+    Py_ssize_t n, i = 0;
+    long shift = -1;
+    (void)self;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    o = (const unsigned char *)view.buf;
+    n = view.len;
+    while (i < n) {
+        unsigned char kind = o[i];
+        if (kind == 0) break;
+        if (kind == 1) {
+            i++;
+            continue;
+        }
+        if (i + 1 >= n || o[i + 1] < 2) break;
+        if (kind == 3 && o[i + 1] == 3 && i + 2 < n) {
+            shift = o[i + 2] < 14 ? o[i + 2] : 14;
+            break;
+        }
+        i += o[i + 1];
+    }
+    PyBuffer_Release(&view);
+    if (shift < 0) Py_RETURN_NONE;
+    return PyLong_FromLong(shift);
+}
+
 static PyObject *py_decode(PyObject *self, PyObject *args) {
     int lt;
     Py_buffer b;
@@ -2143,6 +2175,9 @@ static PyTypeObject MakerType = {
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
+    {"wscale", py_wscale, METH_O,
+     "wscale(options) -> the window scale shift of a SYN's TCP options (at most 14), or "
+     "None (reassembly.flows._wscale_option)"},
     {"decode", py_decode, METH_VARARGS,
      "decode(linktype, data) -> (ip_version, src, dst, proto, l4_offset, l4_len, vlans, "
      "sport, dport, seq, ack, flags, window, header_len) or None (slow)"},

@@ -100,12 +100,12 @@ class MemoryBudget:
     def hold(self, holder: MemoryHolder, nbytes: int, tier: int = 0) -> None:
         """``holder`` now holds ``nbytes`` (0: nothing, it is forgotten)."""
         held = self._tiers[tier]
-        self.used += nbytes - held.pop(holder, 0)
+        self.used = used = self.used + nbytes - held.pop(holder, 0)
         if nbytes > 0:
             held[holder] = nbytes
-        if self.used > self.peak:
-            self.peak = self.used
-        if self.used > self.limit_bytes and not self._reclaiming:
+        if used > self.peak:
+            self.peak = used
+        if used > self.limit_bytes and not self._reclaiming:
             self._reclaim()
 
     def _reclaim(self) -> None:

@@ -543,6 +543,8 @@ class NativeReassembler:
         so the budget's holders (the consumer's among them) stand in the reference's
         order."""
         holds = self._piece_holds
+        if not holds:  # (after every stretch; a stretch of segments that grew no window)
+            return
         budget = self.ref.limits.budget
         n = 0
         for frame, holder, held, tier in holds:

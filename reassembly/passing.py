@@ -157,7 +157,15 @@ class Passing:
         key = flow.flow_id << 1 | ev.direction
         if key not in self._keys:
             watches = self._watched.get(key)
-            if watches is None or self._watch_stops(key, ev, watches):
+            if watches is None:
+                return False
+            if len(watches) == 1 and type(ev) is StreamData and ev.offset < watches[0][0]:
+                # (``_watch_stops``' usual case written out: one watch, one segment that
+                # begins within it; a short flow's client side, each of its segments)
+                data = ev.data
+                if data and data[0] == watches[0][1]:
+                    return False
+            elif self._watch_stops(key, ev, watches):
                 return False
         if any(self._actives):  # (one C call while every veto is idle)
             for active, holds in self._vetoes:  # noqa: SIM110 - (no generator per event)

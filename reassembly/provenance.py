@@ -164,20 +164,25 @@ class ProvenanceBuffer:
         checking it again on the hot path."""
         buf = self.data
         pos = self.pos
+        ch = self.chunks
         if not self.started:
             self.base = span.offset
             self.started = True
-        elif pos:
-            self.compact()
+        elif pos:  # (``compact`` written out: a framer's feed after each scan does it)
+            del buf[:pos]
+            self.base = base = self.base + pos
+            self.pos = 0
+            if len(ch) > 1 and ch[0][0] <= base:
+                self._forget(base)
         end = self.base + len(buf) + len(data)
         if chunks is None:
             chunk = (end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last)
-            self.chunks.append(chunk)
+            ch.append(chunk)
         else:
             chunk = chunks[-1]
             if chunk[0] != end:
                 raise ValueError(f"the chunk records end at {chunk[0]}, the bytes at {end}")
-            self.chunks.extend(chunks)
+            ch.extend(chunks)
         buf += data
         self.last = chunk
         return pos
@@ -232,6 +237,11 @@ class ProvenanceBuffer:
         everything fed.  Chunks wholly before ``offset`` are forgotten: ask in order."""
         ch = self.chunks
         if len(ch) > 1 and ch[0][0] <= offset:
+            if ch[-2][0] <= offset:  # (``_forget``'s usual case written out: all but the last)
+                last = ch[-1]
+                ch.clear()
+                ch.append(last)
+                return last
             self._forget(offset)
         return ch[0] if ch else self.last
 

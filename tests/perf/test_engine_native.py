@@ -155,6 +155,27 @@ def test_decode_of_damaged_frames_agrees(data) -> None:
     _check_decode([Frame(1, T0, lt, bytes(raw), len(raw), 0)])
 
 
+_OPTION = st.one_of(
+    st.just(b"\x00"), st.just(b"\x01"),  # end of list, no-op
+    st.binary(min_size=1, max_size=1).map(lambda s: b"\x03\x03" + s),  # window scale
+    st.tuples(st.integers(0, 255), st.binary(max_size=12)).map(
+        lambda o: bytes([o[0], len(o[1]) + 2]) + o[1]),  # any option, its length right
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.binary(max_size=44), st.lists(_OPTION, max_size=8).map(b"".join)),
+       st.integers(0, 3))
+def test_wscale_in_c_is_the_reference(options: bytes, cut: int) -> None:
+    """``_engine.wscale`` (what the flow table reads of a SYN) answers as the Python
+    ``_wscale_option``, its definition: well-formed option lists, cut ones, any bytes."""
+    from reassembly.flows import _wscale_option
+
+    options = options[:len(options) - cut] if cut < len(options) else options
+    assert native._engine.wscale(options) == _wscale_option(options)
+    assert native._engine.wscale(memoryview(options)) == _wscale_option(memoryview(options))
+
+
 # -- record walk --------------------------------------------------------------------------
 
 
