@@ -640,6 +640,9 @@ _S2C_STRONG = {b"INFO": _ARGS, b"MSG": _ARGS, b"HMSG": _ARGS}
 _C2S_WEAK = {b"PING": _ANY, b"PONG": _ANY}
 _S2C_WEAK = {b"PING": _ANY, b"PONG": _ANY, b"+OK": _ANY, b"-ERR": _ANY}
 _ALL_OPS = {**_C2S_STRONG, **_S2C_STRONG, **_C2S_WEAK, **_S2C_WEAK}
+# per direction for ``probe``: (strong ops, strong and weak ops)
+_C2S_PROBE = _C2S_STRONG, {**_C2S_STRONG, **_C2S_WEAK}
+_S2C_PROBE = _S2C_STRONG, {**_S2C_STRONG, **_S2C_WEAK}
 _MAX_VERB = max(len(v) for v in _ALL_OPS)
 # probe: lines of keep-alives / acks looked through before answering
 _PROBE_LINES = 8
@@ -674,9 +677,7 @@ def probe(direction: Direction, prefix: bytes) -> Verdict:
     (an HTTP proxy's ``CONNECT host:port`` is not NATS).
     """
     try:
-        strong = _C2S_STRONG if direction == Direction.C2S else _S2C_STRONG
-        weak = _C2S_WEAK if direction == Direction.C2S else _S2C_WEAK
-        both = {**strong, **weak}
+        strong, both = _C2S_PROBE if direction == Direction.C2S else _S2C_PROBE
         p = 0
         for _ in range(_PROBE_LINES):
             if p >= len(prefix):
