@@ -27,8 +27,14 @@ class Direction(IntEnum):
         return DIRECTION_SHORT[self]
 
     def flip(self) -> Direction:
-        return Direction.S2C if self is Direction.C2S else Direction.C2S
+        return _S2C if self is _C2S else _C2S
 
+
+DIRECTIONS: tuple[Direction, Direction] = (Direction.C2S, Direction.S2C)
+"""The directions by number (``DIRECTIONS[n]`` is ``Direction(n)``), for a hot path:
+reading ``Direction.C2S`` goes through the enum class's attribute lookup (~0.4 µs in
+CPython 3.11, ~12x a module global's), and a ``Direction(n)`` call costs ~1 µs."""
+_C2S, _S2C = DIRECTIONS
 
 DIRECTION_SHORT: tuple[str, str] = ("c2s", "s2c")
 """``Direction.short`` by the direction's number, for a hot path that holds the number (a
@@ -149,7 +155,7 @@ class FlowInfo:
 
     def endpoint(self, direction: Direction) -> tuple[Endpoint, Endpoint]:
         """(source, destination) of a chunk travelling in ``direction``."""
-        if direction is Direction.C2S:
+        if direction is _C2S:
             return self.client, self.server
         return self.server, self.client
 

@@ -41,6 +41,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from reassembly.events import (
+    DIRECTIONS,
     Anomaly,
     Datagram,
     Direction,
@@ -54,6 +55,8 @@ from reassembly.events import (
 )
 from reassembly.limits import TIER_POOLS, Limits
 from reassembly.tcp import TcpHalfStream, TcpHalfTracker
+
+_C2S, _S2C = DIRECTIONS  # (module globals: read per packet, ``DIRECTIONS``)
 
 _E = TypeVar("_E")  # an event of any layer (``turned``, ``Turning.see``)
 FlowKey = tuple[bytes, int, bytes, int]
@@ -333,10 +336,10 @@ class FlowTable:
         """The flow a packet with this 5-tuple belongs to, and the packet's direction."""
         state = keys.get(key)
         if state is not None:
-            return state, Direction.C2S
+            return state, _C2S
         src, sport, dst, dport = key
         state = keys.get((dst, dport, src, sport))
-        return None if state is None else (state, Direction.S2C)
+        return None if state is None else (state, _S2C)
 
     # -- young flows --------------------------------------------------------------------
 
@@ -385,9 +388,9 @@ class FlowTable:
         keys = self._young_keys
         rec = keys.get(pack(src, dst, sport, dport))
         if rec is not None:
-            return self._promote(rec), Direction.C2S
+            return self._promote(rec), _C2S
         rec = keys.get(pack(dst, src, dport, sport))
-        return None if rec is None else (self._promote(rec), Direction.S2C)
+        return None if rec is None else (self._promote(rec), _S2C)
 
     def _young_info(self, rec: bytes) -> tuple[FlowInfo, FlowKey]:
         """A young flow's ``FlowInfo`` (as ``tcp`` would have left it after its packet)
@@ -403,7 +406,7 @@ class FlowTable:
                         frame, frame)
         if len(rec) > vlan_at:
             info.vlan = tuple(v for (v,) in _VLAN.iter_unpack(rec[vlan_at:]))
-        info.packets[Direction.S2C if bits & _Y_S2C else Direction.C2S] = 1
+        info.packets[_S2C if bits & _Y_S2C else _C2S] = 1
         return info, (src, sport, dst, dport)
 
     def _forget_young(self, rec: bytes) -> None:
@@ -439,7 +442,7 @@ class FlowTable:
         info, key = self._young_info(rec)
         self._forget_young(rec)
         _, _, _, _, tick, seq, bits, _, shift = _YOUNG.unpack_from(rec)
-        direction = Direction.S2C if bits & _Y_S2C else Direction.C2S
+        direction = _S2C if bits & _Y_S2C else _C2S
         conn = _Tcp(info, key, bool(bits & _Y_OWNED))
         conn.tick = tick
         tracker = TcpHalfTracker()
@@ -771,7 +774,7 @@ class FlowTable:
                 conn.wscale = (pair[0], pair[1])
             seq = (seq + 1) % (1 << 32)
         if flags & ACK:
-            peer = self._half(conn, Direction(1 - direction), True)
+            peer = self._half(conn, DIRECTIONS[1 - direction], True)
             peer.on_ack(ack, ts_ns, frame)
             peer.on_window(ack, conn.window_bytes(direction, window, bool(flags & SYN)))
         if data:
@@ -946,7 +949,7 @@ class FlowTable:
         client, server = (b, a) if src_is_server else (a, b)
         info = self._new_info(transport, client, server, source, ts_ns, frame, vlans)
         key = (dst, dport, src, sport) if src_is_server else tup
-        return info, key, Direction.S2C if src_is_server else Direction.C2S
+        return info, key, _S2C if src_is_server else _C2S
 
     def _endpoint(self, ip: bytes, port: int) -> Endpoint:
         """The (immutable) endpoint, shared by the flows that have it: a server's
