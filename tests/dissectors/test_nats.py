@@ -430,6 +430,15 @@ def test_json_fields_one_pass_equals_the_loop(raw, monkeypatch):
             got = repr(e)
         assert got == want
     fast = nats_parser.parse_info(raw), nats_parser.parse_connect(raw)
+    # remembered (``_JSON_ROWS``): equal, and a copy the session may add to
+    again = nats_parser.parse_info(raw), nats_parser.parse_connect(raw)
+    assert again == fast
+    again[0][0]["incomplete"] = False
+    assert nats_parser.parse_info(raw) == fast[0]
+    if b'"pass"' in raw or b'"user"' in raw:  # nothing with a credential member is kept
+        assert raw not in {t for _, t in nats_parser._JSON_ROWS}
+        assert nats_parser._LAST_JSON[0] != raw
+    monkeypatch.setattr(nats_parser, "_JSON_ROWS", {})
     monkeypatch.setattr(nats_parser, "_all_typed", lambda plan, got: False)
     assert (nats_parser.parse_info(raw), nats_parser.parse_connect(raw)) == fast
     # values in the same order too
