@@ -20,7 +20,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -541,49 +540,7 @@ fail:
 
 /* ------------------------------------------------ carried messages, batches (emit) */
 
-/* The slots of dissectors.api.CarriedMessage (a slotted dataclass), read once by
- * message_layout(): the scan builds the message it offers by filling them, as the
- * dataclass's __init__ would, without running that Python function (~0.3 us a
- * message).  Any other type, or none declared, is called with the fields in order. */
-#define MSG_FIELDS 15
-static PyTypeObject *msg_type = NULL;
-static Py_ssize_t msg_off[MSG_FIELDS];
-
-static PyObject *py_message_layout(PyObject *self, PyObject *args) {
-    PyObject *type, *names;
-    Py_ssize_t off[MSG_FIELDS];
-    int i;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &type, &PyTuple_Type, &names))
-        return NULL;
-    if (PyTuple_GET_SIZE(names) != MSG_FIELDS) Py_RETURN_FALSE;
-    for (i = 0; i < MSG_FIELDS; i++) {
-        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
-        PyMemberDef *m;
-        if (d == NULL) return NULL;
-        if (!PyObject_TypeCheck(d, &PyMemberDescr_Type)) { Py_DECREF(d); Py_RETURN_FALSE; }
-        m = ((PyMemberDescrObject *)d)->d_member;
-        Py_DECREF(d);
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) Py_RETURN_FALSE;
-        off[i] = m->offset;
-    }
-    Py_INCREF(type);
-    Py_XSETREF(msg_type, (PyTypeObject *)type);
-    memcpy(msg_off, off, sizeof(off));
-    Py_RETURN_TRUE;
-}
-
-static PyObject *new_message(PyObject *type, PyObject *const *v) {
-    PyObject *m;
-    int i;
-    if ((PyTypeObject *)type != msg_type) return PyObject_Vectorcall(type, v, MSG_FIELDS, NULL);
-    m = msg_type->tp_alloc(msg_type, 0);
-    if (m == NULL) return NULL;
-    for (i = 0; i < MSG_FIELDS; i++) {
-        Py_INCREF(v[i]);
-        *(PyObject **)((char *)m + msg_off[i]) = v[i];
-    }
-    return m;
-}
+#define MSG_FIELDS 15 /* dissectors.api.CarriedMessage's, in its order */
 
 /* Append the ColumnBatch record of n more rows to out, as NatsSession did in Python:
  * it replaces the last record when that is a batch of the same direction without
@@ -630,8 +587,10 @@ static int emit_batch(PyObject *out, PyObject *batch, Py_ssize_t n, PyObject *ki
     return (int)k;
 }
 
-/* Offer a carried operation's message: offer is (callable, message type, flow_id,
- * carry_max); returns the records (new reference) or NULL. */
+/* Offer a carried operation's message: offer is (callable, message maker, flow_id,
+ * carry_max), the maker called with the message's fields in order (``reassembly.native
+ * .maker(CarriedMessage)``: filling its slots in C, without the dataclass's __init__);
+ * returns the records (new reference) or NULL. */
 static PyObject *offer_message(PyObject *offer, PyObject *direction, PyObject *payload,
                                const char *op, const Tok *subj, const Tok *reply,
                                const Tok *sid, int64_t o1, int64_t o2, int64_t t1,
@@ -659,7 +618,7 @@ static PyObject *offer_message(PyObject *offer, PyObject *direction, PyObject *p
     v[14] = PyLong_FromLongLong(f2);
     for (i = 0; i < MSG_FIELDS; i++)
         if (v[i] == NULL) goto done;
-    msg = new_message(PyTuple_GET_ITEM(offer, 1), v);
+    msg = PyObject_Vectorcall(PyTuple_GET_ITEM(offer, 1), v, MSG_FIELDS, NULL);
     if (msg == NULL) goto done;
     res = PyObject_CallOneArg(PyTuple_GET_ITEM(offer, 0), msg);
     Py_DECREF(msg);
@@ -1461,8 +1420,6 @@ static PyMethodDef module_methods[] = {
     {"reuse_stats", py_reuse_stats, METH_NOARGS,
      "reuse_stats() -> (hits, misses, hit bytes, missed bytes) of the digests of payloads "
      ">= REUSE_MIN bytes: taken from an equal kept payload, or hashed"},
-    {"message_layout", py_message_layout, METH_VARARGS,
-     "message_layout(type, field_names) -> whether scan fills type's slots itself"},
     {"protobuf_ok", py_protobuf_ok, METH_VARARGS,
      "protobuf_ok(data) -> dissectors.proto.wire.scan(data) is not None"},
     {NULL}};

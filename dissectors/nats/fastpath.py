@@ -41,7 +41,7 @@ run of bench_liftbridge's 20 MB capture).  Subject verdicts are cached per serve
 true as bindings change (``ScopeDispatcher.verdicts``).  A PUB/MSG so offered stays
 on the fast path (``CARRIED``, issue 22): its row goes to the columns like any other,
 and the scan itself offers the ``CarriedMessage`` the reference would build to the
-carrier scope (filling the dataclass's slots: ``message_layout`` below); the records
+carrier scope (made by ``MAKE_CARRIED`` below); the records
 returned are the ``children`` of the ``ColumnBatch`` ending with that message's row
 (the conveyor ids them after the batch's last row, as it ids a reference row's
 children), and the scan goes on.  The session passes its list of records to the scan,
@@ -63,7 +63,6 @@ takes Arrow batches.
 from __future__ import annotations
 
 import os
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -74,6 +73,7 @@ from dissectors.api import CarriedMessage, ColumnBatch
 from dissectors.nats.jetstream import ack_arrays
 from dissectors.schema import timestamp_from_ns
 from dissectors.tables import NS_SUFFIX
+from reassembly.native import maker
 
 try:
     from dissectors.nats import _speedups  # type: ignore[attr-defined]  # C, no stub
@@ -113,15 +113,10 @@ def _hook_openssl() -> str:
 
 SHA256_IMPL = _hook_openssl()
 
-# ``CarriedMessage``'s fields in the order the scan fills them (``_speedups.c``,
-# ``offer_message``): the scan sets the slots itself when the dataclass is still exactly
-# that (no ``__post_init__``), else calls it with them in this order
-_CARRIED_FIELDS = ("carrier", "op", "subject", "reply_to", "sid", "headers", "payload",
-                   "direction", "flow_id", "offset_start", "offset_end", "ts_first_ns",
-                   "ts_last_ns", "frame_first", "frame_last")
-if AVAILABLE and tuple(f.name for f in fields(CarriedMessage)) == _CARRIED_FIELDS \
-        and not hasattr(CarriedMessage, "__post_init__"):
-    _speedups.message_layout(CarriedMessage, _CARRIED_FIELDS)
+# what the scan calls with a carried message's fields, in ``CarriedMessage``'s order (as
+# the reference's ``on_message`` passes them): its slots filled in C
+# (``reassembly.native.maker``), not the dataclass's Python ``__init__``
+MAKE_CARRIED = maker(CarriedMessage)
 
 
 def enabled(requested: bool = True) -> bool:

@@ -173,7 +173,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self._fast_carry = False
         # what the scan needs to append ColumnBatch records and offer carried messages
         # itself (``fastpath``): per direction (ColumnBatch, table, direction, rows,
-        # format), set by enable_fast; (offer, CarriedMessage, flow_id, carry_max), by carry
+        # format), set by enable_fast; (offer, fastpath.MAKE_CARRIED, flow_id, carry_max), by carry
         self._batch: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
         self._offer: tuple[Any, ...] | None = None
         # per direction, ``_scan_config``'s answer (None: to be made again)
@@ -197,7 +197,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
 
         self.on_message = self._carry_hook = on_message
         cmax = self.carry_max
-        self._offer = (offer, CarriedMessage, flow_id, -1 if cmax is None else cmax)
+        self._offer = (offer, fastpath.MAKE_CARRIED, flow_id, -1 if cmax is None else cmax)
         self._scan_configs = [None, None]
 
     def columnar(self, keep_rows: bool) -> None:
