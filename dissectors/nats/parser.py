@@ -505,11 +505,23 @@ _JSON_ROWS_MAX = 256
 _JSON_ROWS_LEN = 4096
 
 
+def _copied(values: dict[str, Any], plan: _Plan) -> dict[str, Any]:
+    """``values`` copied with its lists: no row shares a list with another row, with the
+    remembered values (``_JSON_ROWS``) or with a remembered object (``json_object``), as
+    when every line was parsed anew."""
+    out = dict(values)
+    for i in plan.lists:
+        col = plan.cols[i]
+        if col in out:
+            out[col] = list(out[col])
+    return out
+
+
 def _parse_json(op: str, raw: bytes, plan: _Plan
                 ) -> tuple[dict[str, Any], list[Problem], dict[str, Any] | None]:
     known = _JSON_ROWS.get((op, raw))
     if known is not None:
-        return dict(known[0]), [], known[1]
+        return _copied(known[0], plan), [], known[1]
     values: dict[str, Any] = {"op": op, "json_raw": text(raw)}
     problems: list[Problem] = []
     try:
@@ -529,11 +541,12 @@ def _parse_json(op: str, raw: bytes, plan: _Plan
     got = list(map(obj.get, plan.keys))
     if _all_typed(plan, got):
         values.update(compress(zip(plan.cols, got, strict=True), map(is_not, got, repeat(None))))
+        values = _copied(values, plan)  # (not the parsed object's lists: json_object's memo)
         if len(raw) <= _JSON_ROWS_LEN and type(raw) is bytes and obj.keys().isdisjoint(
                 AUTH_KEYS):  # (a CONNECT with credentials is not kept)
             if len(_JSON_ROWS) >= _JSON_ROWS_MAX:
                 _JSON_ROWS.clear()
-            _JSON_ROWS[op, raw] = dict(values), obj
+            _JSON_ROWS[op, raw] = _copied(values, plan), obj
         return values, problems, obj
     for key, col, kind, exact in plan.fields:
         if key in obj:
@@ -542,7 +555,8 @@ def _parse_json(op: str, raw: bytes, plan: _Plan
                 continue
             ok = type(v) is exact if exact is not None else _typed(v, kind)[0]
             if ok:
-                values[col] = v
+                # (a list of its own: the parsed object may be json_object's memo's)
+                values[col] = list(v) if type(v) is list else v
             else:
                 problems.append(
                     Problem(

@@ -3,6 +3,7 @@ arbitrary splits; leniencies nats-server accepts; anomalies; gaps; fuzzing; acco
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 
@@ -433,7 +434,12 @@ def test_json_fields_one_pass_equals_the_loop(raw, monkeypatch):
     # remembered (``_JSON_ROWS``): equal, and a copy the session may add to
     again = nats_parser.parse_info(raw), nats_parser.parse_connect(raw)
     assert again == fast
+    kept = copy.deepcopy(fast)
     again[0][0]["incomplete"] = False
+    for values in (fast[0][0], again[0][0]):  # nor a list shared with a remembered row
+        if isinstance(values.get("connect_urls"), list):
+            values["connect_urls"].append("changed")
+    fast = kept
     assert nats_parser.parse_info(raw) == fast[0]
     if b'"pass"' in raw or b'"user"' in raw:  # nothing with a credential member is kept
         assert raw not in {t for _, t in nats_parser._JSON_ROWS}
