@@ -1464,9 +1464,12 @@ static PyObject *engine_run(Engine *e, PyObject *args) {
     }
 }
 
-/* handshakes(batch, i) -> [(src, dst, transport, ts_ns, number, vlans)]: the records from
- * i on, up to the first that is not one, that the reference must handle whatever the
- * flows' state (SYN, FIN or RST set, or no ACK: take() never takes them) but whose decode
+/* handshakes(batch, i, lead=0) -> [(src, dst, transport, ts_ns, number, vlans)]: the
+ * records from i on, up to the first that is not one, that the reference must handle
+ * whatever the flows' state (SYN, FIN or RST set, or no ACK: take() never takes them),
+ * the record at i whatever its flags when lead is set (the caller's run() stopped at it:
+ * the reference handles it anyway, a short flow's third handshake ACK, its first data,
+ * its last ACK, so it too skips the Python decode), but whose decode
  * the C walk already did as the reference would (a fast TCP record of the current link
  * type), and whose tick would only move the clock (tick_special, the clock moving with
  * them).  transport: the TCP header and data, as NetworkDecoder.decode gives them.  The
@@ -1481,17 +1484,18 @@ static PyObject *engine_handshakes(Engine *e, PyObject *args) {
     const uint8_t *d;
     PyObject *out;
     int64_t now = e->now_ns;
-    if (!PyArg_ParseTuple(args, "O!n", &BatchType, &b, &i)) return NULL;
+    int lead = 0;
+    if (!PyArg_ParseTuple(args, "O!n|p", &BatchType, &b, &i, &lead)) return NULL;
     if ((out = PyList_New(0)) == NULL) return NULL;
     d = (const uint8_t *)b->buf.buf;
-    for (; i < b->n && PyList_GET_SIZE(out) < MAX_HANDSHAKES; i++) {
+    for (; i < b->n && PyList_GET_SIZE(out) < MAX_HANDSHAKES; i++, lead = 0) {
         const Rec *r = &b->recs[i];
         const uint8_t *src;
         Py_ssize_t alen;
         PyObject *vlans, *t;
         int v, rc;
         if (r->kind != K_TCP || r->lt != e->lt_cur ||
-            (r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) == F_ACK)
+            (!lead && (r->tflags & (F_SYN | F_FIN | F_RST | F_ACK)) == F_ACK))
             break;
         /* tick_special with the clock these records move */
         if (!e->has_sweep || (r->ts_ns > now && now == 0)) break;
@@ -1661,7 +1665,7 @@ static PyMethodDef engine_methods[] = {
     {"run", (PyCFunction)engine_run, METH_VARARGS,
      "run(batch, start, per_flow=False, movable=None) -> (index, runs)"},
     {"handshakes", (PyCFunction)engine_handshakes, METH_VARARGS,
-     "handshakes(batch, i) -> [(src, dst, transport, ts_ns, number, vlans)] of the records "
+     "handshakes(batch, i, lead=False) -> [(src, dst, transport, ts_ns, number, vlans)] of the records "
      "from i on the reference handles whatever the flows' state, decoded"},
     {"regroup", (PyCFunction)engine_regroup, METH_NOARGS,
      "regroup() -> runs: the last run's payloads in the reference's order"},

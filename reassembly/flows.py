@@ -216,7 +216,8 @@ class _Tcp:
         never in a SYN itself; unknown scaling (no handshake seen) is read leniently."""
         if syn:
             return window
-        if not all(h is not None and h.syn_seen for h in self.halves):
+        c2s, s2c = self.c2s, self.s2c  # (per ACK: no generator over ``halves``)
+        if c2s is None or s2c is None or not (c2s.syn_seen and s2c.syn_seen):
             return window << UNKNOWN_WSCALE
         shift = self.wscale[direction]
         return window << shift if shift is not None and None not in self.wscale else window
@@ -810,9 +811,9 @@ class FlowTable:
         if entry is None:
             return None
         state = entry[0]
-        info = _info_of(state)
+        info = state.info
         lim = self.limits
-        if isinstance(state, _Tcp):
+        if state.__class__ is _Tcp:
             timeout = lim.closed_linger_ns if state.closing else lim.tcp_idle_timeout_ns
         else:
             timeout = lim.udp_idle_timeout_ns

@@ -298,7 +298,8 @@ def _stream(conn: _Tcp, direction: int) -> TcpHalfStream:
 
 def _ack_shifts(conn: _Tcp) -> tuple[int, int]:
     """The shift ``_Tcp.window_bytes`` applies to each direction's window (no SYN)."""
-    if not all(h is not None and h.syn_seen for h in conn.halves):
+    c2s, s2c = conn.c2s, conn.s2c
+    if c2s is None or s2c is None or not (c2s.syn_seen and s2c.syn_seen):
         return UNKNOWN_WSCALE, UNKNOWN_WSCALE
     pair = conn.wscale
     if None in pair:
@@ -335,6 +336,11 @@ class NativeReassembler:
     # whether ``process`` makes a stretch's events in C (``_engine.events``); False: its
     # Python loop, the definition (for comparisons)
     compiled_events = True
+    # whether the record a stretch stopped at, when it is a plain ACK (the C core did not
+    # take it: a short flow's third handshake ACK, its first data, its final ACK), goes to
+    # the flow table as a decoded row (``_handshakes``: no ``Frame``, no Python decode)
+    # rather than through ``Reassembler.step``; False: through ``step`` (for comparisons)
+    lead_rows = True
 
     def __init__(self, limits: Limits | None = None, owns: Callable[[int], bool] | None = None,
                  coalesce: str = "adjacent", *, reference: Reassembler | None = None,
@@ -382,14 +388,16 @@ class NativeReassembler:
         as plain bookkeeping (the C core's condition to take it).  A direction may have
         a reorder buffer: the C core knows its extent (``_half_state``) and hands back
         what would fill or flush it."""
-        if not conn.owned or not self._open_alone(conn):
+        if not conn.owned:
             return False
-        for half in conn.halves:
+        # (the halves first: a handshake's flow, reviewed after each of its packets, has
+        # a tracker on one side until data flows, so this rejects it with no lookup)
+        for half in (conn.c2s, conn.s2c):
             if (half.__class__ is not TcpHalfStream or half.base is None
                     or half.held or half.fin_seq_off is not None or half.alt_base is not None
                     or half.stream_id is not None):
                 return False
-        return True
+        return self._open_alone(conn)
 
     def _open_alone(self, conn: _Tcp) -> bool:
         """The flow table's side of both registrations: open, not closing, the flow its
@@ -437,8 +445,8 @@ class NativeReassembler:
         self._owned_ids.add(info.flow_id)
         self.core.register(len(src) == 16, src, sport, dst, dport, info.flow_id, conn, info,
                            info.ts_last_ns, info.frame_last, self.ref.limits.tcp_idle_timeout_ns,
-                           _half_state(_stream(conn, 0), shifts[0]),
-                           _half_state(_stream(conn, 1), shifts[1]))
+                           _half_state(conn.c2s, shifts[0]),  # type: ignore[arg-type]
+                           _half_state(conn.s2c, shifts[1]))  # type: ignore[arg-type]
 
     def _review_all(self) -> None:
         for _, conn in self.core.registered():
@@ -746,13 +754,14 @@ class NativeReassembler:
     def _hand_over(self, batch: _engine.Batch, i: int
                    ) -> Generator[Event | CoalescedData, None, int]:
         """The records from ``i`` that the reference handles: a run of handshakes
-        (``_handshakes``) or one frame; yields their events, returns the next index."""
-        rows = self.core.handshakes(batch, i)
+        (``_handshakes``, the record at ``i`` whatever its flags: ``lead_rows``) or one
+        frame; yields their events (a record's as ``_reference_frame``'s: joined by
+        ``_frame_events``), returns the next index."""
+        rows = self.core.handshakes(batch, i, self.lead_rows)
         out = self.ref.pending
         if rows:  # records only the reference handles, decoded already
             for _ in self._handshakes(rows):
-                yield from out
-                out.clear()
+                yield from self._frame_events()
             return i + len(rows)
         self._reference_frame(Frame(*batch.frame(i)))
         if out:

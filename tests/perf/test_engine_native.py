@@ -470,11 +470,12 @@ def _write_short_flows(path: Path, flows: int, seed: int) -> None:
     Limits(max_flows=50), Limits(max_flows=5000, memory_limit_bytes=24_000),
     Limits(max_flows=12, tcp_idle_timeout_ns=SECOND_NS, closed_linger_ns=SECOND_NS // 2)],
     ids=["flow-cap", "budget", "idle"])
-def test_engine_on_new_flows_past_the_caps(tmp_path, limits: Limits) -> None:
+def test_engine_on_new_flows_past_the_caps(tmp_path, monkeypatch, limits: Limits) -> None:
     """The records the C core hands the flow table without the Python decode
-    (``Engine.handshakes``: SYN, FIN, RST) give the reference's events and state: a
-    SYN flood evicting at the flow cap or by the memory budget, and many short
-    connections (port reuse, repeated SYNs, sweeps and idle expiry amid handshakes)."""
+    (``Engine.handshakes``: SYN, FIN, RST, and the plain ACK a stretch stopped at:
+    ``lead_rows``) give the reference's events and state: a SYN flood evicting at the
+    flow cap or by the memory budget, and many short connections (port reuse, repeated
+    SYNs, sweeps and idle expiry amid handshakes), with and without ``lead_rows``."""
     flood = tmp_path / "flood.pcap"
     write_syn_flood(flood, 600)
     nat = assert_engine_equal(lambda: native.pcap_batches(flood, max_records=100),
@@ -487,6 +488,21 @@ def test_engine_on_new_flows_past_the_caps(tmp_path, limits: Limits) -> None:
     assert nat.counters["taken"] > 0
     assert_engine_equal(lambda: native.pcap_batches(short, max_records=64), frames, limits,
                         coalesce="flow", owns=lambda flow_id: flow_id % 3 != 1)
+    # the frames decoded in Python (``_reference_frame``): with ``lead_rows`` only those
+    # a tick or the link type sends there (here many pauses), no plain ACK stopped at
+    stepped: list[bool] = []
+    through = native.NativeReassembler._reference_frame
+
+    def counted(self: native.NativeReassembler, frame: Frame) -> None:
+        stepped.append(self.lead_rows)
+        through(self, frame)
+
+    monkeypatch.setattr(native.NativeReassembler, "_reference_frame", counted)
+    monkeypatch.setattr(native.NativeReassembler, "lead_rows", False)
+    assert_engine_equal(lambda: native.pcap_batches(short, max_records=64), frames, limits)
+    monkeypatch.setattr(native.NativeReassembler, "lead_rows", True)
+    assert_engine_equal(lambda: native.pcap_batches(short, max_records=64), frames, limits)
+    assert 3 * stepped.count(True) < 2 * stepped.count(False)
 
 
 # -- hypothesis segment streams -----------------------------------------------------------
