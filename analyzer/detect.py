@@ -23,10 +23,11 @@ swapped (``swap_roles``, role source ``ops``).  A flow nobody claims stays uncla
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter, methodcaller
 from typing import Any
 
 from dissectors.api import Dissector, Record, Session, Span, Verdict
-from reassembly.events import Direction, FlowInfo, RoleSource
+from reassembly.events import Direction, FlowInfo, RoleSource, Transport
 
 # Enough for any of our protocols to show its first PDU header; past it the flow is
 # declared unclaimed rather than buffering without bound.
@@ -37,6 +38,11 @@ JOINED_HOLD_BYTES = 8 * PROBE_LIMIT_BYTES
 # ``Direction``'s members, in order: a tuple, not the enum class's Python-level iterator
 # (each flow's probing and lock went through it three times, ~30 bytecodes a time)
 _DIRECTIONS = tuple(Direction)
+# what a flow's candidate ranking depends on, per dissector (``Detector._ranked``)
+_CARRIED_ON = methodcaller("carried_on")
+_PORTS_NAME = attrgetter("default_ports", "name")
+# rankings kept at most (a capture with many server ports: forget them all, start again)
+_MAX_RANKINGS = 1024
 
 
 class FlowDispatch:
@@ -95,6 +101,8 @@ class Detector:
         # flow table, and its events still on their way turned); None: roles stay
         self.swap_roles: Callable[[FlowInfo, RoleSource, tuple[int, int] | None], bool] | None = (
             None)
+        # ``_ranked``'s answers, by transport, server port and the dissectors' facts
+        self._rankings: dict[tuple[Any, ...], list[type[Dissector]]] = {}
 
     def start(self, flow: FlowInfo, stream_id: int | None = None) -> FlowDispatch:
         """Detection state for a TCP flow, or for one QUIC stream (``stream_id``)."""
@@ -114,12 +122,29 @@ class Detector:
             # its session is made at the flow's first event (``_forced_session``), where
             # the caller guards against dissector errors as for every other call
             return FlowDispatch(flow, [forced], forced=True)
-        port = flow.server.port
-        ranked = sorted(
-            (d for d in self.dissectors if flow.transport in d.carried_on()),
-            key=lambda d: (port not in d.default_ports, d.name),
-        )
-        return FlowDispatch(flow, ranked, forced=False)
+        return FlowDispatch(flow, self._ranked(flow.transport, flow.server.port), forced=False)
+
+    def _ranked(self, transport: Transport, port: int) -> list[type[Dissector]]:
+        """The candidates for a flow: the dissectors carried on ``transport``, those whose
+        default port is ``port`` first, then by name.  The same answer for the same
+        transport, port and dissector facts (``carried_on()``, ``default_ports``,
+        ``name``) is taken from ``_rankings``: a run's flows mostly share a server port,
+        and ranking again cost ~150 bytecodes a flow.  (A flow's list is its own copy:
+        detection replaces it, and a caller may change it.)"""
+        ds = self.dissectors
+        try:
+            key = (transport, port, tuple(map(_CARRIED_ON, ds)), tuple(map(_PORTS_NAME, ds)))
+            ranked = self._rankings.get(key)
+        except TypeError:  # (a plugin's facts that are no dict key, e.g. a list of ports)
+            key, ranked = None, None
+        if ranked is None:
+            ranked = sorted((d for d in ds if transport in d.carried_on()),
+                            key=lambda d: (port not in d.default_ports, d.name))
+            if key is not None:
+                if len(self._rankings) >= _MAX_RANKINGS:
+                    self._rankings.clear()
+                self._rankings[key] = ranked
+        return ranked.copy()
 
     def _forced_session(self, fd: FlowDispatch) -> Session | None:
         """The flow's session; a forced flow (``--decode-as``) gets it on first use."""
@@ -159,7 +184,8 @@ class Detector:
         """Ask the remaining candidates; lock, give up, or keep waiting."""
         still: list[type[Dissector]] = []
         mid = fd.flow.mid_stream
-        late = [mid[d] or fd.joined[d] for d in _DIRECTIONS]
+        joined = fd.joined
+        late = [mid[0] or joined[0], mid[1] or joined[1]]  # (per direction, by number)
         prefix = fd.prefix
         for cand in fd.candidates:
             try:
@@ -230,7 +256,10 @@ class Detector:
     def _lock(self, fd: FlowDispatch, cand: type[Dissector]) -> list[Record]:
         fd.dissector = cand
         options = self._options_for(fd)
-        late = tuple(d for d in _DIRECTIONS if fd.flow.mid_stream[d] or fd.joined[d])
+        mid = fd.flow.mid_stream
+        joined = fd.joined
+        late = (() if not (mid[0] or joined[0] or mid[1] or joined[1]) else
+                tuple(d for d in _DIRECTIONS if mid[d] or joined[d]))
         if late:  # the session may start those directions looking for a unit start
             options = {**options, "joined": late}
         fd.session = session = cand.session(options)

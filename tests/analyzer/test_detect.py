@@ -34,3 +34,45 @@ def test_mid_stream_side_does_not_veto_the_clean_side(tmp_path):
 
 def test_both_sides_unrecognisable_stay_unclaimed(tmp_path):
     assert _protocols(tmp_path, b"\x00\x01binary junk", b"\xff\xfe more junk") == [None]
+
+
+def test_candidate_ranking_follows_what_it_depends_on():
+    """``Detector._ranked`` keeps its answers by transport, server port and the
+    dissectors' ``carried_on()``/``default_ports``/``name``: a change of any is seen."""
+    from analyzer.detect import Detector
+    from dissectors.api import Dissector, Verdict
+    from reassembly.events import Endpoint, FlowInfo, RoleSource, Transport
+
+    class Aaa(Dissector):
+        name = "aaa"
+        default_ports = (1111,)
+
+        @classmethod
+        def probe(cls, direction, prefix):
+            return Verdict.NO
+
+        @classmethod
+        def session(cls, options):
+            raise NotImplementedError
+
+    class Zzz(Aaa):
+        name = "zzz"
+        default_ports = (2222,)
+
+    def ranked(port, transport=Transport.TCP):
+        flow = FlowInfo(1, transport, Endpoint("10.0.0.1", 5), Endpoint("10.0.0.2", port),
+                        RoleSource.SYN, 0, 0, 1, 1)
+        return [d.name for d in det.start(flow).candidates]
+
+    det = Detector([Zzz, Aaa])
+    assert ranked(2222) == ["zzz", "aaa"] and ranked(1111) == ["aaa", "zzz"]
+    assert ranked(2222) == ["zzz", "aaa"]  # (kept)
+    Zzz.default_ports = (1111,)
+    assert ranked(2222) == ["aaa", "zzz"]
+    Zzz.default_ports = [3333]  # (no dict key: ranked every time)
+    assert ranked(3333) == ["zzz", "aaa"] and ranked(1111) == ["aaa", "zzz"]
+    Zzz.transports = (Transport.UDP,)
+    assert ranked(3333) == ["aaa"] and ranked(3333, Transport.UDP) == ["zzz"]
+    det.start(FlowInfo(2, Transport.TCP, Endpoint("a", 1), Endpoint("b", 1111),
+                       RoleSource.SYN, 0, 0, 1, 1)).candidates.clear()
+    assert ranked(1111) == ["aaa"]  # (a flow's list is its own)

@@ -800,3 +800,22 @@ def test_on_message_gets_whole_payload_and_returns_children():
     assert len(pubs[0].children) == 1 and pubs[1].children == []
     assert pubs[1].values["payload"] == b"0123"
     assert pubs[3].values["incomplete"] is True and pubs[3].children == []
+
+
+def test_options_are_read_again_when_they_change() -> None:
+    """A session keeps the last options read (the same dict for every flow of a run), but
+    not past a change to that dict."""
+    from dissectors.nats.session import NatsSession
+
+    opts: dict = {"payload_cap": 8, "max_control_line": 10}
+    s = NatsSession(opts)
+    assert s.payload_cap == 8 and s.framers[0].max_line_bytes == 10
+    opts["payload_cap"] = None
+    opts["max_control_line"] = 20
+    s = NatsSession(opts)
+    assert s.payload_cap is None and s.framers[0].max_line_bytes == 20
+    opts["max_control_line"] = 0
+    with pytest.raises(ValueError):
+        NatsSession(opts)
+    with pytest.raises(ValueError):
+        NatsSession(opts)  # (a bad value is never kept)
