@@ -105,20 +105,12 @@ def _option(options: Mapping[str, Any], name: str, default: int | None) -> int |
     return session_option(options, name, default, none_ok=True, owner="nats")
 
 
-# ``_read_options``'s last answer: [options, a copy of them, what they say]
-_READ: list[Any] = [None, None, None]
-
-
 def _read_options(options: Mapping[str, Any]) -> tuple[
         int | None, int | None, bool, int | None, int, int, Any]:
     """``(payload_cap, carry_max, keep_secrets, header_cap, max_control_line,
-    max_server_line, memory_budget or None)``, checked.  The run hands every session the
-    same options: the last answer is kept for the same mapping with the same items (a
-    caller may change a dict between sessions).  Why: reading them again cost ~200
-    bytecodes per flow, a tenth of a short flow's session start and end."""
-    read = _READ
-    if options is read[0] and options == read[1]:
-        return read[2]  # type: ignore[no-any-return]
+    max_server_line, memory_budget or None)``, checked.  Read anew for every session:
+    a caller may change its options between sessions, and a module-level memo would keep
+    the last run's options (its memory budget, and through it every holder) alive."""
     payload_cap = read_payload_cap(options, "nats")
     carry_max = _option(options, "carry_max", DEFAULT_CARRY_MAX)
     keep_secrets = options.get("keep_secrets", False) is True
@@ -130,9 +122,7 @@ def _read_options(options: Mapping[str, Any]) -> tuple[
     budget = options.get("memory_budget")
     if not callable(getattr(budget, "hold", None)):
         budget = None
-    got = (payload_cap, carry_max, keep_secrets, header_cap, c2s_line, s2c_line, budget)
-    read[:] = [options, dict(options), got]
-    return got
+    return payload_cap, carry_max, keep_secrets, header_cap, c2s_line, s2c_line, budget
 
 
 class _Direction:

@@ -803,8 +803,8 @@ def test_on_message_gets_whole_payload_and_returns_children():
 
 
 def test_options_are_read_again_when_they_change() -> None:
-    """A session keeps the last options read (the same dict for every flow of a run), but
-    not past a change to that dict."""
+    """Each session reads its options: a dict changed between sessions is read again, and
+    a bad value raises every time."""
     from dissectors.nats.session import NatsSession
 
     opts: dict = {"payload_cap": 8, "max_control_line": 10}
