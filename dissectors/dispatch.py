@@ -86,13 +86,24 @@ def probe_first_bytes(probers: list[type[PayloadDissector]]) -> bytes:
             for p in exact:
                 table += bytes((len(p),)) + p
             for b in {p[0] for p in exact}:
-                flags[b] = flags[b] or 3
+                flags[b] = _merged(flags[b], 3)
             continue
         allowed = d.probe_first_bytes
         level = 2 if d.probe_needs_protobuf else 1
         for b in range(256) if allowed is None else allowed:
-            flags[b] = level if flags[b] in (0, 3) else min(flags[b], level)
+            flags[b] = _merged(flags[b], level)
     return bytes(flags + table)
+
+
+def _merged(flag: int, level: int) -> int:
+    """A first byte's flag once another prober may claim it at ``level``: a byte that an
+    exact rule (3) and any other prober share goes back to the probes (1), whichever came
+    first: neither the prefix table nor the protobuf check alone decides for both."""
+    if flag == 0 or flag == level:
+        return level
+    if 3 in (flag, level):
+        return 1
+    return min(flag, level)
 
 
 class ScopeDispatcher(Bindings):

@@ -396,12 +396,13 @@ def _prefix_scripts(draw):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_prefix_scripts(), st.integers(0, 10_000), st.sets(st.sampled_from(_ASCII_SUBJECTS)),
-       st.sets(st.integers(0, 255), max_size=3))
-def test_probes_with_an_exact_prefix_rule_are_decided_by_the_scan(case, split, bound, other):
+       st.sets(st.integers(0, 255), max_size=3), st.booleans(), st.booleans())
+def test_probes_with_an_exact_prefix_rule_are_decided_by_the_scan(case, split, bound, other,
+                                                                    protobuf, other_first):
     """A prober declaring ``probe_prefixes`` (Liftbridge's magic) is decided in C (flag 3,
     ``dispatch.probe_first_bytes``), no stop to ask it; another prober that may claim the
-    same first byte (``other``) sends that byte back to the probe: the offers and rows
-    are the reference's either way."""
+    same first byte (``other``, protobuf-only or not, before or after it) sends that byte
+    back to the probe: the offers and rows are the reference's either way."""
     from dissectors import dispatch
 
     prefixes, script = case
@@ -412,9 +413,9 @@ def test_probes_with_an_exact_prefix_rule_are_decided_by_the_scan(case, split, b
     class Other:
         probe_prefixes = None
         probe_first_bytes = frozenset(other)
-        probe_needs_protobuf = False
+        probe_needs_protobuf = protobuf
 
-    probers = [Exact, Other] if other else [Exact]
+    probers = ([Other, Exact] if other_first else [Exact, Other]) if other else [Exact]
     flags = dispatch.probe_first_bytes(probers)  # type: ignore[arg-type]
     assert all(flags[b] == (1 if b in other else 3) for b in {p[0] for p in prefixes})
 
