@@ -27,7 +27,7 @@ from operator import attrgetter, methodcaller
 from typing import Any
 
 from dissectors.api import Dissector, Record, Session, Span, Verdict
-from reassembly.events import Direction, FlowInfo, RoleSource, Transport
+from reassembly.events import DIRECTIONS, Direction, FlowInfo, RoleSource, Transport
 
 # Enough for any of our protocols to show its first PDU header; past it the flow is
 # declared unclaimed rather than buffering without bound.
@@ -35,9 +35,6 @@ PROBE_LIMIT_BYTES = 8192
 # A flow with a direction joined late is not given up while the other direction has not
 # spoken (its first op may be the only one that checks out), up to this many held bytes.
 JOINED_HOLD_BYTES = 8 * PROBE_LIMIT_BYTES
-# ``Direction``'s members, in order: a tuple, not the enum class's Python-level iterator
-# (each flow's probing and lock went through it three times, ~30 bytecodes a time)
-_DIRECTIONS = tuple(Direction)
 # what a flow's candidate ranking depends on, per dissector (``Detector._ranked``)
 _CARRIED_ON = methodcaller("carried_on")
 _PORTS_NAME = attrgetter("default_ports", "name")
@@ -190,7 +187,7 @@ class Detector:
         for cand in fd.candidates:
             try:
                 verdicts: dict[Direction, Verdict] = {}
-                for d in _DIRECTIONS:
+                for d in DIRECTIONS:
                     if prefix[d]:
                         v = (cand.probe_joined if late[d] else cand.probe)(d, bytes(prefix[d]))
                         # (a Verdict already is its own Verdict(): no enum lookup per answer)
@@ -232,7 +229,7 @@ class Detector:
             return False
         try:
             return any(cand.probe_joined(d.flip(), bytes(fd.prefix[d])) == Verdict.YES
-                       for d in _DIRECTIONS if fd.prefix[d])
+                       for d in DIRECTIONS if fd.prefix[d])
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - as in _probe
@@ -259,7 +256,7 @@ class Detector:
         mid = fd.flow.mid_stream
         joined = fd.joined
         late = (() if not (mid[0] or joined[0] or mid[1] or joined[1]) else
-                tuple(d for d in _DIRECTIONS if mid[d] or joined[d]))
+                tuple(d for d in DIRECTIONS if mid[d] or joined[d]))
         if late:  # the session may start those directions looking for a unit start
             options = {**options, "joined": late}
         fd.session = session = cand.session(options)

@@ -95,7 +95,6 @@ _FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offse
 # reference's event order only (``CaptureDissection.may_reorder`` is never asked)
 FLOW_COALESCE_SWITCH = "MSGCAP_FLOW_COALESCE"
 _span = maker(Span)  # ``Span`` made in C: one a segment (``CaptureDissection.handle``)
-_C2S = Direction.C2S
 
 
 def flow_coalescing() -> bool:
@@ -351,11 +350,7 @@ class CaptureDissection:
         acc = self._accs.get(table)
         if acc is None:
             acc = self._accs[table] = fmt.accumulator()
-        # (``flow.endpoint(d)`` inline: one call less a batch, i.e. a carried message)
-        if d is _C2S:
-            src, dst = flow.client, flow.server
-        else:
-            src, dst = flow.server, flow.client
+        src, dst = flow.endpoint(d)
         acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
                  src.ip, src.port, dst.ip, dst.port)
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:

@@ -31,7 +31,14 @@ from typing import Any, NamedTuple, TypeGuard, TypeVar, cast
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.engine import CaptureClock, Reassembler
-from reassembly.events import Direction, Event, FlowInfo, StreamData, StreamGap, Transport
+from reassembly.events import (
+    DIRECTIONS,
+    Event,
+    FlowInfo,
+    StreamData,
+    StreamGap,
+    Transport,
+)
 from reassembly.flows import UNKNOWN_WSCALE, _Tcp
 from reassembly.limits import SECOND_NS, TIER_BUFFERS, TIER_WINDOWS, Limits, MemoryHolder
 from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
@@ -80,7 +87,10 @@ def maker(cls: type[_T]) -> Callable[..., _T]:
         defaults = tuple(f.default for f in fields if f.default is not dataclasses.MISSING)
     else:
         return cls
-    return cast(Callable[..., _T], make(cls, names, defaults))
+    try:
+        return cast(Callable[..., _T], make(cls, names, defaults))
+    except TypeError:  # a layout Maker does not take (e.g. slots inherited from a base)
+        return cls
 
 
 def _generated(init: object) -> bool:
@@ -106,7 +116,6 @@ READ_CHUNK = 1 << 20
 TCP = 6
 # ``MSGCAP_NATIVE_ENGINE=0``: capture_events runs the reference alone (``enabled``).
 ENV_SWITCH = "MSGCAP_NATIVE_ENGINE"
-_DIRECTIONS = (Direction.C2S, Direction.S2C)
 _ONE_SEGMENT = SEGMENT.size
 # ``Engine.sync``'s effects (reassembly/_engine.c FX_*)
 _FX_PIECE, _FX_WINDOW, _FX_DRAIN, _FX_RELEASE = range(4)
@@ -758,9 +767,9 @@ class NativeReassembler:
                 continue
             if len(segs) == _ONE_SEGMENT:
                 _, ts, frame = _unpack_segment(segs)
-                yield _stream_data(info, _DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
+                yield _stream_data(info, DIRECTIONS[direction], offset, data, ts, ts, frame, frame)
                 continue
-            chunk = CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
+            chunk = CoalescedData(info, DIRECTIONS[direction], offset, data, segs)
             if split:
                 yield from chunk.split()
             else:
@@ -815,7 +824,7 @@ class NativeReassembler:
         if _events is not None and self.compiled_events:
             # the loop below in C: the events at once, and where the charges come among them
             events, cuts = _events(runs, single, pending, _stream_data, _chunk, _stream_gap,
-                                   _DIRECTIONS)
+                                   DIRECTIONS)
             start = 0
             for at, frame in cuts:
                 yield from events[start:at]
@@ -829,7 +838,7 @@ class NativeReassembler:
                 # (``_hold_pieces`` only when a charge is due by this frame)
                 if pending and pending[0][0] <= frame:
                     self._hold_pieces(frame)
-                yield _stream_data(info, _DIRECTIONS[direction], offset, data, ts, ts, frame,
+                yield _stream_data(info, DIRECTIONS[direction], offset, data, ts, ts, frame,
                                    frame)
                 continue
             if pending:
@@ -837,7 +846,7 @@ class NativeReassembler:
             if data is None:
                 yield _gap(info, direction, offset, segs)
             else:
-                yield CoalescedData(info, _DIRECTIONS[direction], offset, data, segs)
+                yield CoalescedData(info, DIRECTIONS[direction], offset, data, segs)
 
     def process(self, batches: Iterable[_engine.Batch]) -> Iterator[Event | CoalescedData]:
         """The events of the batches' records, then the end-of-capture flush."""
@@ -876,7 +885,7 @@ def _gap(info: FlowInfo, direction: int, offset: int, packed: bytes) -> StreamGa
     ``SEGMENT`` (the C core took the ACK that proved a hole: ``TcpHalfStream._flush_hole``,
     reason ``acked-unseen``)."""
     nbytes, ts, frame = _unpack_segment(packed)
-    return StreamGap(info, _DIRECTIONS[direction], offset, nbytes, ts, frame, "acked-unseen")
+    return StreamGap(info, DIRECTIONS[direction], offset, nbytes, ts, frame, "acked-unseen")
 
 
 def _joined(events: list[Event]) -> Iterator[Event | CoalescedData]:
