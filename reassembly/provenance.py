@@ -168,12 +168,8 @@ class ProvenanceBuffer:
         if not self.started:
             self.base = span.offset
             self.started = True
-        elif pos:  # (``compact`` written out: a framer's feed after each scan does it)
-            del buf[:pos]
-            self.base = base = self.base + pos
-            self.pos = 0
-            if len(ch) > 1 and ch[0][0] <= base:
-                self._forget(base)
+        elif pos:
+            self.compact()
         end = self.base + len(buf) + len(data)
         if chunks is None:
             chunk = (end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last)
@@ -237,11 +233,6 @@ class ProvenanceBuffer:
         everything fed.  Chunks wholly before ``offset`` are forgotten: ask in order."""
         ch = self.chunks
         if len(ch) > 1 and ch[0][0] <= offset:
-            if ch[-2][0] <= offset:  # (``_forget``'s usual case written out: all but the last)
-                last = ch[-1]
-                ch.clear()
-                ch.append(last)
-                return last
             self._forget(offset)
         return ch[0] if ch else self.last
 
