@@ -571,13 +571,6 @@ class _Framer:
             self._tell(0)
         return out
 
-    def _close_idle(self) -> bool:
-        """``next_event()`` then ``close()`` when the framer is known to have nothing for
-        either (see ``LineFramer``): both steps done, True.  False (nothing done): the
-        caller drains and closes as usual.  Why: most flows end with every unit read,
-        and going through both steps cost ~180 bytecodes per direction per flow."""
-        return False
-
     # ---- internals -----------------------------------------------------------------
 
     def _clear(self) -> None:
@@ -788,24 +781,6 @@ class LineFramer(_Framer):
         self._blk = None
         self._blk_trailer = trailer
         self._blk_lenient = lenient_trailers
-
-    def _close_idle(self) -> bool:
-        """Between lines with nothing buffered and no event queued, ``next_event()``
-        finds no LF (``NEED_MORE``, telling the budget 0 held) and ``close()`` has no
-        partial unit to report: what they leave is done here, budget calls included."""
-        b = self._b
-        if self._events or self._mode != _LINE or b.pos != len(b.data) or self._closed:
-            return False
-        budget = self.budget
-        self._waiting = True  # (next_event's NEED_MORE)
-        if budget is not None:
-            self._tell(0)
-        self._clear()  # (close: nothing held, nothing undecoded)
-        self._mode = _DEAD
-        self._closed = True
-        if budget is not None:
-            self._tell(0)
-        return True
 
     def _inflight(self) -> int:
         if self._mode == _BLOCK:

@@ -200,12 +200,8 @@ class FramedSession(Session):
         for direction in _BOTH:
             layer = self.layers[direction]
             if layer is None:
-                framer = self.framers[direction]
-                if framer._close_idle():  # (the usual end: nothing to drain or flush)
-                    self.account(direction)
-                    continue
                 self.drain(direction, out)
-                self.flush(direction, framer.close(), out, closing=True)
+                self.flush(direction, self.framers[direction].close(), out, closing=True)
             else:
                 layer.close(out)
         self.on_close(ts_ns, out)

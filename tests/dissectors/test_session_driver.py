@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from dissectors.api import Direction, Record, Span
-from dissectors.framing import NEED_MORE, Dropped, Line, LineFramer, Released
+from dissectors.framing import Dropped, Line, LineFramer, Released
 from dissectors.redaction import secrets_kept
 from dissectors.sessions import LIMIT_MEMORY, FramedSession
 
@@ -132,50 +132,6 @@ def test_a_layer_takes_the_directions_bytes_gaps_and_end() -> None:
     s.feed(S, b"x\nyz", span(6))  # resynchronises after the LF; "yz" is cut by the end
     assert details(s.close(2)) == ["eof"]
     assert layer.calls == ["feed", "gap", "feed", "close"]
-
-
-class Recorder:
-    """A memory budget past its limit, so every tell is a ``hold``: recorded."""
-
-    def __init__(self) -> None:
-        self.used, self.limit_bytes = 1, 0
-        self.calls: list[int] = []
-
-    def hold(self, holder: object, nbytes: int) -> None:
-        self.calls.append(nbytes)
-
-
-def framer_state(fr: LineFramer) -> tuple[dict[str, Any], tuple[Any, ...], list[int]]:
-    d = dict(vars(fr))
-    b = d.pop("_b")
-    return d, (bytes(b.data), b.pos, b.base, list(b.chunks), b.last, b.started), \
-        d.pop("budget").calls
-
-
-def test_an_idle_framers_close_is_next_event_then_close() -> None:
-    """``_close_idle`` (``FramedSession.close``'s shortcut) leaves what ``next_event()``
-    and ``close()`` leave, budget calls included, and does nothing when they would
-    hand out anything."""
-    cases = [(b"", True), (b"a\nb\r\n", True), (b"a\npart", False), (b"PUB x 3\r\n", False),
-             (b"x" * 100, False)]
-    for fed, idle in cases:
-        a, b = LineFramer(max_line_bytes=64), LineFramer(max_line_bytes=64)
-        for fr in (a, b):
-            fr.budget = Recorder()
-            if fed:
-                fr.feed(fed, span(0))
-            while (ev := fr.next_event()) is not NEED_MORE:
-                if type(ev) is Line and ev.data.startswith(b"PUB"):
-                    fr.read_exact(3)  # (waiting for a block: not idle)
-            fr.budget.calls.clear()
-        before = framer_state(a)
-        assert a._close_idle() is idle, fed
-        if idle:
-            assert b.next_event() is NEED_MORE and b.close() == []
-            assert framer_state(a) == framer_state(b), fed
-            assert a._close_idle() is False  # (closed: the usual close answers)
-        else:
-            assert framer_state(a) == before, fed
 
 
 def test_an_idle_session_end_reads_as_before() -> None:
