@@ -55,6 +55,7 @@ class FlowDispatch:
         "prefix",
         "unclaimed",
         "joined",
+        "ends",
     )
 
     def __init__(self, flow: FlowInfo, candidates: list[type[Dissector]], forced: bool) -> None:
@@ -67,6 +68,9 @@ class FlowDispatch:
         self.unclaimed = not candidates
         # per direction: its stream began with a gap (its start was not captured)
         self.joined = [False, False]
+        # the conveyor's per-direction envelope of the flow's column rows, made at its
+        # first (``analyzer.pipeline._move_ends``)
+        self.ends: tuple[Any, ...] | None = None
         if forced:
             self.dissector = candidates[0]
 

@@ -163,6 +163,21 @@ def _anomaly_source(kind: str) -> str:
     return kind.split(".", 1)[0] if "." in kind else "pipeline"
 
 
+def _move_ends(fd: FlowDispatch) -> tuple[Any, ...]:
+    """What ``ColumnAccumulator.move`` takes after the record id, per direction (direction
+    number, stream id, source and destination ip and port), then the client it was read
+    with: ``FlowDispatch.ends``.  Why: ``_column_rows`` moves one or two batches per
+    carried message, and getting the endpoints and their four fields each time cost ~25
+    bytecodes a batch.  A flow's endpoints change only when its roles are swapped
+    (``FlowTable.swap_roles`` exchanges client and server), which makes ``flow.client``
+    another object: the caller reads this again then."""
+    flow = fd.flow
+    client, server = flow.client, flow.server
+    sid = fd.stream_id
+    return ((0, sid, client.ip, client.port, server.ip, server.port),
+            (1, sid, server.ip, server.port, client.ip, client.port), client)
+
+
 class CaptureDissection:
     """Turns the events of one capture into table rows (the conveyor: see the module
     docstring)."""
@@ -350,9 +365,10 @@ class CaptureDissection:
         acc = self._accs.get(table)
         if acc is None:
             acc = self._accs[table] = fmt.accumulator()
-        src, dst = flow.endpoint(d)
-        acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, int(d), fd.stream_id,
-                 src.ip, src.port, dst.ip, dst.port)
+        ends = fd.ends
+        if ends is None or ends[2] is not flow.client:  # (first row, or roles swapped)
+            ends = fd.ends = _move_ends(fd)
+        acc.move(rows, n, fid, (fid << FLOW_ROW_BITS) | n0, *ends[d])
         if len(acc) >= _FAST_BATCH_ROWS or acc.nbytes >= _FAST_BATCH_BYTES:
             self._flush_columns(table)
 
