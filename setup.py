@@ -19,6 +19,10 @@ is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).
 ``dissectors.proto._walk`` (STAN and Liftbridge row values from clean protobufs,
 ``dissectors/proto/walk.py``) likewise; its reference is ``dissectors.proto.wire``
 (tests/stan/test_walk.py).
+
+``dissectors._rows`` (row dicts transposed into one list per key, for
+``dissectors.schema.rows_to_batch``) likewise; its reference is that module's Python loop
+(tests/analyzer/test_schema.py).
 """
 
 from setuptools import Extension, setup
@@ -45,6 +49,12 @@ setup(
             "dissectors.proto._walk",
             ["dissectors/proto/_walk.c"],
             depends=[_WIRE_H],
+            extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
+        Extension(  # row dicts into one list per key (dissectors.schema.rows_to_batch)
+            "dissectors._rows",
+            ["dissectors/_rows.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),
