@@ -29,6 +29,8 @@ __all__ = [
     "infer",
     "plausible_subject",
     "score",
+    "stamped_plan",
+    "walked_values",
 ]
 
 # Internal kinds: the 15 message types plus SubCloseRequest (an UnsubscribeRequest sent
@@ -156,13 +158,18 @@ def clean_values(kind: str, payload: bytes, payload_cap: int | None) -> dict[str
     (``dissectors.proto.walk``) takes the message; else None (ask ``decode_kind``).
 
     Why: the walk fills the row from the wire in one pass, where the reader and the plan
-    loop cost about half of a message's Python (``walk``'s docstring).  What the walk
-    leaves to this function is what ``decode_kind`` does after the plan loop for a
-    cleanly ended message: the data columns, the MsgProto CRC (a mismatch is a problem:
-    None) and the PubMsg digest status."""
+    loop cost about half of a message's Python (``walk``'s docstring)."""
     plan = _walk_plans(kind)
-    if plan is None:
-        return None
+    return None if plan is None else walked_values(plan, payload, payload_cap)
+
+
+def walked_values(plan: WalkPlan, payload: bytes, payload_cap: int | None
+                  ) -> dict[str, Any] | None:
+    """``clean_values`` with the plan given: ``_walk_plans``' own, or ``stamped_plan``'s
+    (whose base holds the columns saying how the row was typed).  What the walk leaves
+    to this function is what ``decode_kind`` does after the plan loop for a cleanly
+    ended message: the data columns, the MsgProto CRC (a mismatch is a problem: None)
+    and the PubMsg digest status."""
     got = walk(payload, 0, plan)
     if got is None:
         return None
@@ -171,7 +178,7 @@ def clean_values(kind: str, payload: bytes, payload_cap: int | None) -> dict[str
     if msg_type == "MsgProto":
         data = values["data"]
         want = values.get("crc32")  # (null when absent: no default)
-        if want is not None and want != zlib.crc32(data):
+        if want is not None and want != _crc32(data):
             return None  # a crc_mismatch anomaly: decode_kind reports it
         values["crc_status"] = "absent" if want is None else "ok"
         _data_columns(values, data, payload_cap)
@@ -179,6 +186,17 @@ def clean_values(kind: str, payload: bytes, payload_cap: int | None) -> dict[str
         digest = _data_columns(values, values["data"], payload_cap)
         values["pub_sha256_status"] = _digest_status(values["pub_sha256"], digest)
     return values
+
+
+def stamped_plan(kind: str, stamp: dict[str, Any]) -> WalkPlan | None:
+    """``kind``'s walk plan whose rows start with ``stamp`` too (None: no walk).  Why: a
+    binding's hint settles how its rows were typed (``typed_by``, ``inferred``, ...), so
+    that a walked row comes out whole, no update of its values per message; ``stamp``'s
+    columns are none of the message's fields (``walk_plan`` would refuse those)."""
+    plan = _walk_plans(kind)
+    if plan is None:
+        return None
+    return plan._replace(base={**plan.base, **stamp})
 
 
 @cache
@@ -224,13 +242,21 @@ def _plan(full: str) -> tuple[tuple[str, str, object, int], ...]:
 
 def _data_columns(values: dict[str, Any], data: bytes, cap: int | None) -> bytes:
     """The ``data`` columns; returns its SHA-256 (a PubMsg checks it against its own)."""
-    digest = hashlib.sha256(data).digest()
-    values["data_len"] = len(data)
+    digest = _sha256(data).digest()
+    size = len(data)
+    values["data_len"] = size
     values["data_sha256"] = digest.hex()
-    kept = data if cap is None or len(data) <= cap else data[:cap]
-    values["data"] = kept
-    values["data_truncated"] = len(kept) < len(data)
+    if cap is not None and size > cap:  # (cap >= 0: ``read_payload_cap``)
+        values["data"] = data[:cap]
+        values["data_truncated"] = True
+    else:
+        values["data"] = data
+        values["data_truncated"] = False
     return digest
+
+
+_sha256 = hashlib.sha256  # (per PubMsg and MsgProto: no module attribute looked up)
+_crc32 = zlib.crc32
 
 
 def _crc(values: dict[str, Any], d: Decoded, problems: list[Problem]) -> None:

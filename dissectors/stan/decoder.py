@@ -9,22 +9,24 @@ schemas: ``StanDissector.decode`` imports it with the first message it is asked 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from dissectors.api import Bindings, CarriedMessage, Record
 from dissectors.dispatch import subject_matches
 from dissectors.proto import Decoded
 from dissectors.proto.columns import rows_for
+from dissectors.proto.walk import WalkPlan
 from dissectors.stan import _STATIC_TOKENS, MAX_PENDING_DISCOVER, NAME, StanState
 from dissectors.stan.decode import (
     KINDS,
     REPLY_KINDS,
     Problem,
-    clean_values,
     decode_kind,
     infer,
     plausible_subject,
     score,
+    stamped_plan,
+    walked_values,
 )
 
 __all__ = ["StanDecoder"]
@@ -68,21 +70,72 @@ def _stamp(typed_by: str, inferred: bool, alternatives: list[str] | None = None,
     return stamp
 
 
-_DEFAULT_SUBJECT = ("default_subject", False, _stamp("default_subject", False))
+class _Route(NamedTuple):
+    """What a binding's hint settles for every message it types, worked out once per
+    hint (``_read_hint``): why, a message's own work is its walk and its row."""
+
+    kind: str
+    typed_by: str
+    inferred: bool
+    stamp: dict[str, Any]  # ``_stamp``'s columns
+    learns: bool  # ``kind`` teaches something (reply inbox or ``_learn``)
+    source: str  # the hint's source ("": a STAN default subject)
+    # ``stamped_plan``: the walk's plan whose rows start stamped (None: the reader)
+    plan: WalkPlan | None
+    settled: bool  # False: the message itself may change the route (``_settle``)
+    reply_hint: str | None  # the hint a NATS reply inbox is bound with (``REPLY_KINDS``)
+    more: bool  # ``_learn`` has more than the reply inbox to learn
+
+
+# what ``_learn`` learns besides the reply inbox (from whoever typed them; inferred
+# MsgProto and Ack: their own subject)
+_LEARN_MORE = frozenset({"ConnectRequest", "ConnectResponse", "SubscriptionRequest",
+                         "SubscriptionResponse"})
+
+
+def _route(kind: str, typed_by: str, inferred: bool, stamp: dict[str, Any], learns: bool,
+           source: str) -> _Route:
+    suffix = _INFERRED if inferred else _LEARNED
+    reply = REPLY_KINDS.get(kind) if learns else None
+    more = learns and (kind in _LEARN_MORE or
+                       typed_by == "inference" and kind in ("MsgProto", "Ack"))
+    settled = not inferred and kind not in ("ConnectRequest", "ConnectResponse")
+    return _Route(kind, typed_by, inferred, stamp, learns, source, stamped_plan(kind, stamp),
+                  settled, None if reply is None else f"{reply}|{suffix}", more)
 
 
 @lru_cache(maxsize=1024)
-def _read_hint(hint: str) -> tuple[str, str, bool, dict[str, Any], bool] | None:
-    """(kind, typed_by, inferred, stamp, learns) of a binding's hint ``<kind>|<source>``
-    (``stamp``: ``_stamp``'s; ``learns``: ``_learn`` has something to learn from it);
-    None for a kind STAN does not have.  (Hints are the few strings ``_learn`` and the
-    static subjects make: read once each.)"""
+def _read_hint(hint: str) -> _Route | None:
+    """The route of a binding's hint ``<kind>|<source>``; None for a kind STAN does not
+    have.  (Hints are the few strings ``_learn`` and the static subjects make: read once
+    each.)"""
     kind, _, source = hint.partition("|")
     if kind not in KINDS:
         return None
     typed_by = "learned" if source else "default_subject"
     inferred = source == _INFERRED
-    return kind, typed_by, inferred, _stamp(typed_by, inferred), kind in _LEARNS
+    # (a hint never infers: only the kinds that teach whoever typed them learn)
+    return _route(kind, typed_by, inferred, _stamp(typed_by, inferred), kind in _LEARNS,
+                  source)
+
+
+def _settle(route: _Route, state: StanState, msg: CarriedMessage) -> _Route:
+    """The route of a message whose hint's route is not ``settled``: what its subject
+    and the scope's pending discoveries change."""
+    if route.inferred and _static_kind(msg.subject) == route.kind:
+        route = _read_hint(route.kind)  # type: ignore[assignment]  # (a kind: not None)
+    if route.kind == "ConnectRequest" and msg.subject.rsplit(".", 1)[-1] == "pings":
+        # <prefix>.<cluster id with dots>.pings (typed as the hint says)
+        route = _read_hint(f"Ping|{route.source}")  # type: ignore[assignment]
+    return _pending(route, state, msg)
+
+
+def _pending(route: _Route, state: StanState, msg: CarriedMessage) -> _Route:
+    """``route``, to the reader for a ConnectResponse that may confirm a discovery
+    (``_learn`` scores its decode)."""
+    if route.kind == "ConnectResponse" and msg.subject in state.pending_discover:
+        return route._replace(plan=None)
+    return route
 
 
 # ``plausible_subject`` of a str, once per subject (it costs ~25 bytecodes): a client
@@ -105,39 +158,42 @@ class StanDecoder:
     ) -> list[Record]:
         payload = msg.payload
         if hint:
-            read = _read_hint(hint)
-            if read is None:
+            route = _read_hint(hint)
+            if route is None:
                 return [msg.anomaly("stan.internal", f"unknown binding hint {hint!r}")]
-            # (learns: ConnectRequest and Ping below both learn; a hint never infers)
-            kind, typed_by, inferred, stamp, learns = read
-            if inferred and _static_kind(msg.subject) == kind:
-                typed_by, inferred, stamp = _DEFAULT_SUBJECT
-            if kind == "ConnectRequest" and msg.subject.rsplit(".", 1)[-1] == "pings":
-                kind = "Ping"  # <prefix>.<cluster id with dots>.pings
+            if not route.settled:
+                route = _settle(route, state, msg)
         else:
             decision = infer(payload, bool(msg.reply_to))
             if decision is None:
                 return []
-            kind, typed_by, inferred, learns = decision.kind, "inference", True, True
-            stamp = _stamp(typed_by, inferred, list(decision.alternatives), kind)
+            kind = decision.kind
+            stamp = _stamp("inference", True, list(decision.alternatives), kind)
+            route = _pending(_route(kind, "inference", True, stamp, True, _INFERRED), state,
+                             msg)
 
-        # the compiled walk's values when the message is clean, else the reader's; not
-        # for a ConnectResponse that may confirm a discovery (``_learn`` scores its decode)
-        values = None if kind == "ConnectResponse" and msg.subject in state.pending_discover \
-            else clean_values(kind, payload, state.payload_cap)
+        # the compiled walk's values, stamped, when the message is clean; else the reader's
+        plan = route.plan
+        values = None if plan is None else walked_values(plan, payload, state.payload_cap)
         decoded: Decoded | None = None
-        problems: list[Problem] = []
+        problems: list[Problem] | tuple[()] = ()
         if values is None:
-            values, decoded, problems = decode_kind(kind, payload, state.payload_cap)
-        values.update(stamp)
+            values, decoded, problems = decode_kind(route.kind, payload, state.payload_cap)
+            values.update(route.stamp)
         fmt = None if problems else rows_for(state.columns, bindings)
         if fmt is not None:
             out = [fmt.record(msg, values)]
         else:
             out = [msg.record(NAME, values)]
-            out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
-        if learns:
-            cls._learn(state, bindings, msg, kind, values, decoded, inferred, typed_by)
+            for p in problems:  # (a loop: a generator here made ``msg`` a cell per message)
+                out.append(msg.anomaly(p.kind, p.detail))
+        if route.learns:
+            # every request's reply inbox gets the matching response type
+            reply, reply_hint = msg.reply_to, route.reply_hint
+            if reply and reply_hint is not None and _plausible_str(reply):
+                bindings.bind_subject(reply, NAME, reply_hint)
+            if route.more:
+                cls._learn(state, bindings, msg, route, values, decoded)
         return out
 
     # -- learning -------------------------------------------------------------------
@@ -148,16 +204,14 @@ class StanDecoder:
         state: StanState,
         bindings: Bindings,
         msg: CarriedMessage,
-        kind: str,
+        route: _Route,
         values: dict[str, Any],
         decoded: Decoded | None,
-        inferred: bool,
-        typed_by: str,
     ) -> None:
-        suffix = _INFERRED if inferred else _LEARNED
+        """What ``route.more`` says there is to learn besides the reply inbox."""
+        kind, typed_by = route.kind, route.typed_by
+        suffix = _INFERRED if route.inferred else _LEARNED
         reply = msg.reply_to
-        if reply and kind in REPLY_KINDS:
-            _bind(bindings, reply, REPLY_KINDS[kind], suffix)
         if kind == "ConnectRequest":
             _bind(bindings, values.get("heartbeat_inbox"), "Heartbeat", suffix)
             if typed_by == "inference" and reply and "." in msg.subject:

@@ -5,6 +5,7 @@ rows and learning are those of the reader alone."""
 
 from __future__ import annotations
 
+import zlib
 from unittest import mock
 
 from hypothesis import given
@@ -348,3 +349,71 @@ def test_typical_liftbridge_messages_take_the_walk():
     assert rows[3]["headers"] == [("trace", b"t-1"), ("bin", b"\x00")]
     assert rows[4]["value_json"] == '{"delete_stream_op":{},"id":4,"op":"DELETE_STREAM"}'
     assert walked[3] == {"orders.1": ("orders", 1)}
+
+
+# -- STAN: rows and learning with the walk and with the reader alone -----------------
+
+# subjects and inboxes a STAN scope learns and types by: string fields draw from them too
+_STAN_SUBJECTS = ["_STAN.discover.c", "_STAN.discover.c.d.pings", "_STAN.pub.c.ch",
+                  "_STAN.sub.c", "_INBOX.a", "_INBOX.b", "disc.c", "p.ch"]
+
+
+def _plausible(draw: st.DrawFn, kind: str) -> list[tuple[int, object]] | None:
+    """Fields of a ``kind`` that scores (``decode.score``): inference claims it."""
+    sub = st.sampled_from(_STAN_SUBJECTS)
+    data = draw(st.binary(max_size=6))
+    return {
+        "ConnectRequest": [(1, "c1"), (2, draw(sub)), (3, 1), (4, b"n")],
+        "ConnectResponse": [(1, draw(sub)), (2, draw(sub)), (3, draw(sub)), (4, draw(sub)),
+                            (6, draw(sub)), (7, draw(sub))],
+        "SubscriptionRequest": [(1, "c1"), (2, "ch"), (4, draw(sub)), (5, 10), (6, 30),
+                                (10, draw(st.integers(0, 6)))],
+        "SubscriptionResponse": [(2, draw(sub))],
+        "UnsubscribeRequest": [(1, "c1"), (2, "ch"), (3, draw(sub))],
+        "SubCloseRequest": [(1, "c1"), (2, "ch"), (3, draw(sub)), (4, "d")],
+        "PubMsg": [(1, "c1"), (2, "g1"), (3, "ch"), (5, data), (6, b"n")],
+        "MsgProto": [(1, draw(st.integers(1, 9))), (2, "ch"), (4, data),
+                     (5, 1_700_000_000 * 10**9), (10, zlib.crc32(data))],
+        "Ack": [(1, "ch"), (2, draw(st.integers(1, 9)))],
+        "PubAck": [(1, "g1")],
+    }.get(kind)
+
+
+@st.composite
+def _stan_message(draw: st.DrawFn) -> CarriedMessage:
+    """A message of any kind, often one inference claims (``_plausible``), its string
+    fields often subjects a scope learns from."""
+    kind = draw(st.sampled_from(sorted(KINDS)))
+    full = KINDS[kind][0]
+    fields = _plausible(draw, kind) if draw(st.booleans()) else None
+    if fields is None:
+        fields = draw(_fields(schema(full))) if full else []
+    if full:
+        strings = [f for f in schema(full).fields.values() if f.kind is Kind.STRING]
+        for f in draw(st.lists(st.sampled_from(strings), max_size=2)) if strings else ():
+            fields.append((f.number, draw(st.sampled_from(_STAN_SUBJECTS))))
+    payload = pb(*fields) if full else draw(st.sampled_from([b"", b"\x00"]))
+    return carried(draw(st.sampled_from(_STAN_SUBJECTS)), payload,
+                   reply=draw(st.sampled_from([None, "_INBOX.a", "_INBOX.b"])))
+
+
+def _stan_arm(messages: list[CarriedMessage], walked: bool) -> tuple[object, ...]:
+    """Records and what the scope learned from ``messages``, with or without the walk."""
+    from dissectors import stan
+    from dissectors.stan import decoder
+
+    scope = ScopeDispatcher([stan.StanDissector], {"payload_cap": 3}, strict=True)
+    with mock.patch.object(decoder, "walked_values",
+                           decoder.walked_values if walked else _refuse):
+        out = [[(r.table, r.values) for r in scope.dispatch(m)] for m in messages]
+    state = scope.states["stan"]
+    return out, list(scope.exact.items()), list(scope.patterns), \
+        list(state.pending_discover.items()), list(state.confirmed), state.discover_prefixes
+
+
+@given(st.lists(_stan_message(), min_size=1, max_size=12))
+def test_stan_rows_and_learning_are_the_readers(messages):
+    """Random messages of every kind on subjects a scope types by default, learns or
+    infers, the same rows, anomalies and bindings with the walk (rows stamped in its
+    plan) as with the reader alone (stamped after)."""
+    assert _stan_arm(messages, True) == _stan_arm(messages, False)
