@@ -43,11 +43,15 @@ plain ``spark.read.parquet`` reads with default settings, each followed by its e
 value in nanoseconds as an int64 ``<name>_ns`` column (``dissectors.tables.TS``).
 Version 1 stored ``TIMESTAMP(NANOS)``, which Spark 4 cannot read as a timestamp.
 
-Validation (``validate=True``, the default) stays on in production.  Measured on a
-65536-row ``flows`` batch (31 columns): ``validate_batch`` ~0.03 ms (per column, not
-per row: Arrow keeps null counts); the unknown-key check of ``rows_to_batch`` ~37 ms
-against ~410 ms for the conversion itself; end to end (convert + validate + zstd
-Parquet) 2.14 s vs 2.08 s for 262144 rows, i.e. ~3 %.
+Validation (``validate=True``, ``validate_batch``): measured on a 65536-row ``flows``
+batch (31 columns), ~0.03 ms (per column, not per row: Arrow keeps null counts).  A row
+key that is not a declared column raises ``SchemaError`` whether or not the writer
+validates, as a value Arrow cannot convert always has, and as the payload rows' columnar
+path (``dissectors.proto.columns``) always did: a decoder's undeclared key (a typo, a
+column not yet declared) must not be silently dropped from one path's output and fail
+the other's.  The check is one comparison of the keys ``rows_to_batch`` collects anyway
+(it was a second pass over every row, ~37 ms of a 65536-row batch, when it was tied to
+``validate``).
 """
 
 from __future__ import annotations
@@ -787,7 +791,7 @@ class DatasetWriter:
             # free text may quote wire bytes: the one redaction gate (dissectors.redaction)
             rows = [r if not r.get("detail") else {**r, "detail": redact_text(r["detail"])}
                     for r in rows]
-        batch = rows_to_batch(t.spec, rows, check_keys=self.validate)
+        batch = rows_to_batch(t.spec, rows)  # undeclared keys raise (module docstring)
         if self.validate:
             validate_batch(t.spec, batch)
         return self._conform(t, batch)

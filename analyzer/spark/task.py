@@ -480,7 +480,7 @@ class RunSink(RowSink):
         if not rows:
             return
         spec = self._specs[name]
-        batch = rows_to_batch(spec, rows, check_keys=self.validate)
+        batch = rows_to_batch(spec, rows)  # undeclared keys raise, as in analyzer.sink
         if self.validate:
             validate_batch(spec, batch)
         self._batches.setdefault(name, []).append(batch)

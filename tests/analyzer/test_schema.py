@@ -376,7 +376,7 @@ def test_rows_to_batch_columns_no_row_sets_are_plain_nulls() -> None:
 def test_rows_to_batch_rejects_unknown_keys_and_bad_values() -> None:
     with pytest.raises(SchemaError, match="column 'i3': row has a key that is not a declared"):
         rows_to_batch(ALL_TYPES, [_all_types_row(), {"s": "x", "i64": 1, "i3": 5}])
-    # unchecked on request (the sink disables it with validate=False)
+    # unchecked on request (the sinks always check: analyzer.sink module docstring)
     rows_to_batch(ALL_TYPES, [{"s": "x", "i64": 1, "i3": 5}], check_keys=False)
     with pytest.raises(SchemaError, match="column 'i32': cannot convert values to int32"):
         rows_to_batch(ALL_TYPES, [{"s": "x", "i64": 1, "i32": "seven"}])

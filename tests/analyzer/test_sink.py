@@ -192,6 +192,32 @@ def test_invalid_rows_raise_schema_error(tmp_path) -> None:
     assert not list(tmp_path.rglob("*.inprogress"))
 
 
+def test_undeclared_keys_raise_whether_or_not_the_writer_validates(tmp_path) -> None:
+    # a decoder's undeclared key fails the dict-row path as it fails the payload rows'
+    # columnar path (dissectors.proto.columns, which always checked): before, a writer
+    # with validate=False (every command-line run) dropped the key silently
+    from dissectors.proto.columns import PayloadRows
+    from dissectors.stan import STAN_TABLE
+
+    values = {"msg_type": "PubMsg", "typed_by": "subject", "inferred": False,
+              "malformed": False, "channel_is_typo": "orders"}
+    envelope = {"capture_id": CAPTURE_ID, "flow_id": 7, "record_id": 2, "direction": "c2s"}
+    for validate in (False, True):
+        w = DatasetWriter(tmp_path / str(validate), CAPTURE_ID, SHA, "0.1.0", OPTIONS,
+                          validate=validate)
+        with pytest.raises(SchemaError) as sink:
+            w.write_rows(STAN_TABLE, [envelope | values])
+            w.close()
+        w.abort()
+        acc = PayloadRows(STAN_TABLE)
+        acc.move((values, 0, 0, 1, 10, 10, 1, 1), 1, 7, 2, 0, None, "10.0.0.1", 40000,
+                 "10.0.0.2", 4222)
+        with pytest.raises(SchemaError) as columnar:
+            acc.to_batch(arrow_schema(STAN_TABLE), CAPTURE_ID)
+        assert (sink.value.table, sink.value.column, str(sink.value)) == (
+            "stan", "channel_is_typo", str(columnar.value))
+
+
 def test_unfinished_files_are_invisible_to_readers(tmp_path) -> None:
     w = _writer(tmp_path, rows_per_batch=10)
     w.write_rows(FLOWS, [flow_row(i) for i in range(25)])  # two row groups on disk
