@@ -300,7 +300,7 @@ class LiftbridgeDecoder:
             cls._request_columns(values, d.values, d.schema, clean_end, anomalies,
                                  _ops_json)
         elif code == 9:
-            cls._propagated_response(values, d, clean_end, anomalies)
+            cls._propagated_response(values, d.values, d.schema, clean_end, anomalies)
         else:
             for (_, col, _, spec, how), v in planned_values(d.values, _plan(full), clean_end):
                 if how == _COPY:
@@ -318,15 +318,8 @@ class LiftbridgeDecoder:
                        code: int, values: dict[str, Any], at: int,
                        anomalies: list[tuple[str, str]]) -> bool:
         """A clean PropagatedRequest (8) or PropagatedResponse (9) at ``payload[at:]``
-        through the compiled walk, as ``_protobuf`` does it with the reader; False: the
-        reader's (anything the walk refuses, or no walk)."""
-        if code == 9:
-            walked_resp = _walk_response(msg.payload, at)
-            if walked_resp is None:
-                return False
-            values["unknown_fields"] = []
-            values.update(walked_resp)
-            return True  # (nothing to learn from a PropagatedResponse)
+        through the compiled ``tree``, as ``_protobuf`` does it with the reader; False:
+        the reader's (anything the tree refuses, or no tree)."""
         full = _SCHEMAS[code]
         assert full is not None
         node = _tree_plan(full, False)
@@ -334,7 +327,10 @@ class LiftbridgeDecoder:
         if got is None:
             return False
         values["unknown_fields"] = []  # (clean: the reader's fields, the ops JSON-ready)
-        cls._request_columns(values, got, schema(full), True, anomalies, _dumps)
+        if code == 8:
+            cls._request_columns(values, got, schema(full), True, anomalies, _dumps)
+        else:
+            cls._propagated_response(values, got, schema(full), True, anomalies)
         cls._learn_streams(state, bindings, code, values, got)
         return True
 
@@ -371,23 +367,28 @@ class LiftbridgeDecoder:
                      anomalies, opname)
 
     @classmethod
-    def _propagated_response(cls, values: dict[str, Any], d: Decoded, clean_end: bool,
+    def _propagated_response(cls, values: dict[str, Any], got: Mapping[str, Any],
+                             sch: MessageSchema, clean_end: bool,
                              anomalies: list[tuple[str, str]]) -> None:
-        fields = d.schema.fields
-        if "op" in d.values or clean_end:
-            _set(values, "op", d.values.get("op", 0), fields[1], anomalies, "PropagatedResponse")
-        err = d.values.get("error")
-        if isinstance(err, Decoded):
-            values["error_code"] = err.values.get("code", 0)
-            values["error"] = err.values.get("msg", "")
+        """A PropagatedResponse's columns from its fields ``got``: the reader's
+        ``Decoded.values`` or the compiled ``tree``'s (nested messages as dicts)."""
+        fields = sch.fields
+        if "op" in got or clean_end:
+            _set(values, "op", got.get("op", 0), fields[1], anomalies, "PropagatedResponse")
+        err = _fields_of(got.get("error"))
+        if err is not None:
+            values["error_code"] = err.get("code", 0)
+            values["error"] = err.get("msg", "")
         elif clean_end:
             values["error_code"] = 0
             values["error"] = ""
-        resp = d.values.get("join_consumer_group_resp")
-        if isinstance(resp, Decoded):
-            values["coordinator"] = resp.values.get("coordinator", "")
-            epoch = resp.values.get("epoch", 0)
-            _set(values, "epoch", epoch, resp.schema.fields[2], anomalies, "PropagatedResponse")
+        resp = _fields_of(got.get("join_consumer_group_resp"))
+        if resp is not None:
+            values["coordinator"] = resp.get("coordinator", "")
+            resp_sch = fields[11].message
+            assert resp_sch is not None  # (a message field)
+            _set(values, "epoch", resp.get("epoch", 0), resp_sch.fields[2], anomalies,
+                 "PropagatedResponse")
 
     @classmethod
     def _internal_value(cls, msg: CarriedMessage, values: dict[str, Any],
@@ -586,48 +587,6 @@ def _walk_plans(full: str) -> tuple[WalkPlan, tuple[tuple[int, str, str], ...], 
     columns = tuple((spec.number, spec.name, col) for _, col, _, spec, _ in _plan(full)
                     if spec.name in _HELD)
     return plan, columns, any(how == _VALUE for *_, how in _plan(full))
-
-
-@cache
-def _response_plans() -> tuple[WalkPlan, WalkPlan, WalkPlan] | None:
-    """Walk plans of a PropagatedResponse and of its two nested messages, as
-    ``_propagated_response`` reads a clean one: the op by name (0's name when absent),
-    the error's code and text (0 and "" without one), the join response's coordinator
-    and epoch (an epoch that does not fit int64 goes to the reader, which reports it).
-    None: no walk."""
-    top = schema(_INTERNAL + "PropagatedResponse").fields
-    op, err, resp = top[1], top[2], top[11]
-    assert err.message is not None and resp.message is not None  # (message fields)
-    ef, rf = err.message.fields, resp.message.fields
-    plans = (
-        walk_plan([(op, "op", _enum_name(op, 0), op.enum or {}), (err, "error", ABSENT, None),
-                   (resp, "resp", ABSENT, None)], _NO_BASE, nested=True),
-        walk_plan([(ef[1], "error_code", 0, None), (ef[2], "error", "", None)], _NO_BASE),
-        walk_plan([(rf[1], "coordinator", "", None), (rf[2], "epoch", 0, True)], _NO_BASE),
-    )
-    return None if None in plans else plans  # type: ignore[return-value]  # (no None)
-
-
-def _walk_response(payload: bytes, at: int) -> dict[str, Any] | None:
-    """The columns ``_propagated_response`` sets for the clean PropagatedResponse at
-    ``payload[at:]``, through the compiled walk; None: the reader decodes it (anything
-    the walk refuses, in the message or a nested one, or no walk)."""
-    plans = _response_plans()
-    if plans is None:
-        return None
-    got = walk(payload, at, plans[0])
-    if got is None:
-        return None
-    top = got[0]
-    out: dict[str, Any] = {"op": top["op"], "error_code": 0, "error": ""}
-    for key, plan in (("error", plans[1]), ("resp", plans[2])):
-        nested = top.get(key)
-        if nested is not None:
-            inner = walk(nested, 0, plan)
-            if inner is None:
-                return None
-            out.update(inner[0])
-    return out
 
 
 @cache

@@ -12,6 +12,14 @@ then entries until the end: offset i64, timestamp i64, leaderEpoch u64, size u32
 the message), magic i8, attributes i8, key (i32 length, -1 = null), value (i32
 length, -1 = null), header count i16, each header key (i16 length) and value (i32
 length).  All big-endian.
+
+``parse_entries`` takes the compiled parse (``dissectors.proto.walk.message_set_parser``)
+when it answers, which it does only for a body the reference ``_parse_entries`` reads
+with nothing to report (every entry whole, its CRC matching, nothing left over, header
+keys valid UTF-8), giving the same answer: ~29 µs of Python a ReplicationResponse (the
+costliest Liftbridge type, ~2 entries each) was the struct reads, slices and the
+exceptions of the blob reader.  tests/liftbridge/test_liftbridge.py checks the two
+under hypothesis.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 import crc32c as _crc32c
 
 from dissectors.liftbridge.magic import MAGIC  # re-exported
+from dissectors.proto.walk import message_set_parser
 
 __all__ = [
     "FLAG_CRC",
@@ -149,11 +158,27 @@ class Entry:
     error: str | None = None
 
 
+# (the switch MSGCAP_PROTO_WALK is read once, here)
+_COMPILED = message_set_parser()
+
+
 def parse_entries(
     body: bytes, base: int
 ) -> tuple[int | None, int | None, list[Entry], list[tuple[str, str]]]:
     """ReplicationResponse body → (leader epoch, HW, entries, problems).  ``base`` is
-    the body's offset in the NATS payload (for error offsets)."""
+    the body's offset in the NATS payload (for error offsets).  The compiled parse's
+    answer when it gives one, else the reference's (module docstring)."""
+    if _COMPILED is not None:
+        got = _COMPILED(body, Entry, _crc32c.crc32c, "ok")
+        if got is not None:
+            return got  # (its documented shape)
+    return _parse_entries(body, base)
+
+
+def _parse_entries(
+    body: bytes, base: int
+) -> tuple[int | None, int | None, list[Entry], list[tuple[str, str]]]:
+    """``parse_entries``, the reference: every body, whatever it holds."""
     problems: list[tuple[str, str]] = []
     if len(body) < _RR_HEAD.size:
         problems.append((

@@ -10,14 +10,13 @@
  * does not fully understand, and the caller then runs the reader.  It takes a message
  * only when the reader would decode it cleanly with nothing to report: every field
  * number in the plan, in its own wire type, no repeated or packed field, no message
- * field (but as raw bytes, when the plan asks), no map field but one of plain keys and
- * values the plan names, strings valid UTF-8, no varint over 10 bytes or cut short, no
+ * field, no map field but one of plain keys and values the plan names, strings valid UTF-8, no varint over 10 bytes or cut short, no
  * length past the end, no unsigned 64-bit value a column flagged int64-only cannot
  * hold.  Scalars as the reader's ``_scalar`` makes them; a field seen twice keeps its
  * last value, as the reader does.
  *
  * ``tree`` walks a whole nested message (Liftbridge's PropagatedRequest operations and
- * internal stream values, shown as JSON): repeated and packed fields as lists, nested
+ * internal stream values, shown as JSON, and its PropagatedResponse): repeated and packed fields as lists, nested
  * messages as dicts, as the reader's ``Decoded.to_plain()``; it too answers None for
  * anything but a clean message of the fields its node names.  (tests/stan/test_walk.py
  * checks both against the reader under hypothesis.)
@@ -65,14 +64,12 @@ static PyObject *plain_value(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end
             return NULL;
         return pb_scalar(kind, v);
     }
-    if ((kind != K_STRING && kind != K_BYTES) || wt != 2 || !pb_varint(buf, pos, end, &v)
-            || v > (uint64_t)(end - *pos))
+    Py_ssize_t at, n;
+    if ((kind != K_STRING && kind != K_BYTES) || wt != 2 || !pb_bytes(buf, pos, end, &at, &n))
         return NULL;
-    const char *at = (const char *)buf + *pos;
-    *pos += (Py_ssize_t)v;
     if (kind == K_BYTES)
-        return PyBytes_FromStringAndSize(at, (Py_ssize_t)v);
-    PyObject *s = PyUnicode_DecodeUTF8(at, (Py_ssize_t)v, NULL);
+        return PyBytes_FromStringAndSize((const char *)buf + at, n);
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)buf + at, n, NULL);
     if (!s && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
         PyErr_Clear();  /* the reader escapes it and reports it */
     return s;
@@ -134,9 +131,7 @@ done:
  *
  * data[pos:] is one message.  table: a list indexed by field number of None or
  * (column, kind, extra) -- extra None, an enum's names dict (K_ENUM), or True for a
- * K_UINT64 column that must fit int64.  A K_MESSAGE field (a plan made with nested
- * fields) gives its raw bytes, for the caller to walk; seen twice, the message is
- * refused.  A K_MAP field (extra: (key kind, value kind), both plain) gives the list of
+ * K_UINT64 column that must fit int64.  (A message field is ``tree``'s.)  A K_MAP field (extra: (key kind, value kind), both plain) gives the list of
  * its (key, value) items, as ``list(dict.items())`` of the reader's dict.  base: a dict
  * the values start as (copied).
  * defaults: a tuple of (field number, column, value) set for each field the message
@@ -181,27 +176,11 @@ static PyObject *values(PyObject *self, PyObject *args)
             if (wt != 0 || !pb_varint(buf, &pos, end, &v))
                 goto refuse;
             value = scalar(kind, v, extra);
-        } else if (kind == K_STRING || kind == K_BYTES || kind == K_MESSAGE) {
-            uint64_t n;
-            if (wt != 2 || !pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
-                goto refuse;
-            if (kind == K_MESSAGE && present[number >> 6] & ((uint64_t)1 << (number & 63)))
-                goto refuse;  /* a message field twice: the reader's to settle */
-            const char *at = (const char *)buf + pos;
-            pos += (Py_ssize_t)n;
-            if (kind == K_BYTES || kind == K_MESSAGE)  /* (a message: its bytes, walked
-                                                         * by the caller with its plan) */
-                value = PyBytes_FromStringAndSize(at, (Py_ssize_t)n);
-            else {
-                value = PyUnicode_DecodeUTF8(at, (Py_ssize_t)n, NULL);
-                if (!value && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                    PyErr_Clear();  /* the reader escapes it and reports it */
-                    goto refuse;
-                }
-            }
+        } else if (kind == K_STRING || kind == K_BYTES) {
+            value = plain_value(buf, &pos, end, kind, wt);
         } else if (kind == K_MAP) {
-            uint64_t n;
-            if (wt != 2 || !pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
+            Py_ssize_t at, n;
+            if (wt != 2 || !pb_bytes(buf, &pos, end, &at, &n))
                 goto refuse;
             int m = 0;
             while (m < nmaps && map_columns[m] != column)
@@ -216,12 +195,11 @@ static PyObject *values(PyObject *self, PyObject *args)
                 if (PyDict_SetItem(out, column, maps[m]) < 0)
                     goto fail;
             }
-            int r = map_entry(buf, pos, pos + (Py_ssize_t)n, extra, maps[m]);
+            int r = map_entry(buf, at, at + n, extra, maps[m]);
             if (r < 0)
                 goto fail;
             if (r == 0)
                 goto refuse;
-            pos += (Py_ssize_t)n;
             present[number >> 6] |= (uint64_t)1 << (number & 63);
             continue;
         } else
@@ -360,12 +338,12 @@ static PyObject *tree_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end
         }
         PyObject *value;
         if (kind >= K_INT32 && kind <= K_ENUM && wt == 2 && repeated) {
-            uint64_t n, v;  /* packed: each varint to the list */
-            if (!pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
+            uint64_t v;  /* packed: each varint to the list */
+            Py_ssize_t p, n;
+            if (!pb_bytes(buf, &pos, end, &p, &n))
                 goto refuse;
-            Py_ssize_t stop = pos + (Py_ssize_t)n;
-            while (pos < stop) {
-                if (!pb_varint(buf, &pos, stop, &v))
+            while (p < pos) {
+                if (!pb_varint(buf, &p, pos, &v))
                     goto refuse;
                 PyObject *item = tree_scalar(kind, v, extra);
                 if (!item || PyList_Append(list, item) < 0) {
@@ -377,12 +355,10 @@ static PyObject *tree_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end
             continue;
         }
         if (kind == K_MESSAGE) {
-            uint64_t n;
-            if (wt != 2 || !pb_varint(buf, &pos, end, &n) || n > (uint64_t)(end - pos))
+            Py_ssize_t at, n;
+            if (wt != 2 || !pb_bytes(buf, &pos, end, &at, &n))
                 goto refuse;
-            value = tree_message(buf, pos, pos + (Py_ssize_t)n, PyTuple_GET_ITEM(spec, 4),
-                                 depth + 1);
-            pos += (Py_ssize_t)n;
+            value = tree_message(buf, at, at + n, PyTuple_GET_ITEM(spec, 4), depth + 1);
         } else if (kind >= K_INT32 && kind <= K_ENUM) {
             uint64_t v;
             if (wt != 0 || !pb_varint(buf, &pos, end, &v))
@@ -434,10 +410,171 @@ static PyObject *tree(PyObject *self, PyObject *args)
     return out;
 }
 
+/* ---- Liftbridge's ReplicationResponse message set (big-endian, not protobuf) ----
+ *
+ * Here rather than in an extension of its own: it is the other half of a Liftbridge
+ * payload's decode, and one module is one build entry and one import.  The reference is
+ * ``dissectors.liftbridge.envelope._parse_entries``; ``message_set`` mirrors its answer
+ * for a body it reads with nothing to report, and answers None for anything else. */
+
+static uint64_t be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A blob at buf[*pos] before end: a signed big-endian length of ``width`` (2 or 4) bytes,
+ * -1 for null, then its bytes; *out: bytes, or None for null (with ``text``: str, "" for
+ * null).  1: done, *pos past it; 0: refuse (cut, a length below -1, invalid UTF-8);
+ * -1: an exception. */
+static int ms_blob(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, int width, int text,
+                   PyObject **out)
+{
+    if (end - *pos < width)
+        return 0;
+    int32_t n = width == 2 ? (int16_t)(buf[*pos] << 8 | buf[*pos + 1])
+                           : (int32_t)be32(buf + *pos);
+    *pos += width;
+    if (n == -1)
+        *out = text ? PyUnicode_FromStringAndSize("", 0) : Py_NewRef(Py_None);
+    else if (n < 0 || n > end - *pos)
+        return 0;
+    else if (text) {
+        *out = PyUnicode_DecodeUTF8((const char *)buf + *pos, n, NULL);
+        if (!*out && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();  /* the reference escapes it */
+            return 0;
+        }
+        *pos += n;
+    } else {
+        *out = PyBytes_FromStringAndSize((const char *)buf + *pos, n);
+        *pos += n;
+    }
+    return *out ? 1 : -1;
+}
+
+/* The entry message buf[pos:end] (crc u32, magic i8, attributes i8, key, value, headers)
+ * as ``entry_cls`` (``Entry``) number ``index`` of the entry header ``head`` (offset,
+ * timestamp, leader epoch, size: 28 bytes).  NULL with no exception: refuse (anything
+ * the reference reports: a cut or bad field, bytes left over, a CRC that does not
+ * match); else a new reference or NULL with an exception. */
+static PyObject *ms_entry(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end,
+                          const uint8_t *head, Py_ssize_t index, PyObject *entry_cls,
+                          PyObject *crc, PyObject *ok)
+{
+    if (end - pos < 6)
+        return NULL;
+    uint32_t stored = be32(buf + pos);
+    PyObject *view = PyMemoryView_FromMemory((char *)buf + pos + 4, end - pos - 4, PyBUF_READ);
+    PyObject *got = view ? PyObject_CallOneArg(crc, view) : NULL;
+    Py_XDECREF(view);
+    if (!got)
+        return NULL;
+    unsigned long computed = PyLong_AsUnsignedLong(got);
+    Py_DECREF(got);
+    if (computed == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (computed != stored)
+        return NULL;  /* the reference reports the mismatch */
+    PyObject *key = NULL, *value = NULL, *headers = NULL, *hk = NULL, *hv = NULL;
+    PyObject *out = NULL;
+    Py_ssize_t p = pos + 6;
+    int r;
+    if ((r = ms_blob(buf, &p, end, 4, 0, &key)) != 1 ||
+            (r = ms_blob(buf, &p, end, 4, 0, &value)) != 1)
+        goto done;
+    r = 0;
+    if (end - p < 2)
+        goto done;
+    int count = (int16_t)(buf[p] << 8 | buf[p + 1]);
+    p += 2;
+    if (count < 0 || !(headers = PyDict_New()))
+        goto done;
+    for (int i = 0; i < count; i++) {
+        if ((r = ms_blob(buf, &p, end, 2, 1, &hk)) != 1 ||
+                (r = ms_blob(buf, &p, end, 4, 0, &hv)) != 1)
+            goto done;
+        r = PyDict_SetItem(headers, hk, hv) < 0 ? -1 : 1;
+        Py_CLEAR(hk);
+        Py_CLEAR(hv);
+        if (r < 0)
+            goto done;
+    }
+    if (p != end)
+        goto done;
+    out = PyObject_CallFunction(entry_cls, "nLLKkkOiiOOO", index, (long long)be64(head),
+                                (long long)be64(head + 8), (unsigned long long)be64(head + 16),
+                                (unsigned long)be32(head + 24), (unsigned long)stored, ok,
+                                (int)(int8_t)buf[pos + 4], (int)(int8_t)buf[pos + 5], key,
+                                value, headers);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(headers);
+    Py_XDECREF(hk);
+    Py_XDECREF(hv);
+    return out;
+}
+
+/* message_set(body, entry_cls, crc, ok) -> (leader epoch, HW, entries, []) or None
+ *
+ * A ReplicationResponse body as ``_parse_entries`` gives it when it has nothing to report:
+ * leader epoch u64 and HW i64, then whole entries to the end, each an ``entry_cls`` made
+ * with its fields in order (``ok``: the crc_status of a matching CRC; ``crc``:
+ * crc32c.crc32c, called on a memoryview of the checked bytes).  None: the reference's. */
+static PyObject *message_set(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *entry_cls, *crc, *ok;
+    if (!PyArg_ParseTuple(args, "y*OOO", &view, &entry_cls, &crc, &ok))
+        return NULL;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t end = view.len, pos = 16;
+    PyObject *entries = NULL, *result = NULL;
+    if (end < 16 || !(entries = PyList_New(0)))
+        goto done;
+    while (pos < end) {
+        if (end - pos < 28)
+            goto done;
+        const uint8_t *head = buf + pos;
+        uint32_t size = be32(head + 24);
+        pos += 28;
+        if (size > (uint64_t)(end - pos))
+            goto done;
+        PyObject *e = ms_entry(buf, pos, pos + (Py_ssize_t)size, head,
+                               PyList_GET_SIZE(entries), entry_cls, crc, ok);
+        if (!e)
+            goto done;
+        int r = PyList_Append(entries, e);
+        Py_DECREF(e);
+        if (r < 0)
+            goto done;
+        pos += (Py_ssize_t)size;
+    }
+    result = Py_BuildValue("(KLO[])", (unsigned long long)be64(buf), (long long)be64(buf + 8),
+                           entries);
+done:
+    Py_XDECREF(entries);
+    PyBuffer_Release(&view);
+    if (!result && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"tree", tree, METH_VARARGS,
      "tree(data, pos, node) -> the fields of the clean message data[pos:] as nested dicts\n"
      "and lists, or None when the tolerant reader must decode it (see the module source)."},
+    {"message_set", message_set, METH_VARARGS,
+     "message_set(body, entry_cls, crc, ok) -> (leader epoch, HW, entries, []) of a clean\n"
+     "Liftbridge ReplicationResponse body, or None when the reference must parse it."},
     {"values", values, METH_VARARGS,
      "values(data, pos, table, base, defaults) -> (values, present) of the clean message\n"
      "data[pos:], or None when the tolerant reader must decode it (see the module source)."},

@@ -37,6 +37,21 @@ static inline int pb_varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end,
     return 0;
 }
 
+/* A length-delimited value at buf[*pos] (its length varint, then that many bytes, all
+ * before end): its start and length, *pos moved past it.  0 (and *pos somewhere inside)
+ * when the length is cut short, too long, or runs past end. */
+static inline int pb_bytes(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end,
+                           Py_ssize_t *start, Py_ssize_t *len)
+{
+    uint64_t n;
+    if (!pb_varint(buf, pos, end, &n) || n > (uint64_t)(end - *pos))
+        return 0;
+    *start = *pos;
+    *len = (Py_ssize_t)n;
+    *pos += (Py_ssize_t)n;
+    return 1;
+}
+
 /* The tag at buf[*pos]: its field number and wire type.  0 when the tag is cut short or
  * too long, or its number is 0 or not below ``limit`` (a field the caller's table, indexed
  * by field number, cannot name). */

@@ -19,20 +19,21 @@ rows either way.
 ``tree`` is the walk of a whole nested message (repeated fields, packed lists, messages
 inside messages, enums by name): Liftbridge's PropagatedRequest operations and internal
 stream values, which a row shows as JSON, cost ~60 µs each in the reader and the JSON
-conversion after it.  It answers what ``Decoded.to_plain()`` of a clean message holds,
-with enums as a JSON column names them, or None (the reader's, as above).
+conversion after it; Liftbridge's PropagatedResponse (two nested messages) takes it too.
+It answers what ``Decoded.to_plain()`` of a clean message holds, with enums as a JSON
+column names them, or None (the reader's, as above).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from dissectors.proto.wire import ABSENT, MAX_DEPTH, FieldSpec, Kind, MessageSchema
 
-__all__ = ["SWITCH", "WalkPlan", "available", "present_fields", "tree", "tree_plan", "walk",
-           "walk_plan"]
+__all__ = ["SWITCH", "WalkPlan", "available", "message_set_parser", "present_fields", "tree",
+           "tree_plan", "walk", "walk_plan"]
 
 SWITCH = "MSGCAP_PROTO_WALK"
 
@@ -60,19 +61,18 @@ def available() -> bool:
 
 
 def walk_plan(entries: Iterable[tuple[FieldSpec, str, object, Any]], base: dict[str, Any],
-              always: Iterable[tuple[str, Any]] = (), nested: bool = False,
-              maps: bool = False) -> WalkPlan | None:
+              always: Iterable[tuple[str, Any]] = (), maps: bool = False
+              ) -> WalkPlan | None:
     """The plan of one message type: ``entries`` are (field, column, value when absent
     (``ABSENT``: none), extra), extra being an enum field's names (number -> name; the
     number as text when it has none), True for an unsigned 64-bit field whose column
     must fit int64, else None.  ``base``: the values every row starts with; ``always``:
     (column, value) set on every row (a list value is copied per row).  A repeated,
     nested or map field stays out of the table (a message holding one goes to the
-    reader) but keeps its value when absent; with ``nested``, a (not repeated) message
-    field's value is its raw bytes, for the caller to walk with that message's own plan
-    (a message holding it twice goes to the reader).  None when the walk cannot serve
-    the type (a field number over 127, or a column that is also a ``base`` key), and
-    when the walk is not ``available`` (asked here, once per plan, not per message).
+    reader; ``tree`` serves such types) but keeps its value when absent.  None when the
+    walk cannot serve the type (a field number over 127, or a column that is also a
+    ``base`` key), and when the walk is not ``available`` (asked here, once per plan,
+    not per message).
     With ``maps``, a map field of plain keys and values is walked too: its value is
     the list of its (key, value) items, as ``list(d.items())`` of the reader's dict."""
     if not available():
@@ -82,8 +82,7 @@ def walk_plan(entries: Iterable[tuple[FieldSpec, str, object, Any]], base: dict[
     for spec, column, absent, extra in entries:
         if spec.number >= _MAX_NUMBER or column in base:
             return None
-        if (spec.kind in _SIMPLE or nested and spec.kind is Kind.MESSAGE) \
-                and not spec.repeated:
+        if spec.kind in _SIMPLE and not spec.repeated:
             while len(table) <= spec.number:
                 table.append(None)
             table[spec.number] = (column, int(spec.kind), extra)
@@ -161,3 +160,10 @@ def present_fields(values: dict[str, Any], present: int,
     ``Decoded.values`` holds them (for code that asks what was on the wire, not what the
     row shows): ``columns`` are (field number, name, column) of the plan's fields."""
     return {name: values[col] for number, name, col in columns if present >> number & 1}
+
+
+def message_set_parser() -> Callable[..., tuple[Any, ...] | None] | None:
+    """Liftbridge's compiled ReplicationResponse message-set parse (``_walk.message_set``,
+    not protobuf: ``dissectors.liftbridge.envelope.parse_entries`` says what it takes),
+    or None when the walk is not ``available`` (asked once, by the caller)."""
+    return _walk.message_set if available() else None

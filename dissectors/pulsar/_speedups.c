@@ -57,25 +57,11 @@ static int utf8_ok(const uint8_t *s, Py_ssize_t n)
     return 1;
 }
 
-/* A length-delimited value at *pos (its length varint, then the bytes inside [*pos,
- * end)): its start and length, *pos moved past it; 0 when cut. */
-static int read_bytes(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, Py_ssize_t *start,
-                      Py_ssize_t *len)
-{
-    uint64_t n;
-    if (!pb_varint(buf, pos, end, &n) || n > (uint64_t)(end - *pos))
-        return 0;
-    *start = *pos;
-    *len = (Py_ssize_t)n;
-    *pos += (Py_ssize_t)n;
-    return 1;
-}
-
-/* A string field's value: as read_bytes, and valid UTF-8. */
+/* A string field's value: as pb_bytes (_wire.h), and valid UTF-8. */
 static int read_string(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, Py_ssize_t *start,
                        Py_ssize_t *len)
 {
-    return read_bytes(buf, pos, end, start, len) && utf8_ok(buf + *start, *len);
+    return pb_bytes(buf, pos, end, start, len) && utf8_ok(buf + *start, *len);
 }
 
 /* Where one string sits in the batch (start, length). */
@@ -344,7 +330,7 @@ static PyObject *split_batch(PyObject *self, PyObject *args)
             span_t key, value;
             switch (tag) {
             case 0x0A:  /* properties: one KeyValue, kept in order (duplicates too) */
-                if (!read_bytes(buf, &p, mend, &at, &len) ||
+                if (!pb_bytes(buf, &p, mend, &at, &len) ||
                     !read_pair(buf, at, at + len, &key, &value))
                     goto refuse;
                 if (keys.n >= INT32_MAX)  /* (a 256 MiB batch holds far fewer) */
@@ -500,7 +486,7 @@ static PyObject *decode_message(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
             value = pb_scalar(kind, v);
         } else if (kind == K_STRING || kind == K_BYTES || kind == K_MESSAGE) {
             Py_ssize_t at, len;
-            if (wt != 2 || !read_bytes(buf, &pos, end, &at, &len))
+            if (wt != 2 || !pb_bytes(buf, &pos, end, &at, &len))
                 goto refuse;
             if (kind == K_STRING) {
                 value = PyUnicode_DecodeUTF8((const char *)buf + at, len, NULL);

@@ -232,8 +232,8 @@ def _response_bodies(draw) -> bytes:
 @example(pb((11, pb((1, "c"), (2, 2**63)))))  # (an epoch int64 cannot hold: reported)
 @example(pb((2, pb((1, 2**32 + 5), (2, b"\xff")))))
 def test_walked_propagated_responses_are_the_readers(body):
-    # the compiled walk of a PropagatedResponse and its nested messages
-    # (decoder._walk_response) gives the rows the reader gives, or leaves it to the reader
+    # the compiled tree of a PropagatedResponse and its nested messages
+    # (decoder._walked_nested) gives the rows the reader gives, or leaves it to the reader
     from dissectors.liftbridge import decoder
 
     def decoded():
@@ -241,12 +241,12 @@ def test_walked_propagated_responses_are_the_readers(body):
         return [(r.table, r.values) for r in recs]
 
     walked = decoded()
-    real = decoder._walk_response
-    decoder._walk_response = lambda payload, at: None
+    real = decoder.tree
+    decoder.tree = lambda data, pos, node: None
     try:
         assert decoded() == walked
     finally:
-        decoder._walk_response = real
+        decoder.tree = real
 
 
 def entry(offset, key, value, headers, ts=TS, epoch=2, corrupt=False):
@@ -259,6 +259,51 @@ def entry(offset, key, value, headers, ts=TS, epoch=2, corrupt=False):
     crc = crc32c.crc32c(body) ^ (1 if corrupt else 0)
     msg = struct.pack(">I", crc) + body
     return struct.pack(">qqQI", offset, ts, epoch, len(msg)) + msg, crc
+
+
+@st.composite
+def _message_sets(draw) -> tuple[bytes, bool]:
+    """(a ReplicationResponse body, whether the compiled parse must take it): whole
+    entries with random fields (null or empty keys and values, duplicate and non-UTF-8
+    header keys, epochs past int64), some with a bad CRC, some bodies cut or a byte
+    changed."""
+    blob = st.one_of(st.none(), st.binary(max_size=6))
+    head_key = st.sampled_from([b"subject", b"reply", b"", b"k", b"\xff\xfe", None])
+    body = struct.pack(">Qq", draw(st.integers(0, 2**64 - 1)),
+                       draw(st.integers(-2**63, 2**63 - 1)))
+    clean = True
+    for _ in range(draw(st.integers(0, 3))):
+        headers = draw(st.lists(st.tuples(head_key, blob), max_size=3))
+        corrupt = draw(st.integers(0, 5)) == 0
+        e, _ = entry(draw(st.integers(-2**63, 2**63 - 1)), draw(blob), draw(blob), headers,
+                     ts=draw(st.integers(-2**63, 2**63 - 1)),
+                     epoch=draw(st.integers(0, 2**64 - 1)))
+        msg = bytes([draw(st.integers(0, 255)), draw(st.integers(0, 255))]) + e[34:]  # magic,
+        e = e[:28] + struct.pack(">I", crc32c.crc32c(msg) ^ corrupt) + msg  # attributes
+        clean = clean and not corrupt and all(k != b"\xff\xfe" for k, _ in headers)
+        body += e
+    how = draw(st.integers(0, 4))
+    if how == 0:
+        return body[: draw(st.integers(0, len(body)))], False
+    if how == 1 and body:
+        at = draw(st.integers(0, len(body) - 1))
+        return body[:at] + bytes([draw(st.integers(0, 255))]) + body[at + 1:], False
+    return body, clean
+
+
+@settings(max_examples=300, deadline=None)
+@given(_message_sets())
+def test_compiled_message_sets_are_the_references(case):
+    # the compiled ReplicationResponse parse (envelope._COMPILED) answers what the
+    # reference does, or None (the reference's); it takes every clean body
+    from dissectors.liftbridge import envelope
+
+    body, clean = case
+    if envelope._COMPILED is None:
+        pytest.skip("the compiled walk is not built")
+    got = envelope._COMPILED(body, envelope.Entry, crc32c.crc32c, "ok")
+    assert got is None or got == envelope._parse_entries(body, 0)
+    assert got is not None or not clean
 
 
 def test_replication_response_entries_with_request_context():
