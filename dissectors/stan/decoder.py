@@ -20,7 +20,6 @@ from dissectors.stan import _STATIC_TOKENS, MAX_PENDING_DISCOVER, NAME, StanStat
 from dissectors.stan.decode import (
     KINDS,
     REPLY_KINDS,
-    Problem,
     decode_kind,
     infer,
     plausible_subject,
@@ -124,10 +123,24 @@ def _settle(route: _Route, state: StanState, msg: CarriedMessage) -> _Route:
     and the scope's pending discoveries change."""
     if route.inferred and _static_kind(msg.subject) == route.kind:
         route = _read_hint(route.kind)  # type: ignore[assignment]  # (a kind: not None)
-    if route.kind == "ConnectRequest" and msg.subject.rsplit(".", 1)[-1] == "pings":
+    kind = route.kind
+    if kind == "ConnectRequest" and msg.subject.rsplit(".", 1)[-1] == "pings":
         # <prefix>.<cluster id with dots>.pings (typed as the hint says)
         route = _read_hint(f"Ping|{route.source}")  # type: ignore[assignment]
-    return _pending(route, state, msg)
+    elif kind == "ConnectResponse":
+        route = _pending(route, state, msg)
+    return route
+
+
+def _inferred(state: StanState, msg: CarriedMessage) -> _Route | None:
+    """The route of a message no binding typed: inference's kind (``decode.infer``), or
+    None (not STAN)."""
+    decision = infer(msg.payload, bool(msg.reply_to))
+    if decision is None:
+        return None
+    kind = decision.kind
+    stamp = _stamp("inference", True, list(decision.alternatives), kind)
+    return _pending(_route(kind, "inference", True, stamp, True, _INFERRED), state, msg)
 
 
 def _pending(route: _Route, state: StanState, msg: CarriedMessage) -> _Route:
@@ -156,7 +169,6 @@ class StanDecoder:
     def decode(
         cls, state: StanState, bindings: Bindings, msg: CarriedMessage, hint: str
     ) -> list[Record]:
-        payload = msg.payload
         if hint:
             route = _read_hint(hint)
             if route is None:
@@ -164,29 +176,19 @@ class StanDecoder:
             if not route.settled:
                 route = _settle(route, state, msg)
         else:
-            decision = infer(payload, bool(msg.reply_to))
-            if decision is None:
+            route = _inferred(state, msg)
+            if route is None:
                 return []
-            kind = decision.kind
-            stamp = _stamp("inference", True, list(decision.alternatives), kind)
-            route = _pending(_route(kind, "inference", True, stamp, True, _INFERRED), state,
-                             msg)
 
         # the compiled walk's values, stamped, when the message is clean; else the reader's
         plan = route.plan
-        values = None if plan is None else walked_values(plan, payload, state.payload_cap)
+        values = None if plan is None else walked_values(plan, msg.payload, state.payload_cap)
         decoded: Decoded | None = None
-        problems: list[Problem] | tuple[()] = ()
-        if values is None:
-            values, decoded, problems = decode_kind(route.kind, payload, state.payload_cap)
-            values.update(route.stamp)
-        fmt = None if problems else rows_for(state.columns, bindings)
-        if fmt is not None:
-            out = [fmt.record(msg, values)]
+        if values is not None:
+            fmt = rows_for(state.columns, bindings)
+            out = [msg.record(NAME, values) if fmt is None else fmt.record(msg, values)]
         else:
-            out = [msg.record(NAME, values)]
-            for p in problems:  # (a loop: a generator here made ``msg`` a cell per message)
-                out.append(msg.anomaly(p.kind, p.detail))
+            out, values, decoded = cls._read(state, bindings, msg, route)
         if route.learns:
             # every request's reply inbox gets the matching response type
             reply, reply_hint = msg.reply_to, route.reply_hint
@@ -195,6 +197,20 @@ class StanDecoder:
             if route.more:
                 cls._learn(state, bindings, msg, route, values, decoded)
         return out
+
+    @staticmethod
+    def _read(state: StanState, bindings: Bindings, msg: CarriedMessage, route: _Route
+              ) -> tuple[list[Record], dict[str, Any], Decoded | None]:
+        """The records, values and decode of a message the walk did not take: the
+        reader's, its problems as anomaly rows after the row."""
+        values, decoded, problems = decode_kind(route.kind, msg.payload, state.payload_cap)
+        values.update(route.stamp)
+        fmt = None if problems else rows_for(state.columns, bindings)
+        if fmt is not None:
+            return [fmt.record(msg, values)], values, decoded
+        out = [msg.record(NAME, values)]
+        out.extend(msg.anomaly(p.kind, p.detail) for p in problems)
+        return out, values, decoded
 
     # -- learning -------------------------------------------------------------------
 
