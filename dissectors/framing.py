@@ -34,6 +34,7 @@ no input byte ever makes a framer raise.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import deque
@@ -279,11 +280,13 @@ def _op_trie(items: list[tuple[bytes, bytes]]) -> bytes:
     return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
 
+@functools.lru_cache(maxsize=64)
 def _byte_class(seps: bytes) -> bytes:
     """``[...]`` matching one byte of ``seps``, consecutive bytes written as ranges: the
     NATS cluster ops allow any byte after them, and 256 bytes written out one by one took
     ~9 ms of every run's start to compile (``dissectors.nats.cluster`` builds its rule at
-    import)."""
+    import).  Remembered: every op of a rule usually allows the same bytes (the cluster
+    rule's ~20 ops all 256: ~99,000 bytecodes of every run's start made them anew)."""
     out, values, i = [], sorted(set(seps)), 0
     while i < len(values):
         j = i
@@ -735,14 +738,15 @@ class LineFramer(_Framer):
         """Between units in line mode: the next buffered byte starts a line."""
         return self._mode == _LINE and not self._events
 
-    def scan_view(self) -> tuple[bytearray, int, int, deque[Chunk]]:
+    def scan_view(self) -> tuple[bytearray, int, int, Sequence[Chunk]]:
         """``(buffer, read position, stream offset of buffer[0], provenance chunks)``
         for a scanner that parses whole units in place; it reports back with
         ``consumed``.  Valid until the next ``feed``.  These are the
-        ``ProvenanceBuffer``'s own ``data``, ``pos``, ``base`` and ``chunks`` (its
-        ``Chunk`` tuples are what ``dissectors/nats/_speedups.c`` reads)."""
+        ``ProvenanceBuffer``'s own ``data``, ``pos``, ``base`` and ``chunks`` (or
+        ``(last,)``: the bytes held came in one chunk), whose ``Chunk`` tuples are what
+        ``dissectors/nats/_speedups.c`` reads."""
         b = self._b
-        return b.data, b.pos, b.base, b.chunks
+        return b.data, b.pos, b.base, b.chunks or (b.last,)
 
     def consumed(self, nbytes: int) -> None:
         """A scanner decoded ``nbytes`` of whole units at the read position."""
@@ -793,13 +797,15 @@ class LineFramer(_Framer):
         A complete line waiting in the buffer (a scanner working in place waits for the
         payload that follows it, at most ``fastpath.MAX_FAST_TOTAL``) is not this
         framer's to give up and is not counted."""
-        if self._mode != _LINE or self._events:
-            return 0
-        buf = self._b.data
-        pos = self._b.pos
+        b = self._b
+        buf = b.data
+        pos = b.pos
         n = len(buf) - pos
+        # (nothing held first: a scanner that took every whole unit, once per segment)
+        if not n or self._mode != _LINE or self._events:
+            return 0
         scan = self._scan
-        if n and scan < len(buf):
+        if scan < len(buf):
             if buf.find(b"\n", scan if scan > pos else pos) >= 0:
                 return 0
             self._scan = len(buf)  # (no LF up to here: the next search starts after it)

@@ -483,7 +483,7 @@ static Py_ssize_t chunk_at(const Chunk *ch, Py_ssize_t nch, Py_ssize_t from, int
     return from;
 }
 
-enum Status { NEED_MORE = 0, REFUSE = 1, NEED_VERDICT = 2, NEED_PROBE = 3, CARRIED = 4 };
+enum Status { NEED_MORE = 0, REFUSE = 1, NEED_VERDICT = 2, NEED_PROBE = 3 };
 
 static inline int tok_put(Col *col, const Tok *t) {
     return t ? put_var(col, t->p, t->n) : put_null(col, VAR);
@@ -587,27 +587,35 @@ static int emit_batch(PyObject *out, PyObject *batch, Py_ssize_t n, PyObject *ki
     return (int)k;
 }
 
+/* The str objects every carried message of a kind shares: the table name and the op
+ * names (made once, at import; the reference's are constants too). */
+static PyObject *S_NATS, *S_OPS[9];
+
+/* Whether the reference offers a complete payload of n bytes: it keeps it whole for the
+ * hook when n <= carry_max, else only payload_cap bytes (NatsSession._keep), and offers
+ * what it kept whole (NatsSession._on_block); -1: no limit. */
+static inline int offered(int64_t n, long long cmax, long long cap) {
+    return cmax < 0 || n <= cmax || cap < 0 || n <= cap;
+}
+
 /* Offer a carried operation's message: offer is (callable, message maker, flow_id,
  * carry_max), the maker called with the message's fields in order (``reassembly.native
  * .maker(CarriedMessage)``: filling its slots in C, without the dataclass's __init__);
- * returns the records (new reference) or NULL. */
-static PyObject *offer_message(PyObject *offer, PyObject *direction, PyObject *payload,
-                               const char *op, const Tok *subj, const Tok *reply,
+ * subject: the subject's str (the verdict lookup's key); returns the records (new
+ * reference) or NULL. */
+static PyObject *offer_message(PyObject *offer, PyObject *direction, const uint8_t *pl,
+                               Py_ssize_t plen, int op, PyObject *subject, const Tok *reply,
                                const Tok *sid, int64_t o1, int64_t o2, int64_t t1,
                                int64_t t2, int64_t f1, int64_t f2) {
     PyObject *v[MSG_FIELDS] = {NULL}, *msg, *res = NULL;
-    long long cmax = PyLong_AsLongLong(PyTuple_GET_ITEM(offer, 3));
     int i;
-    if (cmax == -1 && PyErr_Occurred()) return NULL;
-    if (cmax >= 0 && PyBytes_GET_SIZE(payload) > cmax)
-        return PyList_New(0); /* the reference does not keep it whole: not offered */
-    v[0] = PyUnicode_FromString("nats");
-    v[1] = PyUnicode_FromString(op);
-    v[2] = subj ? tok_str(subj) : PyUnicode_FromStringAndSize("", 0);
+    v[0] = Py_NewRef(S_NATS);
+    v[1] = Py_NewRef(S_OPS[op]);
+    v[2] = Py_NewRef(subject);
     v[3] = tok_str(reply);
     v[4] = tok_str(sid);
     v[5] = Py_NewRef(Py_None);
-    v[6] = Py_NewRef(payload);
+    v[6] = PyBytes_FromStringAndSize((const char *)pl, plen);
     v[7] = Py_NewRef(direction);
     v[8] = Py_NewRef(PyTuple_GET_ITEM(offer, 2));
     v[9] = PyLong_FromLongLong(o1);
@@ -680,9 +688,14 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
 }
 
 /*
- * scan(out, buf, pos, base, chunks, c2s, max_line, max_payload, payload_cap, header_cap,
- *      first_bytes, verdicts, cleared, carry, records=None, batch=None, offer=None)
+ * scan_with(config, buf, pos, base, chunks, cleared, carry, records)
  *   -> (status, new_pos, rows, subject_or_payload)
+ *
+ * config: the arguments that stay the same from one call to the next, as one tuple
+ * (out, c2s, max_line, max_payload, payload_cap, header_cap, first_bytes, verdicts,
+ * batch, offer), which a session builds once per direction (and again when one of them
+ * changes): passing them one by one cost its Python caller ~60 bytecodes a call, one
+ * call per TCP segment on a STAN capture.
  *
  * buf: the framer's bytearray; pos: read position in it; base: stream offset of buf[0];
  * chunks: sequence of the framer's chunk tuples; max_payload/payload_cap/header_cap: -1
@@ -699,34 +712,35 @@ static PyObject *py_protobuf_ok(PyObject *self, PyObject *args) {
  * payload, the last item is the stream offset the buffered bytes must reach before a
  * scan can answer anything else for it (the caller need not scan before).
  *
- * carry: 0, a PUB/MSG bound to a payload dissector is refused (the reference offers it);
- * 1, it is taken like any other operation (its row written) and the scan stops after
- * it with CARRIED, the last item then (payload, op, subject, reply, sid, offset_start,
- * offset_end, ts_first, ts_last, frame_first, frame_last) for the caller to offer;
- * 2, as 1, and the first operation is one a probe claimed (after NEED_PROBE): carried.
- * HPUB/HMSG are refused as with 0 (the offer needs their parsed headers).
+ * records: the session's list of records: the scan appends the ColumnBatch records of
+ * the rows it takes itself (batch: (ColumnBatch, table, direction, rows, format);
+ * emit_batch).
  *
- * records: None, or the session's list of records: the scan then appends the
- * ColumnBatch records of the rows it takes itself (batch: (ColumnBatch, table,
- * direction, rows, format); emit_batch), and a carried operation does not stop it: the
- * scan builds the CarriedMessage the reference would (offer: (callable, message type,
- * flow_id, carry_max or -1)), calls the callable with it, makes the records returned the
- * children of the batch ending with that row, and goes on (CARRIED is not returned).
+ * carry: 0, a PUB/MSG bound to a payload dissector is refused (the reference offers it);
+ * 1, it is taken like any other operation: its row written, the CarriedMessage the
+ * reference would build offered (offer: (callable, message type, flow_id, carry_max or
+ * -1): the callable called with it), the records returned made the children of the batch
+ * ending with that row, and the scan goes on; 2, as 1, and the first operation is one a
+ * probe claimed (after NEED_PROBE): carried.  HPUB/HMSG are refused as with 0 (the offer
+ * needs their parsed headers).
  * Why: on a STAN or Liftbridge capture nearly every operation is carried, and a stop,
  * a Python loop turn and a CarriedMessage.__init__ per operation cost ~250 bytecodes
  * (most of NatsSession._scan's).  The order of offers, hence of the bindings their
  * decodes make, is the reference's: the next operation's verdict is read after the
  * offer returns (the memo of the last one is dropped, the dict may have changed).
  */
-static PyObject *py_scan(PyObject *self, PyObject *args) {
-    PyObject *outobj, *bufobj, *chunks, *first_obj, *verdicts, *seq = NULL, *subject = NULL;
-    PyObject *result = NULL, *records = Py_None, *batch = Py_None, *offer = Py_None;
+static PyObject *py_scan_with(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *cfg, *outobj, *bufobj, *chunks, *first_obj, *verdicts, *seq = NULL;
+    PyObject *subject = NULL, *result = NULL, *records, *batch, *offer;
+    /* the current operation's subject as a str, when the verdict lookup made it (the
+     * carried message's subject); owned */
+    PyObject *subj_str = NULL;
     Py_ssize_t emitted = 0; /* rows already in a batch appended to records */
     Columns *out = NULL;
     Py_buffer view;
     Py_ssize_t pos, nch = 0, ci = 0, rows = 0, max_line, end, p, nfirst = 0;
-    long long base, max_payload, payload_cap, header_cap;
-    int c2s, status = NEED_MORE, have_view = 0, cleared = 0, carry = 0, carried = 0;
+    long long base, max_payload, payload_cap, header_cap, carry_max = -1;
+    int c2s, status = NEED_MORE, have_view = 0, cleared, carry, carried = 0;
     const uint8_t *buf, *first = NULL;
     Chunk stackch[64], *ch = stackch;
     Headers hdrs;
@@ -736,24 +750,48 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     const uint8_t *memo_p = NULL;
     Py_ssize_t memo_n = 0;
 
-    if (!PyArg_ParseTuple(args, "OOnLOpnLLLOO|piOOO", &outobj, &bufobj, &pos, &base, &chunks,
-                          &c2s, &max_line, &max_payload, &payload_cap, &header_cap,
-                          &first_obj, &verdicts, &cleared, &carry, &records, &batch, &offer))
+    if (nargs != 8 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_with(config: 10-tuple, buf, pos, base, chunks, cleared, carry, "
+                        "records)");
         return NULL;
-    if (records != Py_None) {
-        if (!PyList_Check(records) || !PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) != 5 ||
-            !PyType_Check(PyTuple_GET_ITEM(batch, 0)) ||
-            !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(batch, 0), &PyTuple_Type)) {
+    }
+    cfg = args[0];
+    outobj = PyTuple_GET_ITEM(cfg, 0);
+    c2s = PyObject_IsTrue(PyTuple_GET_ITEM(cfg, 1));
+    max_line = PyLong_AsSsize_t(PyTuple_GET_ITEM(cfg, 2));
+    max_payload = PyLong_AsLongLong(PyTuple_GET_ITEM(cfg, 3));
+    payload_cap = PyLong_AsLongLong(PyTuple_GET_ITEM(cfg, 4));
+    header_cap = PyLong_AsLongLong(PyTuple_GET_ITEM(cfg, 5));
+    first_obj = PyTuple_GET_ITEM(cfg, 6);
+    verdicts = PyTuple_GET_ITEM(cfg, 7);
+    batch = PyTuple_GET_ITEM(cfg, 8);
+    offer = PyTuple_GET_ITEM(cfg, 9);
+    bufobj = args[1];
+    pos = PyLong_AsSsize_t(args[2]);
+    base = PyLong_AsLongLong(args[3]);
+    chunks = args[4];
+    cleared = PyObject_IsTrue(args[5]);
+    carry = PyLong_AsLong(args[6]);
+    records = args[7];
+    if (PyErr_Occurred()) return NULL; /* (a number that did not convert) */
+    if (c2s < 0 || cleared < 0) return NULL;
+    if (!PyList_Check(records) || !PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) != 5 ||
+        !PyType_Check(PyTuple_GET_ITEM(batch, 0)) ||
+        !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(batch, 0), &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "records must be a list, batch (ColumnBatch, table, direction, "
+                        "rows, format)");
+        return NULL;
+    }
+    if (carry) {
+        if (!PyTuple_Check(offer) || PyTuple_GET_SIZE(offer) != 4) {
             PyErr_SetString(PyExc_TypeError,
-                            "records must be a list, batch (ColumnBatch, table, direction, "
-                            "rows, format)");
+                            "carry needs offer (callable, type, flow_id, carry_max)");
             return NULL;
         }
-        if (carry && (!PyTuple_Check(offer) || PyTuple_GET_SIZE(offer) != 4)) {
-            PyErr_SetString(PyExc_TypeError,
-                            "carry with records needs offer (callable, type, flow_id, carry_max)");
-            return NULL;
-        }
+        carry_max = PyLong_AsLongLong(PyTuple_GET_ITEM(offer, 3));
+        if (carry_max == -1 && PyErr_Occurred()) return NULL;
     }
     if (outobj != Py_None) {
         if (!PyObject_TypeCheck(outobj, &ColumnsType)) {
@@ -903,9 +941,9 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                         status = NEED_VERDICT;
                         break;
                     }
-                    Py_DECREF(key);
-                    /* borrowed: nothing in this call changes the dict (str keys run no
-                     * Python code), so it stays valid until the call returns */
+                    Py_XSETREF(subj_str, key); /* (the subject of a carried message) */
+                    /* borrowed: nothing but an offer changes the dict (str keys run no
+                     * Python code), after which the memo is dropped */
                     memo_v = v;
                     memo_p = subj->p;
                     memo_n = subj->n;
@@ -999,18 +1037,15 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         }
         rows++;
         p += consumed;
-        if (carried && records != Py_None) {
-            /* offered here, its records the children of the batch ending with its row;
-             * then on with the next operation, as the caller would scan again (carry 1,
-             * not cleared: this row was the first after a stop) */
-            PyObject *payload = PyBytes_FromStringAndSize((const char *)(s + li + 1),
-                                                          (Py_ssize_t)total);
-            PyObject *kids;
-            if (payload == NULL) goto done;
-            kids = offer_message(offer, PyTuple_GET_ITEM(batch, 2), payload, OP_NAMES[op],
-                                 subj, reply, sid, off0, off0 + consumed, ch[c1].ts_first,
-                                 ch[c2].ts_last, ch[c1].frame_first, ch[c2].frame_last);
-            Py_DECREF(payload);
+        if (carried && offered(total, carry_max, payload_cap)) {
+            /* offered here (as the reference offers it: when it keeps the payload
+             * whole), its records the children of the batch ending with its row; then on
+             * with the next operation, as the caller would scan again (carry 1, not
+             * cleared: this row was the first after a stop) */
+            PyObject *kids = offer_message(
+                offer, PyTuple_GET_ITEM(batch, 2), s + li + 1, (Py_ssize_t)total, op,
+                subj_str, reply, sid, off0, off0 + consumed, ch[c1].ts_first,
+                ch[c2].ts_last, ch[c1].frame_first, ch[c2].frame_last);
             if (kids == NULL) goto done;
             if (emit_batch(records, batch, rows - emitted, kids) < 0) {
                 Py_DECREF(kids);
@@ -1018,26 +1053,14 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
             }
             Py_DECREF(kids);
             emitted = rows;
-            carried = 0;
             carry = 1;
             /* the offer may have changed the verdicts (a decode binds subjects): the
              * borrowed memo may be stale or gone */
             memo_v = NULL;
-            continue;
         }
-        if (carried) {
-            subject = Py_BuildValue(
-                "(y#sNNNLLLLLL)", (const char *)(s + li + 1), (Py_ssize_t)total, OP_NAMES[op],
-                tok_str(subj), tok_str(reply), tok_str(sid), (long long)off0,
-                (long long)(off0 + consumed), (long long)ch[c1].ts_first,
-                (long long)ch[c2].ts_last, (long long)ch[c1].frame_first,
-                (long long)ch[c2].frame_last);
-            if (subject == NULL) goto done;
-            status = CARRIED;
-            break;
-        }
+        carried = 0;
     }
-    if (records != Py_None && rows > emitted) {
+    if (rows > emitted) {
         PyObject *none = PyTuple_New(0); /* no children: () */
         int r = none == NULL ? -1 : emit_batch(records, batch, rows - emitted, none);
         Py_XDECREF(none);
@@ -1049,41 +1072,8 @@ done:
     if (ch != stackch) PyMem_Free(ch);
     Py_XDECREF(seq);
     Py_XDECREF(subject);
+    Py_XDECREF(subj_str);
     return result;
-}
-
-/*
- * scan_with(config, buf, pos, base, chunks, cleared, carry, records) -> as scan
- *
- * scan with the arguments that stay the same from one call to the next given as one
- * tuple, config = (out, c2s, max_line, max_payload, payload_cap, header_cap,
- * first_bytes, verdicts, batch, offer), which a session builds once per direction (and
- * again when one of them changes): passing seventeen arguments cost its Python caller
- * ~60 bytecodes a call, one call per TCP segment on a STAN capture.
- */
-static PyObject *py_scan_with(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *cfg, *full, *res;
-    static const int from_cfg[17] = {0, -1, -1, -1, -1, 1, 2, 3, 4, 5, 6, 7, -1, -1, -1, 8, 9};
-    static const int from_args[17] = {-1, 1, 2, 3, 4, -1, -1, -1, -1, -1, -1, -1, 5, 6, 7,
-                                      -1, -1};
-    int k;
-    if (nargs != 8 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 10) {
-        PyErr_SetString(PyExc_TypeError,
-                        "scan_with(config: 10-tuple, buf, pos, base, chunks, cleared, carry, "
-                        "records)");
-        return NULL;
-    }
-    cfg = args[0];
-    full = PyTuple_New(17);
-    if (full == NULL) return NULL;
-    for (k = 0; k < 17; k++) {
-        PyObject *x = from_cfg[k] >= 0 ? PyTuple_GET_ITEM(cfg, from_cfg[k]) : args[from_args[k]];
-        Py_INCREF(x);
-        PyTuple_SET_ITEM(full, k, x);
-    }
-    res = py_scan(self, full);
-    Py_DECREF(full);
-    return res;
 }
 
 /* ------------------------------------------------------------------ Columns methods */
@@ -1410,10 +1400,10 @@ static PyTypeObject ColumnsType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"scan", py_scan, METH_VARARGS, "Parse ordinary NATS operations into a Columns."},
     {"scan_with", (PyCFunction)(void (*)(void))py_scan_with, METH_FASTCALL,
-     "scan_with(config, buf, pos, base, chunks, cleared, carry, records): scan, the "
-     "arguments that do not change between calls in one tuple"},
+     "scan_with(config, buf, pos, base, chunks, cleared, carry, records): parse ordinary "
+     "NATS operations into a Columns, the arguments that do not change between calls in "
+     "one tuple (see the source)"},
     {"use_openssl", py_use_openssl, METH_VARARGS,
      "use_openssl(init, update, final): addresses of libcrypto's SHA256_* (0s: portable)"},
     {"sha256_hex", py_sha256_hex, METH_VARARGS, "sha256_hex(data, portable=False) -> hex"},
@@ -1431,7 +1421,16 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     PyObject *m;
+    int k;
     if (PyType_Ready(&ColumnsType) < 0 || PyType_Ready(&OwnedType) < 0) return NULL;
+    if (S_NATS == NULL) {
+        S_NATS = PyUnicode_InternFromString("nats");
+        if (S_NATS == NULL) return NULL;
+        for (k = 0; k < 9; k++) {
+            S_OPS[k] = PyUnicode_InternFromString(OP_NAMES[k]);
+            if (S_OPS[k] == NULL) return NULL;
+        }
+    }
     m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     Py_INCREF(&ColumnsType);
@@ -1444,7 +1443,6 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     PyModule_AddIntConstant(m, "REFUSE", REFUSE);
     PyModule_AddIntConstant(m, "NEED_VERDICT", NEED_VERDICT);
     PyModule_AddIntConstant(m, "NEED_PROBE", NEED_PROBE);
-    PyModule_AddIntConstant(m, "CARRIED", CARRIED);
     PyModule_AddIntConstant(m, "MAX_FAST_TOTAL", MAX_FAST_TOTAL);
     return m;
 }

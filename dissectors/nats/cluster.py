@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections import deque
 from collections.abc import Mapping
 from enum import IntEnum, StrEnum
@@ -615,7 +614,8 @@ class NatsClusterSession(FramedSession):
             if op == "CONNECT" and not self.keep_secrets:
                 v["json_raw"] = redact_connect_json(v["json_raw"])
             try:
-                obj = json.loads(raw)
+                # (the shared memo: a route repeats its INFO; only read here, never changed)
+                obj = nats_parser.json_object(raw)
             except (ValueError, UnicodeDecodeError):
                 obj = None
             if isinstance(obj, dict):

@@ -39,11 +39,12 @@ binding covers its subject.  A first byte only probes with an exact rule
 scanner from the prefixes themselves, without a stop to ask the probe (29,010 stops per
 run of bench_liftbridge's 20 MB capture).  Subject verdicts are cached per server scope and kept
 true as bindings change (``ScopeDispatcher.verdicts``).  A PUB/MSG so offered stays
-on the fast path (``CARRIED``, issue 22): its row goes to the columns like any other,
+on the fast path (issue 22): its row goes to the columns like any other,
 and the scan itself offers the ``CarriedMessage`` the reference would build to the
-carrier scope (made by ``MAKE_CARRIED`` below); the records
-returned are the ``children`` of the ``ColumnBatch`` ending with that message's row
-(the conveyor ids them after the batch's last row, as it ids a reference row's
+carrier scope (made by ``MAKE_CARRIED`` below; the table and op names are shared
+constants, and the payload is copied out only once the message is to be offered); the
+records returned are the ``children`` of the ``ColumnBatch`` ending with that message's
+row (the conveyor ids them after the batch's last row, as it ids a reference row's
 children), and the scan goes on.  The session passes its list of records to the scan,
 which appends the ``ColumnBatch`` records itself: no stop, Python loop turn or
 ``__init__`` per carried message (on bench_stan's capture nearly every operation is
@@ -84,13 +85,11 @@ __all__ = ["AVAILABLE", "FORMAT", "FastRows", "batch_from_export", "enabled", "n
 
 AVAILABLE = _speedups is not None
 if AVAILABLE:
-    scan = _speedups.scan
     scan_with = _speedups.scan_with
     NEED_MORE: int = _speedups.NEED_MORE
     REFUSE: int = _speedups.REFUSE
     NEED_VERDICT: int = _speedups.NEED_VERDICT
     NEED_PROBE: int = _speedups.NEED_PROBE
-    CARRIED: int = _speedups.CARRIED
 
 
 def _hook_openssl() -> str:
@@ -125,8 +124,8 @@ def enabled(requested: bool = True) -> bool:
 
 
 def carry_enabled() -> bool:
-    """Whether the scanner takes PUB/MSG bound to a payload dissector (``CARRIED``)
-    instead of leaving them to the reference; ``MSGCAP_NATS_CARRY=0`` turns it off."""
+    """Whether the scanner takes PUB/MSG bound to a payload dissector (and offers them
+    itself) instead of leaving them to the reference; ``MSGCAP_NATS_CARRY=0`` turns it off."""
     return os.environ.get("MSGCAP_NATS_CARRY", "1") != "0"
 
 

@@ -98,6 +98,12 @@ _CRLF = b"\r\n"
 _LENIENT = (b"\n",)
 _ALLOWED = {Direction.C2S: parser.C2S_OPS, Direction.S2C: parser.S2C_OPS}
 _TABLE = "nats"
+# the scan and its answers, bound once (``fastpath``; unused when it is not built)
+_scan_with: Any = getattr(fastpath, "scan_with", None)
+_NEED_MORE: int = getattr(fastpath, "NEED_MORE", 0)
+_REFUSE: int = getattr(fastpath, "REFUSE", 1)
+_NEED_VERDICT: int = getattr(fastpath, "NEED_VERDICT", 2)
+_STOPS = (_NEED_MORE, _REFUSE)  # answers that end a ``_scan``
 
 
 def _option(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
@@ -180,7 +186,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         self._fast_verdicts: dict[str, bool] | None = None
         self._fast_verdict: Callable[[str], bool] | None = None
         self._fast_probe: Callable[[bytes], bool] | None = None
-        # carry()'s hook, and whether the scanner takes the PUB/MSG it offers (CARRIED)
+        # carry()'s hook, and whether the scanner takes the PUB/MSG it offers itself
         self._carry_hook: MessageHook | None = None
         self._fast_carry = False
         # what the scan needs to append ColumnBatch records and offer carried messages
@@ -261,7 +267,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             # operation the scanner refused, then back), in turn
             while True:
                 if st.values is None and fr.at_line and \
-                        self._scan(direction, st, out) == fastpath.NEED_MORE:
+                        self._scan(direction, st, out) == _NEED_MORE:
                     fr.hold_budget()  # stopped for more bytes: what it holds draws from the budget
                     break
                 if not self._reference_step(direction, st, out):
@@ -335,7 +341,6 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             got = self._scan_config(direction)
         _, config, carry = got
         cleared = False
-        st.wait_for = 0
         status: int
         new_pos: int
         n: int
@@ -343,32 +348,31 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             buf, pos, base, chunks = fr.scan_view()
             # (the scan appends the rows' ColumnBatch records to ``out`` itself, a carried
             # message's records the children of the batch ending with it)
-            status, new_pos, n, subject = fastpath.scan_with(config, buf, pos, base, chunks,
-                                                             cleared, carry, out)
+            status, new_pos, n, subject = _scan_with(config, buf, pos, base, chunks, cleared,
+                                                     carry, out)
             if n:
                 fr.consumed(new_pos - pos)
                 self.ops[direction] += n
-                if carry:
-                    carry = 1  # (a probe-claimed first operation was taken)
-            cleared = False
-            if status == fastpath.NEED_VERDICT:
-                verdicts = config[7]
-                if len(verdicts) >= MAX_VERDICTS:
-                    verdicts.clear()  # (see MAX_VERDICTS)
-                verdicts[subject] = self._fast_verdict(subject)  # type: ignore[misc]
-            elif status == fastpath.NEED_PROBE:
-                if self._fast_probe(subject):  # type: ignore[misc]
-                    if not carry:
-                        return fastpath.REFUSE  # a payload dissector's: the reference offers it
-                    carry = 2  # scan it as carried
-                else:
-                    cleared = True
-            else:
+                carry = carry and 1  # (a probe-claimed first operation was taken)
+            if status in _STOPS:
                 # NEED_MORE for a payload: where the bytes must reach (None: its line is
                 # not all in); REFUSE: None
                 st.wait_at = base + new_pos
                 st.wait_for = subject or 0
                 return status
+            cleared = False
+            if status == _NEED_VERDICT:
+                verdicts = config[7]
+                if len(verdicts) >= MAX_VERDICTS:
+                    verdicts.clear()  # (see MAX_VERDICTS)
+                verdicts[subject] = self._fast_verdict(subject)  # type: ignore[misc]
+            elif self._fast_probe(subject):  # type: ignore[misc]  # (NEED_PROBE)
+                if not carry:
+                    st.wait_for = 0
+                    return _REFUSE  # a payload dissector's: the reference offers it
+                carry = 2  # scan it as carried
+            else:
+                cleared = True
 
     def _on_line(self, direction: Direction, st: _Direction, ev: Line, out: list[Record]) -> None:
         line = ev.data

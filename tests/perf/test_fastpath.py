@@ -311,8 +311,8 @@ def test_payload_dissector_candidates_go_to_the_reference(script, split, bound, 
 
 def _offers_match(script, split, bound, flags, probe):
     """The reference, the fast path behind a plain hook and the fast path behind
-    ``carry`` (CARRIED) offer the same messages in the same order and give the same
-    rows; ``flags``/``probe`` as a scope's ``first_bytes``/``probed``."""
+    ``carry`` (the scan offers them itself) offer the same messages in the same order and
+    give the same rows; ``flags``/``probe`` as a scope's ``first_bytes``/``probed``."""
     bound_txt = {s.decode(errors="backslashreplace") for s in bound}
     offered: list[list] = [[], []]
     which = [0]
@@ -339,7 +339,7 @@ def _offers_match(script, split, bound, flags, probe):
                     split=random.Random(split))
     assert offered[0] == offered[1]
     assert_same(a, b)
-    # through carry(): the scanner takes bound and claimed PUB/MSG itself (CARRIED)
+    # through carry(): the scanner takes bound and claimed PUB/MSG itself
     # and offers them as the reference does, their records the last row's children
     offered.append([])
     which[0] = 2
@@ -352,8 +352,8 @@ def _offers_match(script, split, bound, flags, probe):
     scope = _Scope(offer, flags, lambda s: s in bound_txt, probe)
     c = run_session(lambda: _carried(scope, True), script, split=random.Random(split))
     assert offered[2] == offered[0]
-    return asked
     assert_same(a, c)
+    return asked
 
 
 _ASCII_SUBJECTS = [s for s in SUBJECTS if s.isascii()]
@@ -445,8 +445,8 @@ def _row_of(m) -> Record:
                   m.ts_last_ns, m.frame_first, m.frame_last, {"subject": m.subject})
 
 
-def _carried(scope, fast):
-    s = NatsSession({})
+def _carried(scope, fast, options=None):
+    s = NatsSession(dict(options or {}))
     s.carry(scope)
     if fast:
         s.columnar(True)
@@ -467,6 +467,14 @@ def test_carried_messages_stay_on_the_fast_path():
     assert [len(r.children) for r in b.records] == [1, 1, 1, 1, 1, 0]
     a = run_session(lambda: _carried(scope, False), [Data(C2S, ops)])
     assert_same(a, b)
+    # a payload over carry_max is offered only when the reference keeps it whole anyway
+    # (payload_cap None or not below it): 3-byte payloads, carry_max 2
+    for cap, kids in ((None, 1), (3, 1), (2, 0)):
+        opts = {"carry_max": 2, "payload_cap": cap}
+        b = run_session(lambda o=opts: _carried(scope, True, o), [Data(C2S, ops)])
+        a = run_session(lambda o=opts: _carried(scope, False, o), [Data(C2S, ops)])
+        assert_same(a, b)
+        assert sum(len(r.children) for r in b.records) == 5 * kids
 
 
 def test_the_scan_reads_a_verdict_after_the_offer_before_it():
@@ -600,6 +608,8 @@ def _pieces(n: int) -> list[int]:
 def test_a_held_operation_waits_without_rescanning_and_meets_a_new_max_payload(monkeypatch):
     # the scanner is not called again while the payload it waits for is short, and an
     # INFO setting max_payload meanwhile reaches the held operation as in the reference
+    from dissectors.nats import session as nats_session
+
     calls = []
     scan = fastpath.scan_with
 
@@ -607,7 +617,7 @@ def test_a_held_operation_waits_without_rescanning_and_meets_a_new_max_payload(m
         calls.append(args[2])
         return scan(*args)
 
-    monkeypatch.setattr(fastpath, "scan_with", counting)
+    monkeypatch.setattr(nats_session, "_scan_with", counting)  # (the session's binding)
     body = bytes(range(256)) * 40
     script = [Data(C2S, b"PUB a %d\r\n" % len(body) + body[:100])]
     script += [Data(C2S, body[i:i + 1000]) for i in range(100, len(body), 1000)]
