@@ -61,7 +61,7 @@ _MOVED = ("flow_id", "record_id", "direction", "stream_id", "src_ip", "src_port"
           "dst_port")
 _PROVENANCE = ("offset_start", "offset_end", "ts_first", "ts_last", "frame_first",
                "frame_last")
-# a moved row's tuple after its values dict and payload size: provenance, then envelope
+# a moved row's tuple after its values dict and size (``nbytes``): provenance, then envelope
 _ROW_COLUMNS = _PROVENANCE + _MOVED
 # what a row is reckoned to hold besides its payload's bytes (for ``nbytes``)
 _ROW_OVERHEAD = 512
@@ -100,8 +100,8 @@ class RowsFormat:
         ``ColumnBatch`` of one row (typed as the ``Record`` it stands for:
         ``PayloadDissector.decode`` returns a list of records, and the conveyor takes a
         ``ColumnBatch`` wherever it takes one, children included)."""
-        row = (values, len(msg.payload), msg.offset_start, msg.offset_end, msg.ts_first_ns,
-               msg.ts_last_ns, msg.frame_first, msg.frame_last)
+        row = (values, len(msg.payload) + _ROW_OVERHEAD, msg.offset_start, msg.offset_end,
+               msg.ts_first_ns, msg.ts_last_ns, msg.frame_first, msg.frame_last)
         # (the tuple made directly: the NamedTuple's own __new__ is a Python function,
         # ~0.3 µs more per row)
         batch = _new_tuple(ColumnBatch, (self.spec.name, msg.direction, 1, row, self,
@@ -117,27 +117,29 @@ def rows_for(fmt: RowsFormat | None, bindings: Bindings) -> RowsFormat | None:
     return fmt
 
 
-class PayloadRows:
+class PayloadRows(list[tuple[Any, ...] | None]):
     """A ``dissectors.api.ColumnAccumulator`` of one payload table's rows.
 
     The values dicts are converted every ``CONVERT_ROWS`` rows, as the sink converts dict
     rows (``analyzer.sink._CONVERT_ROWS``): Python objects are far bigger than Arrow
-    values, and the conveyor holds up to 16,384 rows before it asks for the batch."""
+    values, and the conveyor holds up to 16,384 rows before it asks for the batch.
 
-    __slots__ = ("_converted", "_parts", "_rows", "nbytes", "spec")
+    The rows are the list itself, one item a row in order: the row's tuple with its
+    envelope appended (one flat tuple: one append a row, and ``_convert`` transposes them
+    all in one ``zip``) until it is converted, then None.  Why a list: the conveyor asks
+    ``len`` after every move, and the list's own answers in C (a Python ``__len__`` was a
+    call and ~9 bytecodes a row)."""
+
+    __slots__ = ("_done", "_next", "_parts", "nbytes", "spec")
 
     def __init__(self, spec: TableSpec) -> None:
+        super().__init__()
         self.spec = spec
-        # moved, not yet converted: each the row's tuple with its envelope appended (one
-        # flat tuple: one append a row, and ``_convert`` transposes all in one ``zip``)
-        self._rows: list[tuple[Any, ...]] = []
         self._parts: list[pa.RecordBatch] = []  # converted (capture_id still null)
-        self._converted = 0  # their rows (``len`` is asked after every move)
+        self._done = 0  # rows converted (the first ones: None since)
+        self._next = CONVERT_ROWS  # the row count at which the next conversion is due
         # (an attribute, not a property: the conveyor reads it after every move)
         self.nbytes = 0
-
-    def __len__(self) -> int:
-        return len(self._rows) + self._converted
 
     def move(self, rows: tuple[Any, ...], n: int, flow_id: int, record_id: int,
              direction: int, stream_id: int | None, src_ip: str, src_port: int, dst_ip: str,
@@ -145,19 +147,18 @@ class PayloadRows:
         """Take the one row ``RowsFormat.record`` made, numbered ``record_id``."""
         if n != 1:  # pragma: no cover - RowsFormat.record makes batches of one row
             raise ValueError(f"payload rows: a batch of {n} rows, not 1")
-        moved = self._rows
-        moved.append(rows + (flow_id, record_id, direction, stream_id, src_ip, src_port,
-                             dst_ip, dst_port))
-        self.nbytes += rows[1] + _ROW_OVERHEAD
-        if len(moved) >= CONVERT_ROWS:
-            self._converted += len(moved)
+        self.append(rows + (flow_id, record_id, direction, stream_id, src_ip, src_port,
+                            dst_ip, dst_port))
+        self.nbytes += rows[1]  # (the payload's size and the row's overhead: ``record``)
+        if len(self) >= self._next:
             self._parts.append(self._convert())
 
     def to_batch(self, schema: pa.Schema, capture_id: str) -> pa.RecordBatch:
         parts = self._parts
-        if self._rows or not parts:
+        if len(self) > self._done or not parts:
             parts.append(self._convert())
-        self._parts, self._converted, self.nbytes = [], 0, 0
+        self.clear()
+        self._parts, self._done, self._next, self.nbytes = [], 0, CONVERT_ROWS, 0
         batch = parts[0] if len(parts) == 1 else \
             pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
         arrays = batch.columns
@@ -166,14 +167,18 @@ class PayloadRows:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def _convert(self) -> pa.RecordBatch:
-        """The rows moved since the last conversion as a batch (capture_id null)."""
-        rows = self._rows
-        self._rows = []
+        """The rows moved since the last conversion as a batch (capture_id null); they
+        become None in the list."""
+        done = self._done
+        rows = self[done:]
+        self[done:] = [None] * len(rows)
+        self._done = len(self)
+        self._next = self._done + CONVERT_ROWS
         spec = self.spec
         if not rows:
             return rows_to_batch(spec, [])
         # transposed in C (``zip``), no Python step per row: the values dicts, the
-        # payload sizes, the provenance columns, then the envelope's
+        # sizes, the provenance columns, then the envelope's
         values, _sizes, *moved = zip(*rows, strict=True)
         # the protocol columns as the reference's dict rows are converted (the envelope's
         # columns come out null there: no values dict has those keys)
