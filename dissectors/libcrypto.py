@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+from functools import cache
 
 SELF_TEST_INPUT = b"msgcap" * 50
 """What a fast path hashes both ways before it keeps a foreign function."""
@@ -16,14 +18,40 @@ SELF_TEST_INPUT = b"msgcap" * 50
 def functions(*names: str) -> tuple[str, list[int]] | None:
     """The library's name and the addresses of ``names`` in it; None when libcrypto or
     one of the functions is missing (the fast path then keeps its own code)."""
-    name = ctypes.util.find_library("crypto")
-    if not name:
+    found = _library()
+    if found is None:
         return None
+    name, lib = found
     try:
-        lib = ctypes.CDLL(name)
         addresses = [ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for f in names]
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
     if not all(addresses):
         return None
     return name, [a for a in addresses if a is not None]
+
+
+# the sonames of the OpenSSL releases Python's ``_hashlib`` links against (3.x, 1.1)
+_SONAMES = ("libcrypto.so.3", "libcrypto.so.1.1")
+
+
+@cache
+def _library() -> tuple[str, ctypes.CDLL] | None:
+    """libcrypto's name and handle, looked up once a process.  Why not only
+    ``find_library``: it runs ``ldconfig -p`` in a subprocess (7-15 ms of every start-up
+    here), while the library ``hashlib`` already loaded is found with no search at all
+    (``RTLD_NOLOAD``: only a library already in the process)."""
+    import hashlib  # noqa: F401  (loads ``_hashlib``, and with it libcrypto)
+
+    for soname in _SONAMES:
+        try:
+            return soname, ctypes.CDLL(soname, mode=os.RTLD_NOLOAD)
+        except OSError:
+            continue
+    name = ctypes.util.find_library("crypto")
+    if not name:
+        return None
+    try:
+        return name, ctypes.CDLL(name)
+    except OSError:
+        return None
