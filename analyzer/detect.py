@@ -40,6 +40,7 @@ _CARRIED_ON = methodcaller("carried_on")
 _PORTS_NAME = attrgetter("default_ports", "name")
 # rankings kept at most (a capture with many server ports: forget them all, start again)
 _MAX_RANKINGS = 1024
+_NO, _YES = Verdict.NO, Verdict.YES
 
 
 class FlowDispatch:
@@ -205,9 +206,17 @@ class Detector:
                 continue
             # a direction captured mid-stream may begin inside a PDU: its "no" proves
             # nothing, so only a direction seen from its start can rule a candidate out
-            if any(v == Verdict.NO and not late[d] for d, v in verdicts.items()):
+            # (a loop over the answers, the enum's members as globals: once a segment
+            # per candidate of every flow being detected)
+            ruled_out = yes = False
+            for d, v in verdicts.items():
+                if v is _NO:
+                    ruled_out = ruled_out or not late[d]
+                elif v is _YES:
+                    yes = True
+            if ruled_out:
                 continue
-            if Verdict.YES in verdicts.values():
+            if yes:
                 return self._lock(fd, cand)
             if self._turned_yes(fd, cand, late) and self._swap(fd):
                 return self._lock(fd, cand)
