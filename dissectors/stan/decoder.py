@@ -61,7 +61,8 @@ def _static_kind(subject: str) -> str | None:
 
 def _stamp(typed_by: str, inferred: bool, alternatives: list[str] | None = None,
            kind: str = "") -> dict[str, Any]:
-    """The columns saying how a row was typed (added to its values in one update)."""
+    """The columns saying how a row was typed (a walked row starts with them:
+    ``stamped_plan``; the reader's values get them in one update)."""
     stamp: dict[str, Any] = {"typed_by": typed_by, "inferred": inferred,
                              "inferred_alternatives": alternatives}
     if typed_by == "inference" and kind in ("UnsubscribeRequest", "SubCloseRequest"):
@@ -71,7 +72,8 @@ def _stamp(typed_by: str, inferred: bool, alternatives: list[str] | None = None,
 
 class _Route(NamedTuple):
     """What a binding's hint settles for every message it types, worked out once per
-    hint (``_read_hint``): why, a message's own work is its walk and its row."""
+    hint (``_read_hint``).  Why: per message, only its walk, its row and the inbox it
+    teaches are left to do."""
 
     kind: str
     typed_by: str
@@ -94,6 +96,7 @@ _LEARN_MORE = frozenset({"ConnectRequest", "ConnectResponse", "SubscriptionReque
 
 def _route(kind: str, typed_by: str, inferred: bool, stamp: dict[str, Any], learns: bool,
            source: str) -> _Route:
+    """The route of ``kind`` typed so (``_stamp``'s columns: ``stamp``)."""
     suffix = _INFERRED if inferred else _LEARNED
     reply = REPLY_KINDS.get(kind) if learns else None
     more = learns and (kind in _LEARN_MORE or
