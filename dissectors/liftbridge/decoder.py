@@ -273,10 +273,11 @@ class LiftbridgeDecoder:
             values.update(fields)
             if has_value:  # (its raw value, kept by ``present_fields`` below)
                 _value_columns(values, fields["value"], state.payload_cap)
-            held = present_fields(fields, present, columns) if code in (0, 1) else {}
-            if code == 0:
-                cls._internal_value(msg, values, held)
-            cls._learn_streams(state, bindings, code, values, held)
+            if code < 2:  # (a Message or an Ack: the other types teach nothing here)
+                held = present_fields(fields, present, columns)
+                if code == 0:
+                    cls._internal_value(msg, values, held)
+                cls._learn_streams(state, bindings, code, values, held)
             return
         if code in (8, 9) and cls._walked_nested(state, bindings, msg, code, values, at,
                                                  anomalies):
@@ -327,10 +328,10 @@ class LiftbridgeDecoder:
         if got is None:
             return False
         values["unknown_fields"] = []  # (clean: the reader's fields, the ops JSON-ready)
-        if code == 8:
-            cls._request_columns(values, got, schema(full), True, anomalies, _dumps)
-        else:
+        if code == 9:
             cls._propagated_response(values, got, schema(full), True, anomalies)
+            return True  # (nothing to learn from a PropagatedResponse)
+        cls._request_columns(values, got, schema(full), True, anomalies, _dumps)
         cls._learn_streams(state, bindings, code, values, got)
         return True
 

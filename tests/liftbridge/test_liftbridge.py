@@ -291,7 +291,7 @@ def _message_sets(draw) -> tuple[bytes, bool]:
     return body, clean
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(_message_sets())
 def test_compiled_message_sets_are_the_references(case):
     # the compiled ReplicationResponse parse (envelope._COMPILED) answers what the
