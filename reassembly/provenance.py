@@ -29,7 +29,8 @@ Cost model (the framer is on the NATS hot path): bytes live in one ``bytearray``
 read index; the resolved prefix is dropped at the next ``feed`` (CPython deletes a
 bytearray's front in O(1) amortised), so a unit costs one slice, not a buffer copy.
 Chunk records are plain 5-tuples in a deque, looked up front to back and forgotten once
-wholly resolved, so a lookup is amortised O(1).  The attributes ``data``, ``pos``,
+wholly resolved, so a lookup is amortised O(1); bytes held that all came in one chunk
+(the usual case) need no deque at all (``ProvenanceBuffer``).  The attributes ``data``, ``pos``,
 ``base`` and ``chunks`` are public on purpose: a compiled scanner parses in place from
 them (``dissectors.framing.LineFramer.scan_view``, ``dissectors/nats/_speedups.c``).
 """
@@ -107,9 +108,13 @@ class ProvenanceBuffer:
     """The bytes of one stream direction fed but not yet resolved, with their packets.
 
     ``data[pos:]`` is unresolved; ``base`` is the stream offset of ``data[0]``;
-    ``chunks`` the fed chunks not yet forgotten (see ``Chunk``), ``last`` the most
-    recent one (it outlives ``clear``: the provenance of an offset past everything
-    held).  ``started`` is False until a ``feed`` or ``reset`` says where the stream is
+    ``last`` is the most recent fed chunk (see ``Chunk``; it outlives ``clear``: the
+    provenance of an offset past everything held), ``chunks`` the fed chunks not yet
+    forgotten, ``last`` among them, when the bytes held came in more than one; empty
+    when they all came in ``last`` (or none are held).  Why: the usual feed, one
+    packet's bytes into a buffer whose units were all resolved, then costs no deque
+    work at all, nor does asking for its chunk (``chunks or (last,)`` is the list in
+    either case).  ``started`` is False until a ``feed`` or ``reset`` says where the stream is
     (a buffer made with ``base=None``: the first feed's offset is taken).  Feeds must
     be contiguous; a caller that skips bytes says so with ``reset``.
     """
@@ -170,14 +175,20 @@ class ProvenanceBuffer:
             self.started = True
         elif pos:
             self.compact()
-        end = self.base + len(buf) + len(data)
+        end = span.offset + len(data)  # (where the bytes held end: the contract)
         if chunks is None:
             chunk = (end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last)
-            ch.append(chunk)
+            if ch:
+                ch.append(chunk)
+            elif buf:  # (bytes held that came in ``last``: two records now)
+                ch.append(self.last)
+                ch.append(chunk)
         else:
             chunk = chunks[-1]
             if chunk[0] != end:
                 raise ValueError(f"the chunk records end at {chunk[0]}, the bytes at {end}")
+            if buf and not ch:
+                ch.append(self.last)
             ch.extend(chunks)
         buf += data
         self.last = chunk
@@ -191,20 +202,19 @@ class ProvenanceBuffer:
             del self.data[:pos]
             self.base = base = self.base + pos
             self.pos = 0
-            self._forget(base)
+            if self.chunks:
+                self._forget(base)
         return pos
 
     def _forget(self, offset: int) -> None:
-        """Forget the chunks that end at or before ``offset``, always keeping the last one
-        (``chunk_at``'s rule).  Chunk ends only grow, so when the one before the last
-        ends there too all but the last go at once (a scanner that consumed every whole
-        unit of a run of packets: the usual case)."""
+        """Forget the chunks that end at or before ``offset`` (``chunk_at``'s rule; the
+        latest stays ``last``).  Chunk ends only grow, so when the one before the last
+        ends there too all go at once (a scanner that consumed every whole unit of a run
+        of packets: the usual case), leaving the held bytes to ``last``."""
         ch = self.chunks
         if len(ch) > 1 and ch[0][0] <= offset:
             if ch[-2][0] <= offset:
-                last = ch[-1]
                 ch.clear()
-                ch.append(last)
             else:
                 popleft = ch.popleft
                 popleft()
@@ -232,7 +242,7 @@ class ProvenanceBuffer:
         """The chunk holding stream ``offset``, or the latest one when ``offset`` is past
         everything fed.  Chunks wholly before ``offset`` are forgotten: ask in order."""
         ch = self.chunks
-        if len(ch) > 1 and ch[0][0] <= offset:
+        if ch and ch[0][0] <= offset:  # (none: the held bytes came in ``last``)
             self._forget(offset)
         return ch[0] if ch else self.last
 
