@@ -20,6 +20,9 @@
  * messages as dicts, as the reader's ``Decoded.to_plain()``; it too answers None for
  * anything but a clean message of the fields its node names.  (tests/stan/test_walk.py
  * checks both against the reader under hypothesis.)
+ *
+ * ``message_set`` (at the end) is Liftbridge's ReplicationResponse body, which is not
+ * protobuf but the rest of a Liftbridge payload's decode (see its own comment).
  */
 #define PY_SSIZE_T_CLEAN
 #include "_wire.h"

@@ -22,6 +22,10 @@ stream values, which a row shows as JSON, cost ~60 µs each in the reader and th
 conversion after it; Liftbridge's PropagatedResponse (two nested messages) takes it too.
 It answers what ``Decoded.to_plain()`` of a clean message holds, with enums as a JSON
 column names them, or None (the reader's, as above).
+
+``message_set_parser`` hands out the same extension's parse of Liftbridge's
+ReplicationResponse message set (big-endian, not protobuf), for
+``dissectors.liftbridge.envelope``.
 """
 
 from __future__ import annotations
