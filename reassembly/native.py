@@ -755,7 +755,7 @@ class NativeReassembler:
 
     def _emit(self, runs: list[_engine.Run]) -> Iterator[Event | CoalescedData]:
         """The events of a stretch's runs, each ``CoalescedData`` split when the caller
-        takes ``StreamData`` only (``coalesce="none"``; ``_stretch`` has this loop written
+        takes ``StreamData`` only (``coalesce="none"``; ``_stretch_loop`` has this loop written
         out for the others, and ``_engine.events`` in C)."""
         split = self.coalesce == "none"
         pending = self._piece_holds
@@ -810,28 +810,43 @@ class NativeReassembler:
                 yield event
 
     def _stretch(self, runs: list[_engine.Run], per_flow: bool
-                 ) -> Iterator[Event | CoalescedData]:
+                 ) -> Iterable[Event | CoalescedData]:
         """The events of a stretch's runs, each budget charge the C core took made before
-        the first event that ends past its packet (``_hold_pieces``)."""
-        pending = self._piece_holds
+        the first event that ends past its packet (``_hold_pieces``): the list
+        ``_engine.events`` made when no charge comes among them (the usual case: the
+        caller's ``yield from`` walks it with no generator of this method in between),
+        else a generator (``_cut``; ``_stretch_loop`` without the C one)."""
         if self.coalesce == "none":
-            yield from self._emit(runs)
-            return
+            return self._emit(runs)
         # (a run of one segment as ``StreamData`` unless the runs are joined per flow with
         # movable flow directions, those the layers pass: a layer says it passes one when a
         # run of it comes, ``reassembly.passing``)
         single = not per_flow or self.movable is None
-        if _events is not None and self.compiled_events:
-            # the loop below in C: the events at once, and where the charges come among them
-            events, cuts = _events(runs, single, pending, _stream_data, _chunk, _stream_gap,
-                                   DIRECTIONS)
-            start = 0
-            for at, frame in cuts:
-                yield from events[start:at]
-                self._hold_pieces(frame)
-                start = at
-            yield from events[start:] if start else events
-            return
+        if _events is None or not self.compiled_events:
+            return self._stretch_loop(runs, single)
+        # the loop of ``_stretch_loop`` in C: the events at once, and where the charges
+        # come among them
+        events, cuts = _events(runs, single, self._piece_holds, _stream_data, _chunk,
+                               _stream_gap, DIRECTIONS)
+        if cuts and not cuts[0][0]:  # (due before the first event: now, as a generator would)
+            self._hold_pieces(cuts[0][1])
+            del cuts[0]
+        return self._cut(events, cuts) if cuts else events
+
+    def _cut(self, events: list[Event | CoalescedData], cuts: list[tuple[int, int]]
+             ) -> Iterator[Event | CoalescedData]:
+        """``events`` with the charges due by each cut's frame made at its index."""
+        start = 0
+        for at, frame in cuts:
+            yield from events[start:at]
+            self._hold_pieces(frame)
+            start = at
+        yield from events[start:]
+
+    def _stretch_loop(self, runs: list[_engine.Run], single: bool
+                      ) -> Iterator[Event | CoalescedData]:
+        """``_stretch``'s events made in Python (the definition of ``_engine.events``)."""
+        pending = self._piece_holds
         for info, _conn, direction, offset, data, segs in runs:  # (``_emit``, not split)
             if single and data is not None and len(segs) == _ONE_SEGMENT:
                 _, ts, frame = _unpack_segment(segs)
