@@ -5,7 +5,7 @@ skip / discard / reset, each unit's bytes and provenance are the reference's."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reassembly.provenance import Extent, ProvenanceBuffer, Span
@@ -38,19 +38,36 @@ class Reference:
             start, start + n)
 
 
-# an operation: ("feed", size) / ("take", n) / ("skip", n) / ("discard", k) / ("reset", gap)
+# an operation: ("feed", size) / ("feed_many", size: up to three packets at once, one
+# chunk record each) / ("take", n) / ("skip", n) / ("discard", k) / ("reset", gap) /
+# ("look", 0: the chunk of the read position, as ``chunk_at`` and a compiled scanner
+# reading ``chunks or (last,)`` find it) / ("compact", 0)
 _ops = st.lists(
     st.one_of(
-        st.tuples(st.just("feed"), st.integers(1, 40)),
+        st.tuples(st.sampled_from(["feed", "feed_many"]), st.integers(1, 40)),
         st.tuples(st.sampled_from(["take", "skip", "discard"]), st.integers(0, 60)),
         st.tuples(st.just("reset"), st.integers(0, 10)),
+        st.tuples(st.sampled_from(["look", "compact"]), st.just(0)),
     ),
     max_size=60,
 )
 
 
+def _scanner_chunk(records: object, offset: int) -> tuple[int, int, int, int, int]:
+    """What ``dissectors/nats/_speedups.c`` picks: the first record ending after
+    ``offset``, else the last."""
+    recs = list(records)  # type: ignore[call-overload]
+    for rec in recs[:-1]:
+        if rec[0] > offset:
+            return rec  # type: ignore[no-any-return]
+    return recs[-1]  # type: ignore[no-any-return]
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.integers(0, 1000), _ops)
+# (a lookup that left one record, [last], then a feed after every byte was resolved: the
+# new chunk must still be recorded behind it)
+@example(0, [("feed", 5), ("feed", 5), ("take", 60), ("feed", 5), ("look", 0)])
 def test_every_unit_has_the_reference_provenance(start: int, ops) -> None:
     buf = ProvenanceBuffer()
     ref = Reference()
@@ -68,12 +85,33 @@ def test_every_unit_has_the_reference_provenance(start: int, ops) -> None:
             ref.feed(data, span)
             offset += n
             fed = True
+        elif op == "feed_many":
+            data = bytes((offset + i) % 251 for i in range(n))
+            cuts = sorted({0, n, n // 3, (2 * n) // 3})
+            records, spans = [], []
+            for a, b in zip(cuts, cuts[1:]):  # noqa: B905
+                nfeed += 1
+                spans.append(Span(offset + a, 1000 * nfeed, 1000 * nfeed, 2 * nfeed, 2 * nfeed))
+                records.append((offset + b, 1000 * nfeed, 1000 * nfeed, 2 * nfeed, 2 * nfeed))
+                ref.feed(data[a:b], spans[-1])
+            buf.feed(data, Span(offset, spans[0][1], spans[-1][2], spans[0][3], spans[-1][4]),
+                     records)
+            offset += n
+            fed = True
+        elif op == "compact":
+            if not fed:
+                continue  # (as the reads below: nothing is asked before the first feed)
+            buf.compact()
         elif op == "reset":
             offset += n
             buf.reset(offset)
             ref.read = ref.end = offset
         elif not fed or ref.read == ref.end:
             continue  # provenance of bytes never fed is not asked for
+        elif op == "look":
+            want_c = ref.bytes[ref.read][1:]
+            assert buf.chunk_at(ref.read)[1:] == want_c
+            assert _scanner_chunk(buf.chunks or (buf.last,), ref.read)[1:] == want_c
         elif op == "take":
             got = buf.take(n)
             want = ref.take(n)
