@@ -419,8 +419,11 @@ def test_probes_with_an_exact_prefix_rule_are_decided_by_the_scan(case, split, b
     flags = dispatch.probe_first_bytes(probers)  # type: ignore[arg-type]
     assert all(flags[b] == (1 if b in other else 3) for b in {p[0] for p in prefixes})
 
-    def probe(payload):
-        return payload.startswith(tuple(prefixes)) or payload[0] in other
+    from dissectors.proto.wire import scan
+
+    def probe(payload):  # the other prober claims only what its declaration lets it
+        return payload.startswith(tuple(prefixes)) or (
+            payload[0] in other and (not protobuf or scan(payload) is not None))
 
     asked = _offers_match(script, split, bound, flags, probe)
     # the scan carries only what a probe claims (the reference offers every HMSG)
