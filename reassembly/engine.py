@@ -255,6 +255,8 @@ def _reorder(passing: Passing, reorder: Reorder, runs: list[Run]) -> bool | None
     ``movable``) moved among other flows' (the layers see the others in the
     reference's order); a veto on one of them keeps the reference's order.  Then as the
     consumer says."""
+    if not passing.vetoing:  # (the usual case: no veto to ask per run)
+        return reorder([(run[0], run[2]) for run in runs])
     keys = passing.keys
     flows = []
     for info, _conn, direction, *_ in runs:

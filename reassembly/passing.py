@@ -196,6 +196,12 @@ class Passing:
             self._keys.add(key)
         return False
 
+    @property
+    def vetoing(self) -> bool:
+        """Whether a veto may hold a flow now: while False (every veto's ``active``
+        collection empty) none holds any (``skips_flow`` is then ``keys`` alone)."""
+        return any(self._actives)
+
     def skips_flow(self, flow: FlowInfo, direction: int) -> bool:
         """Whether a run of this flow direction would go past the layers now (one that
         no member watches: ``keys``)."""
