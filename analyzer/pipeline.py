@@ -392,7 +392,7 @@ class CaptureDissection:
         schema = arrow_schema(spec)
         batch = acc.to_batch(schema, self.capture_id)
         if waiting:
-            batch = _interleave(spec, schema, batch, waiting, self.options.validate)
+            batch = _interleave(spec, schema, batch, waiting)
         self.writer.write_batch(spec, batch)
 
     def finish(self) -> None:
@@ -827,7 +827,7 @@ more than ``MAX_INTERLEAVED_PIECES`` slices (see ``_interleave``)."""
 
 
 def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
-                waiting: list[tuple[int, dict]], check_keys: bool) -> pa.Table:
+                waiting: list[tuple[int, dict]]) -> pa.Table:
     """``batch`` (fast-path rows) with the dict rows ``(n, row)`` put after its first
     ``n`` rows: one conversion of the dict rows, then slices of both, no copy.  Why: a
     ``take`` copied the whole batch, payloads and all, and on bulk traffic nearly every
@@ -839,7 +839,8 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     (~3x less CPU than slicing then joining, on a capture of many short flows: three
     INFO/CONNECT rows per flow between the fast path's rows): its transient is a third
     copy of the batch (Arrow joins the two sources first), hence the bound."""
-    rows = rows_to_batch(spec, [row for _, row in waiting], check_keys=check_keys)
+    # (an undeclared key raises, validating or not: as the sink's and the columns' rows)
+    rows = rows_to_batch(spec, [row for _, row in waiting])
     if not rows.schema.equals(schema):  # (a cast of an equal schema costs ~0.5 ms)
         rows = rows.cast(schema)
     m = len(waiting)

@@ -23,7 +23,7 @@ def test_dict_rows_follow_the_fast_rows_before_them():
         want = [f"f{i}" for i in range(6)]
         for k, a in reversed(list(enumerate(at))):  # (later ones first: same position)
             want.insert(a, f"d{k}")
-        got = _interleave(ANOMALIES, schema, fast, waiting, True)
+        got = _interleave(ANOMALIES, schema, fast, waiting)
         assert got.column("kind").to_pylist() == want, at
         assert got.schema.equals(schema)
 
@@ -48,11 +48,11 @@ def test_many_groups_are_placed_alike_by_slices_and_by_take():
         want = [f"f{i}" for i in range(n)]
         for k, a in reversed(list(enumerate(at))):
             want.insert(a, f"d{k}")
-        got = _interleave(ANOMALIES, schema, fast, waiting, True)
+        got = _interleave(ANOMALIES, schema, fast, waiting)
         saved = pipeline.MAX_TAKE_BYTES
         pipeline.MAX_TAKE_BYTES = 0
         try:
-            sliced = _interleave(ANOMALIES, schema, fast, waiting, True)
+            sliced = _interleave(ANOMALIES, schema, fast, waiting)
         finally:
             pipeline.MAX_TAKE_BYTES = saved
         assert got.column("kind").to_pylist() == want, at
