@@ -18,6 +18,8 @@ HalfDelta = tuple[int, int, int, int, int, int | None, int | None, int | None, i
 #  recent_len, recent_held, ack_shift, pieces, buffered, first piece start, last piece end)
 HalfState = tuple[int, int, int, int | None, int | None, int, int | None, bool, int, int, int, int,
                   int, int, int, int]
+# (conn, info, ts_last, frame_last, ordinal, half_c2s, half_s2c): a flow sync() reports
+SyncFlow = tuple[_Tcp, FlowInfo, int, int, int, HalfDelta, HalfDelta]
 # (kind, conn, direction, offset, data, ts_ns, frame, held): what sync() reports taken
 # into buffers and windows, in order (reassembly/_engine.c FX_*)
 Effect = tuple[int, _Tcp, int, int, bytes | None, int, int, int]
@@ -59,7 +61,7 @@ class Engine:
     @property
     def mixed(self) -> bool: ...
     def sync(self) -> tuple[int, int, int, int,
-                            list[tuple[_Tcp, FlowInfo, int, int, int, HalfDelta, HalfDelta]],
+                            list[SyncFlow],
                             list[Effect]]: ...
 
 class Maker:
@@ -68,6 +70,9 @@ class Maker:
     def __call__(self, *values: object) -> object: ...
 
 def slide(runs: list[Run], window_type: type, /) -> None: ...
+# the flows not owned, (conn, info, half_c2s, half_s2c) each
+def write_back(flows: list[SyncFlow], move_to_end: Callable[[int], object], base: int, /
+               ) -> list[tuple[_Tcp, FlowInfo, HalfDelta, HalfDelta]]: ...
 # (events, cuts): a stretch's runs as events, and (index, frame) of each budget charge due
 def events(runs: list[Run], single: bool, holds: Sequence[tuple[object, ...]],
            make_data: Callable[..., object], make_chunk: Callable[..., object],

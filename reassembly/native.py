@@ -106,6 +106,8 @@ _stream_gap = maker(StreamGap)
 # (None: a module built before it had them)
 _slide = getattr(_engine, "slide", None)
 _events = getattr(_engine, "events", None)
+# ``NativeReassembler._write_back`` in C (None: a module built before it had it)
+_write_back = getattr(_engine, "write_back", None)
 
 # Records per batch: bounds the batch's row array (~100 bytes a record) and how long
 # the reference waits for the events of a stretch of taken packets.
@@ -345,6 +347,9 @@ class NativeReassembler:
     # whether ``process`` makes a stretch's events in C (``_engine.events``); False: its
     # Python loop, the definition (for comparisons)
     compiled_events = True
+    # whether ``_sync`` writes the taken flows back in C (``_engine.write_back``); False:
+    # ``_write_back``, the definition (for comparisons)
+    compiled_sync = True
     # whether the record a stretch stopped at, when it is a plain ACK (the C core did not
     # take it: a short flow's third handshake ACK, its first data, its final ACK), goes to
     # the flow table as a decoded row (``_handshakes``: no ``Frame``, no Python decode)
@@ -480,14 +485,39 @@ class NativeReassembler:
         base = table._ticks
         table._ticks = base + frames
         self.counters["taken"] += frames
-        opened = table._open
+        move = table._open.move_to_end
+        if _write_back is not None and self.compiled_sync:
+            light = _write_back(flows, move, base)
+        else:
+            light = self._write_back(flows, move, base)
+        for conn, info, c2s, s2c in light:
+            _sync_light(conn, info, (c2s, s2c))
+        if effects:  # (before the windows slide: a drain forgets its direction's)
+            self._effects(effects)
+        if runs:
+            if _slide is not None:  # (``_slide_windows`` in C)
+                _slide(runs, _Window)
+            else:
+                self._slide_windows(runs)
+
+    @staticmethod
+    def _write_back(flows: list[_engine.SyncFlow], move: Callable[[int], None], base: int
+                    ) -> list[tuple[_Tcp, FlowInfo, _engine.HalfDelta, _engine.HalfDelta]]:
+        """What ``FlowTable.tcp`` did for the packets the C core took, per flow of
+        ``Engine.sync`` in its order: the flow's time and frame, its place among the open
+        flows (``move``: their ``move_to_end``) and tick (``base`` + its ordinal), and
+        each direction's counters and ``TcpHalfStream`` fields; returns the flows this
+        table does not own (``_sync_light`` is theirs).  ``_engine.write_back`` does this
+        in C (``_sync``; this stays its definition, ``tests/perf/test_engine_native.py``
+        compares them)."""
+        light = []
         for conn, info, ts_last, frame_last, ordinal, c2s, s2c in flows:
             info.ts_last_ns = ts_last
             info.frame_last = frame_last
-            opened.move_to_end(info.flow_id)
+            move(info.flow_id)
             conn.tick = base + ordinal
             if not conn.owned:
-                _sync_light(conn, info, (c2s, s2c))
+                light.append((conn, info, c2s, s2c))
                 continue
             for direction, (packets, nbytes, mid, next_off, ref_off, last_end, acked, edge,
                             wsize, _rlen, buffered, drained) in enumerate((c2s, s2c)):
@@ -506,13 +536,7 @@ class NativeReassembler:
                 half.acked_off = acked
                 half.win_edge = edge
                 half.win_size = wsize
-        if effects:  # (before the windows slide: a drain forgets its direction's)
-            self._effects(effects)
-        if runs:
-            if _slide is not None:  # (``_slide_windows`` in C)
-                _slide(runs, _Window)
-            else:
-                self._slide_windows(runs)
+        return light
 
     def _effects(self, effects: list[_engine.Effect]) -> None:
         """What the C core did to buffers and windows, into the reference's objects in

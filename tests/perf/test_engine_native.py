@@ -423,6 +423,20 @@ def test_engine_on_random_flow_soups(tmp_path, seed: int) -> None:
                         owns=lambda flow_id: flow_id % 2 == 1)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_write_back_loop_is_the_reference_too(tmp_path, monkeypatch, seed: int) -> None:
+    """``NativeReassembler._write_back``, the Python loop ``_engine.write_back`` (which
+    every other test here runs) does in C, gives the reference's flows as well: soups
+    with flows of this table's and light ones (``owns``)."""
+    monkeypatch.setattr(native.NativeReassembler, "compiled_sync", False)
+    path = tmp_path / "soup.pcap"
+    write_random_capture(path, seed, packets=400)
+    frames = _frames(path)
+    assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL)
+    assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL,
+                        owns=lambda flow_id: flow_id % 2 == 1)
+
+
 def _write_short_flows(path: Path, flows: int, seed: int) -> None:
     """Many short connections one after another, a few at a time: handshake, a request
     and its answer, FINs; some left half-open, some SYNs repeated, some 4-tuples used
