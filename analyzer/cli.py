@@ -447,10 +447,12 @@ def _positive(text: str) -> int:
 def _dissect_one(path: str, out: str, options, registry, show_progress: bool,
                  workers: int = 1):
     from analyzer.pipeline import dissect_capture
-    from analyzer.progress import ProgressWrap
 
-    label = f"dissect {path}" + (f" ({workers} workers)" if workers > 1 else "")
-    wrap = ProgressWrap(label) if show_progress else None
+    wrap = None
+    if show_progress:  # (-q, scripts and benchmarks, need not import it)
+        from analyzer.progress import ProgressWrap
+
+        wrap = ProgressWrap(f"dissect {path}" + (f" ({workers} workers)" if workers > 1 else ""))
     return dissect_capture(path, out, options, registry, wrap=wrap, workers=workers)
 
 
@@ -794,12 +796,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from dissectors.entrypoints import version
 
-    try:
-        return version("msgcap")
-    except PackageNotFoundError:  # pragma: no cover - run from a source tree
-        return "unknown (not installed)"
+    return version("msgcap") or "unknown (not installed)"  # (a source tree)
 
 
 class _VersionAction(argparse.Action):

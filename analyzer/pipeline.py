@@ -34,7 +34,6 @@ import os
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from dissectors.api import (
 from dissectors.arrowops import from_numpy, nulls, take
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.dispatch import PayloadDispatcher
+from dissectors.entrypoints import version
 from dissectors.layers import LayerDissector, LayerFacts, builtin_layers, stream_gap_anomaly
 from dissectors.registry import Registry, discover
 from dissectors.schema import arrow_schema, register_table, rows_to_batch
@@ -83,10 +83,7 @@ from reassembly.limits import Limits
 from reassembly.native import maker
 from reassembly.provenance import CoalescedData
 
-try:
-    TOOL_VERSION = version("msgcap")
-except PackageNotFoundError:  # running from a source tree without install
-    TOOL_VERSION = "0+unknown"
+TOOL_VERSION = version("msgcap") or "0+unknown"  # (not installed: a source tree)
 
 FLOW_ROW_BITS = 32  # rows per flow before ids would collide: 4 G
 FLOWLESS_BASE = 1 << 62

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 
 from dissectors.api import API_VERSION, Dissector, PayloadDissector
+from dissectors.entrypoints import EntryPoint, entry_points
 from dissectors.tables import TableSpec, all_tables
 
 ENTRY_POINT_GROUP = "msgcap.dissectors"
@@ -160,24 +160,17 @@ def _path_state() -> tuple[tuple[str, int | None], ...]:
     return tuple(state)
 
 
-_seen: tuple[tuple[tuple[str, int | None], ...], list[tuple[EntryPoint, str]]] | None = None
+_seen: tuple[tuple[tuple[str, int | None], ...], list[EntryPoint]] | None = None
 
 
-def _entry_points() -> list[tuple[EntryPoint, str]]:
-    """The group's entry points sorted by name, each with its distribution's name
-    (``dist.name`` parses the distribution's METADATA: once per distribution, not once
-    per entry point); the last answer again while ``sys.path`` is unchanged."""
+def _entry_points() -> list[EntryPoint]:
+    """The group's entry points sorted by name (each with its distribution's name); the
+    last answer again while ``sys.path`` is unchanged."""
     global _seen
     state = _path_state()
     if _seen is not None and _seen[0] == state:
         return _seen[1]
-    names: dict[int, str] = {}
-    found = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        dist = getattr(ep, "dist", None)
-        if dist is not None and id(dist) not in names:
-            names[id(dist)] = dist.name
-        found.append((ep, names[id(dist)] if dist is not None else ""))
+    found = sorted(entry_points(ENTRY_POINT_GROUP), key=lambda e: e.name)
     _seen = (state, found)
     return found
 
@@ -185,6 +178,6 @@ def _entry_points() -> list[tuple[EntryPoint, str]]:
 def discover() -> Registry:
     """Every dissector installed under the entry-point group, sorted by name."""
     reg = Registry()
-    for ep, distribution in _entry_points():
-        _load(ep, distribution, reg)
+    for ep in _entry_points():
+        _load(ep, ep.distribution, reg)
     return reg

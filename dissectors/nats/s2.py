@@ -38,8 +38,6 @@ from collections import deque
 from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
-import crc32c as _crc32c
-
 from dissectors.api import Span
 
 if TYPE_CHECKING:
@@ -111,8 +109,12 @@ class Corrupt(NamedTuple):
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
-    """The CRC-32C of ``data`` as the framing format stores it (masked)."""
-    c = _crc32c.crc32c(data)
+    """The CRC-32C of ``data`` as the framing format stores it (masked).  The crc32c
+    package is imported here, at the first S2 chunk: its ``__init__`` reads
+    importlib.metadata, ~20 ms of every run's start-up otherwise."""
+    from crc32c import crc32c
+
+    c = crc32c(data)
     return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 

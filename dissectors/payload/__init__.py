@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
 from functools import lru_cache
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, NamedTuple
 
 import pyarrow as pa
 
+from dissectors.entrypoints import entry_points
 from dissectors.redaction import SECRET_STEMS, fold_name, marker, redact_text, secrets_kept
 from dissectors.tables import Field
 
@@ -266,7 +266,7 @@ def load_decoders() -> dict[str, PayloadDecoder]:
     """Every registered payload decoder, by name (entry points; the built-ins are among
     them).  A plugin that fails to load is skipped with its error kept in ``errors``."""
     found: dict[str, PayloadDecoder] = {}
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(entry_points(ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             cls = ep.load()
             dec = cls()
