@@ -2065,6 +2065,195 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ effects */
+
+/* The attribute names apply_effects reads and sets (interned once). */
+enum {
+    FE_C2S, FE_S2C, FE_PIECES, FE_STARTS, FE_BUFFERED, FE_RECENT, FE_HALF, FE_HELD, FE_INFO,
+    FE_GAP_BYTES, FE_N
+};
+static const char *const fe_names[FE_N] = {
+    "c2s", "s2c", "pieces", "starts", "buffered", "recent", "half", "held", "info",
+    "gap_bytes"};
+static PyObject *fe_str[FE_N];
+
+/* later.append((frame, holder, held, tier)) */
+static int fe_later(PyObject *later, PyObject *frame, PyObject *holder, PyObject *held,
+                    PyObject *tier) {
+    PyObject *t = PyTuple_Pack(4, frame, holder, held, tier);
+    int rc = t == NULL ? -1 : PyList_Append(later, t);
+    Py_XDECREF(t);
+    return rc;
+}
+
+/* seq.append(item) */
+static int fe_append(PyObject *seq, PyObject *item) {
+    PyObject *r;
+    if (PyList_CheckExact(seq)) return PyList_Append(seq, item);
+    if ((r = PyObject_CallMethod(seq, "append", "O", item)) == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* obj.name += v */
+static int fe_add_attr(PyObject *obj, int name, PyObject *v) {
+    PyObject *cur = PyObject_GetAttr(obj, fe_str[name]), *sum;
+    int rc;
+    if (cur == NULL) return -1;
+    sum = PyNumber_InPlaceAdd(cur, v);
+    Py_DECREF(cur);
+    if (sum == NULL) return -1;
+    rc = PyObject_SetAttr(obj, fe_str[name], sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* One effect of Engine.sync (see NativeReassembler._effects, its definition). */
+static int fe_apply(PyObject *e, PyObject *later, PyObject *wtype, PyObject *ptype,
+                    PyObject *tier_buffers, PyObject *tier_windows, PyObject *zero,
+                    PyObject *all) {
+    PyObject *conn, *dir, *off, *data, *ts, *frame, *held, *half = NULL;
+    long kind, d;
+    int rc = -1;
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 8) {
+        PyErr_SetString(PyExc_TypeError, "apply_effects: an effect is an 8-tuple");
+        return -1;
+    }
+    if ((kind = PyLong_AsLong(PyTuple_GET_ITEM(e, 0))) == -1 && PyErr_Occurred()) return -1;
+    conn = PyTuple_GET_ITEM(e, 1);
+    dir = PyTuple_GET_ITEM(e, 2);
+    off = PyTuple_GET_ITEM(e, 3);
+    data = PyTuple_GET_ITEM(e, 4);
+    ts = PyTuple_GET_ITEM(e, 5);
+    frame = PyTuple_GET_ITEM(e, 6);
+    held = PyTuple_GET_ITEM(e, 7);
+    if ((d = PyLong_AsLong(dir)) == -1 && PyErr_Occurred()) return -1;
+    if ((half = PyObject_GetAttr(conn, fe_str[d ? FE_S2C : FE_C2S])) == NULL) return -1;
+    if (kind == FX_PIECE) {
+        PyObject *buf = NULL, *starts = NULL, *piece = NULL, *n = NULL;
+        int ok = 0, tb, ts_ok;
+        if (!PyBytes_Check(data)) {
+            PyErr_SetString(PyExc_TypeError, "apply_effects: a piece's data is bytes");
+            goto done;
+        }
+        if ((buf = PyObject_GetAttr(half, fe_str[FE_PIECES])) == NULL) goto done;
+        if ((starts = PyObject_GetAttr(half, fe_str[FE_STARTS])) == NULL) goto piece_done;
+        if ((tb = PyObject_IsTrue(buf)) < 0 || (ts_ok = tb ? PyObject_IsTrue(starts) : 0) < 0)
+            goto piece_done;
+        if (!tb || !ts_ok) { /* (both or neither, as in TcpHalfStream._insert) */
+            Py_SETREF(buf, PyList_New(0));
+            Py_SETREF(starts, PyList_New(0));
+            if (buf == NULL || starts == NULL ||
+                PyObject_SetAttr(half, fe_str[FE_PIECES], buf) < 0 ||
+                PyObject_SetAttr(half, fe_str[FE_STARTS], starts) < 0)
+                goto piece_done;
+        }
+        {
+            PyObject *a[4] = {off, data, ts, frame};
+            if ((piece = PyObject_Vectorcall(ptype, a, 4, NULL)) == NULL) goto piece_done;
+        }
+        if (fe_append(buf, piece) < 0 || fe_append(starts, off) < 0) goto piece_done;
+        if ((n = PyLong_FromSsize_t(PyBytes_GET_SIZE(data))) == NULL) goto piece_done;
+        if (fe_add_attr(half, FE_BUFFERED, n) < 0) goto piece_done;
+        if (fe_later(later, frame, half, held, tier_buffers) < 0) goto piece_done;
+        ok = 1;
+    piece_done:
+        Py_XDECREF(n);
+        Py_XDECREF(piece);
+        Py_XDECREF(starts);
+        Py_XDECREF(buf);
+        if (!ok) goto done;
+    } else if (kind == FX_WINDOW) {
+        PyObject *win = PyObject_GetAttr(half, fe_str[FE_RECENT]);
+        int is;
+        if (win == NULL) goto done;
+        if ((is = PyObject_IsInstance(win, wtype)) < 0) {
+            Py_DECREF(win);
+            goto done;
+        }
+        if (!is) { /* the first bytes, or the first after a gap */
+            Py_SETREF(win, PyObject_CallNoArgs(wtype));
+            if (win == NULL || PyObject_SetAttr(half, fe_str[FE_RECENT], win) < 0 ||
+                PyObject_SetAttr(win, fe_str[FE_HALF], half) < 0) {
+                Py_XDECREF(win);
+                goto done;
+            }
+        }
+        is = PyObject_SetAttr(win, fe_str[FE_HELD], held) < 0 ||
+             fe_later(later, frame, win, held, tier_windows) < 0;
+        Py_DECREF(win);
+        if (is) goto done;
+    } else if (kind == FX_DRAIN) {
+        PyObject *info, *gaps, *idx, *cur, *sum, *win, *seq;
+        int bad, is;
+        if ((info = PyObject_GetAttr(conn, fe_str[FE_INFO])) == NULL) goto done;
+        gaps = PyObject_GetAttr(info, fe_str[FE_GAP_BYTES]);
+        Py_DECREF(info);
+        if (gaps == NULL) goto done;
+        idx = PyLong_FromLong(d);
+        cur = idx == NULL ? NULL : PyObject_GetItem(gaps, idx);
+        sum = cur == NULL ? NULL : PyNumber_InPlaceAdd(cur, held);
+        bad = sum == NULL || PyObject_SetItem(gaps, idx, sum) < 0;
+        Py_XDECREF(sum);
+        Py_XDECREF(cur);
+        Py_XDECREF(idx);
+        Py_DECREF(gaps);
+        if (bad) goto done;
+        if ((win = PyObject_GetAttr(half, fe_str[FE_RECENT])) == NULL) goto done;
+        if ((is = PyObject_IsInstance(win, wtype)) > 0) { /* (forget_recent) */
+            PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+            is = empty == NULL || PyObject_SetAttr(half, fe_str[FE_RECENT], empty) < 0 ||
+                 fe_later(later, frame, win, zero, tier_windows) < 0 ? -1 : 0;
+            Py_XDECREF(empty);
+        }
+        Py_DECREF(win);
+        if (is < 0) goto done;
+        if ((seq = PyObject_GetAttr(half, fe_str[FE_PIECES])) == NULL) goto done;
+        bad = PyObject_DelItem(seq, all) < 0;
+        Py_DECREF(seq);
+        if (bad || (seq = PyObject_GetAttr(half, fe_str[FE_STARTS])) == NULL) goto done;
+        bad = PyObject_DelItem(seq, all) < 0;
+        Py_DECREF(seq);
+        if (bad || PyObject_SetAttr(half, fe_str[FE_BUFFERED], zero) < 0) goto done;
+    } else { /* FX_RELEASE */
+        if (fe_later(later, frame, half, zero, tier_buffers) < 0) goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(half);
+    return rc;
+}
+
+/* apply_effects(effects, later, window_type, piece_type, tier_buffers, tier_windows):
+ * reassembly.native.NativeReassembler._effects (its Python loop stays the definition) in
+ * C: Engine.sync's effects on reorder buffers and overlap-check windows, into the
+ * reference's objects in order, each budget charge appended to later.  Why: a short
+ * flow's window grows in powers of two (TcpHalfStream._hold_window), ~9 effects a flow
+ * at ~60 bytecodes each in Python. */
+static PyObject *py_apply_effects(PyObject *self, PyObject *args) {
+    PyObject *effects, *later, *wtype, *ptype, *tb, *tw, *zero = NULL, *all = NULL;
+    Py_ssize_t i, n;
+    int ok = 0;
+    if (!PyArg_ParseTuple(args, "O!O!OOOO", &PyList_Type, &effects, &PyList_Type, &later,
+                          &wtype, &ptype, &tb, &tw))
+        return NULL;
+    for (i = 0; i < FE_N; i++)
+        if (fe_str[i] == NULL && (fe_str[i] = PyUnicode_InternFromString(fe_names[i])) == NULL)
+            return NULL;
+    if ((zero = PyLong_FromLong(0)) == NULL || (all = PySlice_New(NULL, NULL, NULL)) == NULL)
+        goto done;
+    n = PyList_GET_SIZE(effects);
+    for (i = 0; i < n; i++)
+        if (fe_apply(PyList_GET_ITEM(effects, i), later, wtype, ptype, tb, tw, zero, all) < 0)
+            goto done;
+    ok = 1;
+done:
+    Py_XDECREF(zero);
+    Py_XDECREF(all);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ events */
 
 /* One packed segment of a run (reassembly.provenance.SEGMENT, "=qqq"): its end offset
@@ -2341,6 +2530,10 @@ static PyMethodDef module_methods[] = {
     {"events", py_events, METH_VARARGS,
      "events(runs, single, holds, make_data, make_chunk, make_gap, directions) -> (events, "
      "cuts): a stretch's runs as events (reassembly.native.NativeReassembler.process)"},
+    {"apply_effects", py_apply_effects, METH_VARARGS,
+     "apply_effects(effects, later, window_type, piece_type, tier_buffers, tier_windows): "
+     "Engine.sync's effects into the reference's objects "
+     "(reassembly.native.NativeReassembler._effects)"},
     {"write_back", py_write_back, METH_VARARGS,
      "write_back(flows, move_to_end, base) -> [(conn, info, half_c2s, half_s2c)] of the "
      "flows not owned: Engine.sync's flows into the reference's objects "

@@ -108,6 +108,8 @@ _slide = getattr(_engine, "slide", None)
 _events = getattr(_engine, "events", None)
 # ``NativeReassembler._write_back`` in C (None: a module built before it had it)
 _write_back = getattr(_engine, "write_back", None)
+# ``NativeReassembler._effects`` in C (None: a module built before it had it)
+_apply_effects = getattr(_engine, "apply_effects", None)
 
 # Records per batch: bounds the batch's row array (~100 bytes a record) and how long
 # the reference waits for the events of a stretch of taken packets.
@@ -347,8 +349,9 @@ class NativeReassembler:
     # whether ``process`` makes a stretch's events in C (``_engine.events``); False: its
     # Python loop, the definition (for comparisons)
     compiled_events = True
-    # whether ``_sync`` writes the taken flows back in C (``_engine.write_back``); False:
-    # ``_write_back``, the definition (for comparisons)
+    # whether ``_sync`` writes the taken flows and their effects back in C
+    # (``_engine.write_back``, ``_engine.apply_effects``); False: ``_write_back`` and
+    # ``_effects``, the definitions (for comparisons)
     compiled_sync = True
     # whether the record a stretch stopped at, when it is a plain ACK (the C core did not
     # take it: a short flow's third handshake ACK, its first data, its final ACK), goes to
@@ -493,7 +496,11 @@ class NativeReassembler:
         for conn, info, c2s, s2c in light:
             _sync_light(conn, info, (c2s, s2c))
         if effects:  # (before the windows slide: a drain forgets its direction's)
-            self._effects(effects)
+            if _apply_effects is not None and self.compiled_sync:
+                _apply_effects(effects, self._piece_holds, _Window, _Piece, TIER_BUFFERS,
+                               TIER_WINDOWS)
+            else:
+                self._effects(effects)
         if runs:
             if _slide is not None:  # (``_slide_windows`` in C)
                 _slide(runs, _Window)
@@ -546,7 +553,8 @@ class NativeReassembler:
         window forgotten, every piece delivered; the gap and the pieces are among the
         runs) and its charge given back.  The budget's charges wait for
         ``_hold_pieces`` (the C core took them only while the budget had room: no
-        reclaim can have happened)."""
+        reclaim can have happened).  ``_engine.apply_effects`` does this in C (``_sync``;
+        this stays its definition, ``tests/perf/test_engine_native.py`` compares them)."""
         later = self._piece_holds
         for kind, conn, direction, offset, data, ts, frame, held in effects:
             half = _stream(conn, direction)

@@ -424,10 +424,12 @@ def test_engine_on_random_flow_soups(tmp_path, seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_write_back_loop_is_the_reference_too(tmp_path, monkeypatch, seed: int) -> None:
-    """``NativeReassembler._write_back``, the Python loop ``_engine.write_back`` (which
-    every other test here runs) does in C, gives the reference's flows as well: soups
-    with flows of this table's and light ones (``owns``)."""
+def test_write_back_loops_are_the_reference_too(tmp_path, monkeypatch, seed: int) -> None:
+    """``NativeReassembler._write_back`` and ``_effects``, the Python loops
+    ``_engine.write_back`` and ``_engine.apply_effects`` (which every other test here
+    runs) do in C, give the reference's flows and budget as well: soups with flows of
+    this table's and light ones (``owns``), and a lossy capture (reorder buffers taken
+    and drained, windows growing) under a tight budget."""
     monkeypatch.setattr(native.NativeReassembler, "compiled_sync", False)
     path = tmp_path / "soup.pcap"
     write_random_capture(path, seed, packets=400)
@@ -435,6 +437,13 @@ def test_write_back_loop_is_the_reference_too(tmp_path, monkeypatch, seed: int) 
     assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL)
     assert_engine_equal(lambda: native.pcap_batches(path, max_records=32), frames, SMALL,
                         owns=lambda flow_id: flow_id % 2 == 1)
+    if seed == 0:
+        path = tmp_path / "lossy.pcap"
+        _write_lossy_bulk(path, seed=7)
+        frames = _frames(path)
+        for limits in (None, Limits(memory_limit_bytes=40_000)):
+            assert_engine_equal(lambda: native.pcap_batches(path, max_records=16), frames,
+                                limits)
 
 
 def _write_short_flows(path: Path, flows: int, seed: int) -> None:
