@@ -755,6 +755,48 @@ class LineFramer(_Framer):
         b.pos = self._scan = b.pos + nbytes
         b.chunk_at(b.base + b.pos)  # forget the chunks wholly before it
 
+    def direct_ready(self, offset: int) -> bool:
+        """Whether a scanner may parse the next feed, which starts at ``offset``, straight
+        from the caller's bytes instead of this framer's buffer (``took``): between units
+        in line mode, nothing held, queued or told to the budget, and ``offset`` where
+        the stream goes on.  Then the bytes would be the buffer's whole unresolved part
+        after ``feed``, at read position 0, so the scanner sees what ``scan_view`` would
+        show it; what it does not take goes through ``feed`` and ``consumed`` as usual."""
+        b = self._b
+        return (self._mode == _LINE and not self._events and not self._told and b.started
+                and b.pos == len(b.data) and offset == b.base + b.pos)
+
+    def took(self, data: bytes, last: Chunk) -> None:
+        """A scanner read all of ``data``, the next bytes of the stream (``direct_ready``
+        said so), as whole units, straight from the caller's bytes; ``last`` is the
+        provenance record of its last packet.  The framer stands where ``feed(data)``
+        then ``consumed(len(data))`` would have left it, without copying ``data``: the
+        bytes count fed and decoded, nothing is held, the byte before the read position
+        (a resync rule's ``prev_byte``) is ``data``'s last, and ``last`` is the
+        provenance of what comes next.  Why: on a STAN or Liftbridge capture nearly every
+        TCP segment is one whole NATS operation, and the buffer's append, compaction and
+        chunk bookkeeping cost more Python than the scan of it.  The framer then waits
+        for more bytes, holding none: ``hold_budget`` written out (nothing was told the
+        budget, ``direct_ready``)."""
+        n = len(data)
+        self.fed_bytes += n
+        self.decoded_bytes += n
+        self._prev_byte = data[-1]
+        self._scan = 0
+        self._waiting = True
+        b = self._b
+        pos = b.pos
+        if pos:  # (the resolved bytes of the feed before: ``feed`` would drop them)
+            del b.data[:pos]
+            b.pos = 0
+        b.base += pos + n
+        if b.chunks:
+            b.chunks.clear()
+        b.last = last
+        budget = self.budget
+        if budget is not None and budget.used > budget.limit_bytes:
+            budget.hold(self, 0)  # (``_tell(0)``: a hold past the limit asks for a reclaim)
+
     def read_exact(
         self,
         nbytes: int,

@@ -107,6 +107,16 @@ class FramedSession(Session):
     def on_close(self, ts_ns: int, out: list[Record]) -> None:
         """Called once after both framers were closed and their events handled."""
 
+    def feed_framer(self, direction: Direction, data: bytes, span: Span,
+                    chunks: Sequence[Chunk] | None, out: list[Record]) -> None:
+        """Feed ``direction``'s framer (no layer in front of it; ``chunks`` as
+        ``LineFramer.feed`` takes them) and turn the bytes into events (``drain_fed``).
+        A subclass may read the bytes straight from ``data`` instead when its framer
+        holds none (``NatsSession``: the compiled scan, no copy into the framer's
+        buffer); it must leave the framer, its counters and the rows as this does."""
+        self.framers[direction].feed(data, span, chunks)
+        self.drain_fed(direction, out)
+
     def drain_fed(self, direction: Direction, out: list[Record]) -> None:
         """Turn the bytes just fed into events: ``drain``, unless a subclass has a faster
         way for the common case (it must leave what it does not take to ``drain``, which
@@ -129,8 +139,7 @@ class FramedSession(Session):
         out: list[Record] = []
         layer = self.layers[direction]
         if layer is None:
-            self.framers[direction].feed(data, span)
-            self.drain_fed(direction, out)
+            self.feed_framer(direction, data, span, None, out)
         else:
             layer.feed(data, span, out)
             self.account(direction)
@@ -153,8 +162,7 @@ class FramedSession(Session):
         layers = self.layers
         n = len(chunks)
         if n <= FEED_CHUNKS and not own_feed and layers[direction] is None:
-            self.framers[direction].feed(data, span, chunks)  # the usual run: no copy
-            self.drain_fed(direction, out)
+            self.feed_framer(direction, data, span, chunks, out)  # the usual run: no copy
             return out
         base = start = span.offset
         i = 0
@@ -171,8 +179,7 @@ class FramedSession(Session):
             piece = data[start - base:last[0] - base]
             piece_span = Span(start, first[1], last[2], first[3], last[4])
             i += len(part)
-            self.framers[direction].feed(piece, piece_span, part)
-            self.drain_fed(direction, out)
+            self.feed_framer(direction, piece, piece_span, part, out)
             start = part[-1][0]
         return out
 

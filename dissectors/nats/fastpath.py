@@ -55,6 +55,11 @@ carries their parsed headers) and every operation the scanner refuses anyway go 
 reference, which offers them itself; so does everything when the hook is not the one
 ``carry`` set.  ``MSGCAP_NATS_CARRY=0`` sends every offered operation to the reference.
 
+A feed that starts at a line boundary while the framer holds nothing (on STAN and
+Liftbridge captures, nearly every TCP segment: one whole operation) is scanned straight
+from the fed bytes, not copied into the framer's buffer first; only what the scan does
+not take goes into the buffer (``NatsSession.feed_framer``, ``LineFramer.took``).
+
 Set ``MSGCAP_NATS_FAST=0`` (or ``Options(fast=False)``) to run the reference alone.
 The session switches the fast path on in ``NatsSession.columnar`` (the
 ``dissectors.api.ColumnarSession`` capability), which the pipeline calls when its sink

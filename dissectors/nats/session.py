@@ -44,8 +44,8 @@ every anomaly detail pass the redaction gate (wire bytes are gated raw, before `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from dissectors.api import (
     MAX_VERDICTS,
@@ -56,6 +56,7 @@ from dissectors.api import (
     ColumnBatch,
     Direction,
     Record,
+    Span,
 )
 from dissectors.framing import (
     NEED_MORE,
@@ -73,6 +74,7 @@ from dissectors.nats.table import DEFAULT_HEADER_CAP
 from dissectors.options import read_payload_cap, session_option
 from dissectors.redaction import redact_connect_json
 from dissectors.sessions import FramedSession
+from reassembly.provenance import Chunk
 
 __all__ = [
     "DEFAULT_CARRY_MAX",
@@ -155,6 +157,8 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
     """One NATS client connection (both directions)."""
 
     redact_details = True
+    # the compiled scan reads a feed straight from its bytes when it can (``feed_framer``)
+    direct_feed: ClassVar[bool] = True
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         options = options or {}
@@ -252,6 +256,50 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
 
     # ---- driver hooks --------------------------------------------------------------
 
+    def feed_framer(self, direction: Direction, data: bytes, span: Span,
+                    chunks: Sequence[Chunk] | None, out: list[Record]) -> None:
+        """The compiled scan reads a feed straight from ``data`` when the framer holds
+        nothing and waits at a line start (``LineFramer.direct_ready``): on a STAN or
+        Liftbridge capture, nearly every TCP segment, one whole operation.  Its input
+        is then what the framer's buffer would have shown it (the same bytes at
+        position 0, the same offset and provenance records), so its rows, offers and
+        stops are the same; a feed it reads whole leaves the framer as ``feed`` and
+        ``consumed`` would (``LineFramer.took``), and for any other the bytes go into
+        the framer after all, the ones taken marked consumed, and the turn goes on as
+        ``drain_fed``'s would after that scan.  ``direct_feed`` False: always
+        ``FramedSession.feed_framer`` (the differential tests compare both)."""
+        st = self._dirs[direction]
+        fr = st.framer
+        if not (self.fast_on and self.direct_feed and st.values is None and not st.wait_for
+                and data and fr.direct_ready(span.offset)):
+            fr.feed(data, span, chunks)
+            self.drain_fed(direction, out)
+            return
+        base = span.offset
+        end = len(data)
+        table = chunks if chunks is not None else ((
+            base + end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last),)
+        got = self._scan_configs[direction]
+        if got is None or got[0] is not self.on_message:
+            got = self._scan_config(direction)
+        first = _scan_with(got[1], data, 0, base, table, False, got[2], out)
+        if first[0] == _NEED_MORE and first[1] == end:  # the usual: every byte taken
+            self.ops[direction] += first[2]
+            st.wait_at = base + end
+            fr.took(data, table[-1])
+            self.account(direction)
+            return
+        status = self._scan(direction, st, out, (data, base, table, first))
+        taken = st.wait_at - base
+        fr.feed(data, span, chunks)
+        if taken:
+            fr.consumed(taken)
+        if status == _NEED_MORE:
+            fr.hold_budget()  # stopped for more bytes: what it holds draws from the budget
+        else:  # REFUSE: the reference's turn, then on as drain_fed
+            self._take_turns(direction, st, out, False)
+        self.account(direction)
+
     def drain_fed(self, direction: Direction, out: list[Record]) -> None:
         if not self.fast_on:
             self.drain(direction, out)
@@ -263,16 +311,23 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
             # it is in would stop at the same operation with the same answer
             fr.hold_budget()
         else:
-            # the compiled scanner (runs of ordinary operations) and the reference (one
-            # operation the scanner refused, then back), in turn
-            while True:
-                if st.values is None and fr.at_line and \
-                        self._scan(direction, st, out) == _NEED_MORE:
-                    fr.hold_budget()  # stopped for more bytes: what it holds draws from the budget
-                    break
-                if not self._reference_step(direction, st, out):
-                    break
+            self._take_turns(direction, st, out, True)
         self.account(direction)
+
+    def _take_turns(self, direction: Direction, st: _Direction, out: list[Record],
+                    scan: bool) -> None:
+        """The compiled scanner (runs of ordinary operations) and the reference (one
+        operation the scanner refused, then back), in turn, the scanner first when
+        ``scan``, until the bytes fed are used."""
+        fr = st.framer
+        while True:
+            if scan and st.values is None and fr.at_line and \
+                    self._scan(direction, st, out) == _NEED_MORE:
+                fr.hold_budget()  # stopped for more bytes: what it holds draws from the budget
+                return
+            scan = True
+            if not self._reference_step(direction, st, out):
+                return
 
     @staticmethod
     def _still_short(st: _Direction, fr: LineFramer) -> bool:
@@ -334,7 +389,14 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         got = self._scan_configs[direction] = (hook, config, carry)
         return got
 
-    def _scan(self, direction: Direction, st: _Direction, out: list[Record]) -> int:
+    def _scan(self, direction: Direction, st: _Direction, out: list[Record],
+              direct: tuple[bytes, int, Sequence[Chunk], Any] | None = None) -> int:
+        """Scan the framer's unresolved bytes (``scan_view``; what it takes is
+        ``consumed`` as it goes), or, ``direct``, ``(data, offset, chunks, first)``: a
+        feed's bytes the framer has not seen, ``first`` the answer of the scan of them
+        from their start (``feed_framer``, which settles the framer after).  Returns the
+        stop, NEED_MORE or REFUSE; ``st.wait_at`` is then the stream offset it stopped
+        at."""
         fr = st.framer
         got = self._scan_configs[direction]
         if got is None or got[0] is not self.on_message:
@@ -344,14 +406,27 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
         status: int
         new_pos: int
         n: int
+        buf: bytes | bytearray
+        first = None
+        if direct is not None:
+            buf, base, chunks, first = direct
+            pos = 0
         while True:
-            buf, pos, base, chunks = fr.scan_view()
-            # (the scan appends the rows' ColumnBatch records to ``out`` itself, a carried
-            # message's records the children of the batch ending with it)
-            status, new_pos, n, subject = _scan_with(config, buf, pos, base, chunks, cleared,
-                                                     carry, out)
+            if direct is None:
+                buf, pos, base, chunks = fr.scan_view()
+            if first is not None:
+                status, new_pos, n, subject = first
+                first = None
+            else:
+                # (the scan appends the rows' ColumnBatch records to ``out`` itself, a
+                # carried message's records the children of the batch ending with it)
+                status, new_pos, n, subject = _scan_with(config, buf, pos, base, chunks,
+                                                         cleared, carry, out)
             if n:
-                fr.consumed(new_pos - pos)
+                if direct is None:
+                    fr.consumed(new_pos - pos)
+                else:
+                    pos = new_pos
                 self.ops[direction] += n
                 carry = carry and 1  # (a probe-claimed first operation was taken)
             if status in _STOPS:
@@ -368,6 +443,7 @@ class NatsSession(FramedSession, CarrierSession, ColumnarSession):
                 verdicts[subject] = self._fast_verdict(subject)  # type: ignore[misc]
             elif self._fast_probe(subject):  # type: ignore[misc]  # (NEED_PROBE)
                 if not carry:
+                    st.wait_at = base + new_pos
                     st.wait_for = 0
                     return _REFUSE  # a payload dissector's: the reference offers it
                 carry = 2  # scan it as carried

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.pipeline import Options, dissect_capture
-from dissectors.api import Direction, Record
+from dissectors.api import Direction, Record, Span
 from dissectors.nats import fastpath
 from dissectors.nats.session import NatsSession
 from dissectors.nats.table import NATS_TABLE
@@ -636,6 +636,131 @@ def test_a_held_operation_waits_without_rescanning_and_meets_a_new_max_payload(m
         a = run_session(lambda: NatsSession({}), held)
         b = run_session(_fast_session, held)
         assert_same(a, b)  # (the line came before the INFO: checked against no limit)
+
+
+# --------------------------------------------- the scan straight on the fed bytes
+
+
+def _framer_state(session: NatsSession, budget) -> list:
+    """What a later feed, gap, close or budget reclaim can see of both framers, and of
+    the run's budget: counters, position, bytes held, the byte before them (a resync
+    rule's ``prev_byte``), the provenance of the next byte, what was told the budget."""
+    out = []
+    for d, fr in enumerate(session.framers):
+        b = fr._b
+        st = session._dirs[d]
+        out.append((fr.fed_bytes, fr.decoded_bytes, fr.undecoded_bytes, fr.pending_bytes,
+                    fr.offset, fr.next_offset, fr.at_line, fr._told, fr._waiting, fr._mode,
+                    bytes(b.data[b.pos:]), b.data[b.pos - 1] if b.pos else fr._prev_byte,
+                    b.chunk_at(b.base + b.pos), st.values is None, st.wait_for,
+                    st.wait_at if st.wait_for else None))
+    held = [[(session.framers.index(h), n) for h, n in tier.items()] for tier in budget._tiers]
+    out.append((budget.used, budget.peak, budget.releases, held))
+    out.append((session.decoded_bytes, session.undecoded_bytes, session.ops))
+    return out
+
+
+def _shape(records: list) -> list:
+    return [(type(r).__name__, int(r.direction), getattr(r, "n", None),
+             _shape(r.children), None if type(r) is fastpath.FastRows else
+             (r.offset_start, r.offset_end, r.ts_first_ns, r.frame_first, r.frame_last,
+              r.values.get("kind"), r.values.get("detail"))) for r in records]
+
+
+@st.composite
+def _feeds(draw):
+    """A script cut into packets, fed one packet at a time (``feed``) or as runs
+    (``feed_chunks``), gaps between."""
+    script = draw(scripts())
+    steps = []
+    for item in script:
+        if isinstance(item, Gap):
+            steps.append(item)
+            continue
+        data, pos, packets = item.data, 0, []
+        while pos < len(data):
+            n = draw(st.sampled_from((1, 3, 9, 14, 40, 200, len(data))))
+            packets.append(data[pos:pos + n])
+            pos += n
+        while packets:
+            k = draw(st.integers(1, 4))
+            steps.append((item.direction, packets[:k], draw(st.booleans())))
+            packets = packets[k:]
+    return steps
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_feeds(), st.sets(st.sampled_from(SUBJECTS)), st.sets(st.integers(0, 255), max_size=40),
+       st.sampled_from((1 << 30, 400, 60, 12)), st.sampled_from(((), (C2S,), (S2C,))))
+def test_the_scan_on_the_fed_bytes_leaves_what_the_framer_would(steps, bound, firsts, limit,
+                                                                 joined):
+    """``NatsSession.feed_framer``'s direct scan against the same session fed through its
+    framer's buffer (``direct_feed`` False), in lockstep: after every feed and gap the
+    same records, framer state (counters, position, bytes held, provenance, resync
+    byte), budget holders and charges; at the end the same rows, which are the
+    reference's.  Packets cut anywhere (partial operations, a line split), runs of
+    them, refused and carried operations, verdict and probe stops, gaps, a late join,
+    a budget small enough to take lines back."""
+    from reassembly.limits import MemoryBudget
+
+    bound_txt = {s.decode(errors="backslashreplace") for s in bound}
+    flags = bytes(1 if b in firsts else 0 for b in range(256))
+
+    def probe(payload):
+        return payload[0] in firsts and payload[0] % 2 == 0
+
+    def offer(m):
+        if m.subject in bound_txt or (m.payload[:1] != b"" and probe(m.payload)):
+            return [m.anomaly("test.claimed", f"{m.op} {m.subject} {len(m.payload)}")]
+        return []
+
+    def make(fast: bool, direct: bool):
+        budget = MemoryBudget(limit)
+        s = NatsSession({"memory_budget": budget, "joined": joined})
+        s.carry(_Scope(offer, flags, lambda x: x in bound_txt, probe))
+        if fast:
+            s.columnar(True)
+        s.direct_feed = direct
+        return s, budget
+
+    (ref, _), (a, a_budget), (b, b_budget) = make(False, False), make(True, False), \
+        make(True, True)
+    got: list[list] = [[], [], []]
+    offsets = [0, 0]
+    frame = 0
+    for step in steps:
+        frame += 1
+        if isinstance(step, Gap):
+            d = step.direction
+            for k, s in enumerate((ref, a, b)):
+                got[k] += s.gap(d, offsets[d], step.nbytes, frame)
+            offsets[d] += step.nbytes
+        else:
+            d, packets, run = step
+            start = offsets[d]
+            chunks = []
+            for i, p in enumerate(packets):
+                offsets[d] += len(p)
+                chunks.append((offsets[d], frame * 10 + i, frame * 10 + i, frame, frame + i))
+            span = Span(start, chunks[0][1], chunks[-1][2], chunks[0][3], chunks[-1][4])
+            for k, s in enumerate((ref, a, b)):
+                if run:
+                    got[k] += s.feed_chunks(d, b"".join(packets), span, chunks)
+                else:
+                    pos = start
+                    for c in chunks:
+                        got[k] += s.feed(d, b"".join(packets)[pos - start:c[0] - start],
+                                         Span(pos, c[1], c[2], c[3], c[4]))
+                        pos = c[0]
+        assert _shape(got[1]) == _shape(got[2])
+        assert _framer_state(a, a_budget) == _framer_state(b, b_budget)
+    for k, s in enumerate((ref, a, b)):
+        got[k] += s.close(frame + 1)
+    assert _framer_state(a, a_budget) == _framer_state(b, b_budget)
+    want = normalise(got[0])
+    assert normalise(expand(got[1], a)) == want
+    assert normalise(expand(got[2], b)) == want
+    assert ref.decoded_bytes == b.decoded_bytes and ref.undecoded_bytes == b.undecoded_bytes
 
 
 # ------------------------------------------------------------------ whole captures
