@@ -19,13 +19,40 @@ import os
 import stat
 import threading
 from collections.abc import Iterable
-from concurrent.futures import Future
 
 _BLOCK = 1 << 20
 
+
+class _Pending:
+    """One file's digest being made in the thread: ``result()`` waits for it (or raises
+    what hashing raised).  concurrent.futures' ``Future`` would do, but importing it
+    costs every run ~1 ms (and it brings logging)."""
+
+    __slots__ = ("_done", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._value = ""
+        self._error: BaseException | None = None
+
+    def set_result(self, value: str) -> None:
+        self._value = value
+        self._done.set()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._error = exc
+        self._done.set()
+
+    def result(self) -> str:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 # the identity of a file when its prefetch began -> its digest (set by the thread)
 _Identity = tuple[str, int, int, int, int]
-_prefetched: dict[_Identity, Future[str]] = {}
+_prefetched: dict[_Identity, _Pending] = {}
 _lock = threading.Lock()
 
 
@@ -48,7 +75,7 @@ def _hash(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def _run(jobs: list[tuple[str, Future[str]]]) -> None:
+def _run(jobs: list[tuple[str, _Pending]]) -> None:
     for path, fut in jobs:
         try:
             fut.set_result(_hash(path))
@@ -59,13 +86,13 @@ def _run(jobs: list[tuple[str, Future[str]]]) -> None:
 def prefetch(paths: Iterable[str | os.PathLike[str]]) -> None:
     """Begin hashing these files, in order, in one background (daemon) thread.  What is
     not a regular file (standard input, a FIFO) is left to ``file_sha256``."""
-    jobs: list[tuple[str, Future[str]]] = []
+    jobs: list[tuple[str, _Pending]] = []
     with _lock:
         for path in paths:
             ident = _identity(path)
             if ident is None or ident in _prefetched:
                 continue
-            fut: Future[str] = Future()
+            fut = _Pending()
             _prefetched[ident] = fut
             jobs.append((os.fspath(path), fut))
     if jobs:
