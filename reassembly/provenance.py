@@ -169,15 +169,15 @@ class ProvenanceBuffer:
         checking it again on the hot path."""
         buf = self.data
         pos = self.pos
-        ch = self.chunks
-        if not self.started:
+        if pos:  # (bytes were fed: the buffer has started)
+            self.compact()
+        elif not self.started:
             self.base = span.offset
             self.started = True
-        elif pos:
-            self.compact()
         end = span.offset + len(data)  # (where the bytes held end: the contract)
         if chunks is None:
             chunk = (end, span.ts_first_ns, span.ts_last_ns, span.frame_first, span.frame_last)
+            ch = self.chunks
             if ch:
                 ch.append(chunk)
             elif buf:  # (bytes held that came in ``last``: two records now)
@@ -187,6 +187,7 @@ class ProvenanceBuffer:
             chunk = chunks[-1]
             if chunk[0] != end:
                 raise ValueError(f"the chunk records end at {chunk[0]}, the bytes at {end}")
+            ch = self.chunks
             if buf and not ch:
                 ch.append(self.last)
             ch.extend(chunks)
