@@ -30,6 +30,7 @@ from analyzer.cliutil import (
     check_capture,
     check_keylog,
     check_output_dir,
+    defer_gc,
     flow_ids_text,
     format_ts,
     name_stdin_input,
@@ -1063,6 +1064,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         given = sys.argv[1:] if argv is None else argv
         command = given[0] if given and given[0] in _COMMANDS else None
+        if _OWN_PROCESS and command == "dissect":
+            defer_gc()  # until cmd_dissect's settle_gc
         args = build_parser(command).parse_args(argv)  # --help into a closed pipe too
         _check_ids(args)
         from dissectors.redaction import gated_output  # no credential leaves by stdout, stderr

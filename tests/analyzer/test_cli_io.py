@@ -270,21 +270,24 @@ def test_command_line_run_ends_after_its_atexit_callbacks_and_output():
 
 def test_command_line_dissect_settles_the_gc_and_main_argv_does_not(tmp_path):
     """``cliutil.settle_gc``: a command-line dissect freezes what is loaded and sweeps
-    the young generation every 50k allocations; ``main(argv)`` (tests, other callers)
-    leaves the process's collector as it found it."""
+    the young generation every 50k allocations, and the collector, off while it loaded
+    (``cliutil.defer_gc``), is on again; ``main(argv)`` (tests, other callers) leaves the
+    process's collector as it found it."""
     code = ("import atexit, gc, sys\n"
             "before = gc.get_threshold()\n"
             "from analyzer.cli import main\n"
             f"assert main(['dissect', {str(NATS)!r}, '-o', {str(tmp_path / 'a')!r}, '-q']) == 0\n"
             "assert gc.get_threshold() == before and gc.get_freeze_count() == 0\n"
-            "atexit.register(lambda: print(gc.get_threshold()[0], gc.get_freeze_count() > 0))\n"
+            "assert gc.isenabled()\n"
+            "atexit.register(lambda: print(gc.get_threshold()[0], gc.get_freeze_count() > 0,\n"
+            "                              gc.isenabled()))\n"
             f"sys.argv = ['msgcap', 'dissect', {str(NATS)!r}, '-o', "
             f"{str(tmp_path / 'b')!r}, '-q']\n"
             "main()\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["50000", "True"], res.stderr
+    assert res.stdout.split() == ["50000", "True", "True"], res.stderr
 
 
 def test_version():
