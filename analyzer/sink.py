@@ -63,7 +63,6 @@ import fcntl
 import functools
 import itertools
 import json
-import logging
 import os
 import queue
 import re
@@ -258,9 +257,6 @@ def remove_in_progress(
                 d.rmdir()  # only when empty
 
 
-log = logging.getLogger(__name__)
-
-
 class CaptureLock:
     """Held by the one process writing ``capture_id`` into ``out_dir``.
 
@@ -301,7 +297,11 @@ class CaptureLock:
             self._close()
             raise OutputWriteError.from_os_error(exc, self.out_dir) from exc
         if self.stale is not None:
-            log.warning(
+            # (``logging`` imported here: this warning is its only use, and a run that
+            # never gives it need not import the module, ~2.4 ms of every start-up)
+            import logging
+
+            logging.getLogger(__name__).warning(
                 "an earlier run of capture %s into %s (pid %s, started %s) did not finish; "
                 "its unfinished files are removed", self.capture_id, self.out_dir,
                 self.stale.get("pid", "?"), self.stale.get("started", "?"))
