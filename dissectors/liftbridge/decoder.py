@@ -10,7 +10,6 @@ imports it with the first message it is asked about.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -30,7 +29,15 @@ from dissectors.liftbridge.envelope import (
 from dissectors.liftbridge.table import ENTRIES_TABLE, MSG_TYPES
 from dissectors.proto import Decoded, Kind, decode, schema
 from dissectors.proto.columns import rows_for
-from dissectors.proto.walk import WalkPlan, present_fields, tree, tree_plan, walk, walk_plan
+from dissectors.proto.walk import (
+    WalkPlan,
+    capper,
+    compiled_walk,
+    present_fields,
+    tree,
+    tree_plan,
+    walk_plan,
+)
 from dissectors.proto.wire import ABSENT, FieldSpec, MessageSchema, planned_values, zero_value
 
 __all__ = ["MAX_STREAM_SUBJECTS", "LiftbridgeDecoder"]
@@ -96,11 +103,11 @@ def _value_columns(values: dict[str, Any], value: bytes | None, cap: int | None)
     if value is None:
         values["value_len"] = None
         return
-    values["value_len"] = len(value)
-    values["value_sha256"] = hashlib.sha256(value).hexdigest()
-    kept = value if cap is None or len(value) <= cap else value[:cap]
-    values["value"] = kept
-    values["value_truncated"] = len(kept) < len(value)
+    _capped_value(values, value, cap)
+
+
+# ``walk.capped_py``'s columns of a message's value (compiled when built)
+_capped_value = capper(("value_len", "value_sha256", "value", "value_truncated"))
 
 
 def _subject_stream(subject: str, suffix: str) -> tuple[str | None, int | None]:
@@ -265,7 +272,10 @@ class LiftbridgeDecoder:
         full = _SCHEMAS[code]
         assert full is not None
         walked = _walk_plans(full) if code not in (8, 9) else None  # (8, 9: their own rows)
-        got = walk(msg.payload, at, walked[0], _NO_BASE) if walked is not None else None
+        got = None
+        if walked is not None:
+            plan = walked[0]
+            got = _walk(msg.payload, at, plan.table, _NO_BASE, plan.defaults)
         if got is not None:  # a clean message of plain fields: the walk's values
             assert walked is not None  # (it walked)
             fields, present = got
@@ -559,6 +569,7 @@ def _plan(full: str) -> tuple[tuple[str, str, object, FieldSpec, int], ...]:
 
 # the fields of a Message or Ack that ``_internal_value`` and ``_learn_streams`` read
 _HELD = frozenset({"value", "stream", "subject", "partition", "partition_subject"})
+_walk = compiled_walk()  # (``walk.walk`` without its frame)
 _NO_BASE: dict[str, Any] = {}  # (the walk's values go into the row's own dict)
 
 

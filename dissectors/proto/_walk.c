@@ -571,7 +571,93 @@ done:
     return result;
 }
 
+/* capped(columns, values, data, cap) -> SHA-256 digest of data (bytes)
+ *
+ * A payload's columns, as ``walk.capped_py`` (the definition, which runs without this
+ * extension) sets them: columns = (length column, SHA-256 hex column, kept column, truncated column);
+ * the kept value is data itself when cap is None or len(data) <= cap, else data[:cap].
+ * Why here: per STAN PubMsg/MsgProto and Liftbridge message, these four stores, the
+ * digest and its hex were ~14 Python bytecodes and three calls.  Columns first, so that
+ * ``functools.partial`` binds them (``walk.capper``). */
+static PyObject *sha256_fn;  /* hashlib.sha256, looked up by the first call */
+
+static PyObject *capped(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 4 ||
+            !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "capped(columns: 4-tuple, values: dict, data, cap: int | None)");
+        return NULL;
+    }
+    PyObject *cols = args[0], *values = args[1], *data = args[2], *cap = args[3];
+    Py_ssize_t size = PyObject_Size(data);
+    if (size < 0)
+        return NULL;
+    Py_ssize_t limit = -1;  /* -1: no cap */
+    if (cap != Py_None) {
+        limit = PyLong_AsSsize_t(cap);
+        if (limit == -1 && PyErr_Occurred())
+            return NULL;
+        if (limit < 0) {
+            PyErr_SetString(PyExc_ValueError, "capped: a negative cap");
+            return NULL;
+        }
+    }
+    if (!sha256_fn) {
+        PyObject *hashlib = PyImport_ImportModule("hashlib");
+        if (!hashlib)
+            return NULL;
+        sha256_fn = PyObject_GetAttrString(hashlib, "sha256");
+        Py_DECREF(hashlib);
+        if (!sha256_fn)
+            return NULL;
+    }
+    PyObject *h = PyObject_CallOneArg(sha256_fn, data);
+    if (!h)
+        return NULL;
+    PyObject *digest = PyObject_CallMethod(h, "digest", NULL);
+    Py_DECREF(h);
+    if (!digest)
+        return NULL;
+    if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 32) {
+        PyErr_SetString(PyExc_TypeError, "capped: sha256 gave no 32-byte digest");
+        goto fail;
+    }
+    static const char hexdigits[] = "0123456789abcdef";
+    PyObject *hex = PyUnicode_New(64, 127);
+    if (!hex)
+        goto fail;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(hex);
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = (Py_UCS1)hexdigits[d[i] >> 4];
+        out[2 * i + 1] = (Py_UCS1)hexdigits[d[i] & 15];
+    }
+    int truncated = limit >= 0 && size > limit;
+    PyObject *kept = truncated ? PySequence_GetSlice(data, 0, limit) : Py_NewRef(data);
+    PyObject *len = PyLong_FromSsize_t(size);
+    int r = -1;
+    if (kept && len &&
+            PyDict_SetItem(values, PyTuple_GET_ITEM(cols, 0), len) == 0 &&
+            PyDict_SetItem(values, PyTuple_GET_ITEM(cols, 1), hex) == 0 &&
+            PyDict_SetItem(values, PyTuple_GET_ITEM(cols, 2), kept) == 0)
+        r = PyDict_SetItem(values, PyTuple_GET_ITEM(cols, 3),
+                           truncated ? Py_True : Py_False);
+    Py_XDECREF(kept);
+    Py_XDECREF(len);
+    Py_DECREF(hex);
+    if (r < 0)
+        goto fail;
+    return digest;
+fail:
+    Py_DECREF(digest);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"capped", (PyCFunction)(void (*)(void))capped, METH_FASTCALL,
+     "capped(columns, values, data, cap) -> sha256 digest of data; sets the columns\n"
+     "(length, sha256 hex, data kept under cap, truncated) in values."},
     {"tree", tree, METH_VARARGS,
      "tree(data, pos, node) -> the fields of the clean message data[pos:] as nested dicts\n"
      "and lists, or None when the tolerant reader must decode it (see the module source)."},

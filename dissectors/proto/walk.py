@@ -26,18 +26,25 @@ column names them, or None (the reader's, as above).
 ``message_set_parser`` hands out the same extension's parse of Liftbridge's
 ReplicationResponse message set (big-endian, not protobuf), for
 ``dissectors.liftbridge.envelope``.
+
+``capper`` sets a payload's columns (its length, SHA-256 hex, the bytes kept under the
+payload cap, whether they were cut), as STAN's ``data`` and Liftbridge's ``value`` show
+them: ``capped_py`` is the definition, ``_walk.capped`` the same in one C call.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, NamedTuple
 
 from dissectors.proto.wire import ABSENT, MAX_DEPTH, FieldSpec, Kind, MessageSchema
 
-__all__ = ["SWITCH", "WalkPlan", "available", "message_set_parser", "present_fields", "tree",
-           "tree_plan", "walk", "walk_plan"]
+__all__ = ["SWITCH", "Capper", "WalkPlan", "available", "capped_py", "capper",
+           "compiled_walk", "message_set_parser", "present_fields", "tree", "tree_plan", "walk",
+           "walk_plan"]
 
 SWITCH = "MSGCAP_PROTO_WALK"
 
@@ -158,6 +165,26 @@ def walk(data: bytes, pos: int, plan: WalkPlan, base: dict[str, Any] | None = No
     return got
 
 
+def _no_walk(data: bytes, pos: int, table: list[Any], base: dict[str, Any],
+             defaults: tuple[Any, ...]) -> None:
+    """The walk when the extension is not built: every message to the reader."""
+    return None
+
+
+def compiled_walk() -> Callable[[bytes, int, list[Any], dict[str, Any], tuple[Any, ...]],
+                                tuple[dict[str, Any], int] | None]:
+    """``walk`` without its Python frame, for callers that walk per message (STAN,
+    Liftbridge): called as ``compiled_walk()(data, pos, *plan)``, or with another base
+    in ``plan.base``'s place.  Why: the wrapper was ~17 bytecodes a message.  (A plan
+    exists only while the walk was ``available``: a caller holding one walks the same
+    with either.)"""
+    if _walk is None:
+        return _no_walk
+    got: Callable[[bytes, int, list[Any], dict[str, Any], tuple[Any, ...]],
+                  tuple[dict[str, Any], int] | None] = _walk.values
+    return got
+
+
 def present_fields(values: dict[str, Any], present: int,
                    columns: tuple[tuple[int, str, str], ...]) -> dict[str, Any]:
     """The fields a walked message held, by field name, as the reader's
@@ -171,3 +198,36 @@ def message_set_parser() -> Callable[..., tuple[Any, ...] | None] | None:
     not protobuf: ``dissectors.liftbridge.envelope.parse_entries`` says what it takes),
     or None when the walk is not ``available`` (asked once, by the caller)."""
     return _walk.message_set if available() else None
+
+
+# (values, data, cap) -> the SHA-256 digest of data, its columns set in values
+Capper = Callable[[dict[str, Any], bytes, "int | None"], bytes]
+
+
+def capped_py(columns: tuple[str, str, str, str], values: dict[str, Any], data: bytes,
+              cap: int | None) -> bytes:
+    """Sets ``columns`` = (length, SHA-256 hex, kept, truncated) of ``data`` in ``values``:
+    kept is ``data`` itself unless ``cap`` (>= 0: ``read_payload_cap``) cuts it, then its
+    first ``cap`` bytes.  Returns the digest (a STAN PubMsg checks it against its own)."""
+    digest = hashlib.sha256(data).digest()
+    size = len(data)
+    length, sha256, kept, truncated = columns
+    values[length] = size
+    values[sha256] = digest.hex()
+    if cap is not None and size > cap:
+        values[kept] = data[:cap]
+        values[truncated] = True
+    else:
+        values[kept] = data
+        values[truncated] = False
+    return digest
+
+
+def capper(columns: tuple[str, str, str, str], compiled: bool = True) -> Capper:
+    """``capped_py`` with ``columns`` bound: the compiled ``_walk.capped`` when the
+    extension is built (and ``compiled``), whether or not the walk is switched off (it
+    decides no row, only does the same stores in C).  Why: per message, the digest, its
+    hex and four stores were ~14 bytecodes and three calls in Python."""
+    fn = _walk.capped if compiled and _walk is not None else capped_py
+    got: Capper = partial(fn, columns)
+    return got

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any, TypeGuard
 
 from dissectors.proto import Decoded, decode, enum_names, schema
-from dissectors.proto.walk import WalkPlan, walk, walk_plan
+from dissectors.proto.walk import WalkPlan, capper, compiled_walk, walk_plan
 from dissectors.proto.wire import ABSENT, field_keys, planned_values, scan, zero_value
 
 __all__ = [
@@ -170,7 +170,7 @@ def walked_values(plan: WalkPlan, payload: bytes, payload_cap: int | None
     to this function is what ``decode_kind`` does after the plan loop for a cleanly
     ended message: the data columns, the MsgProto CRC (a mismatch is a problem: None)
     and the PubMsg digest status."""
-    got = walk(payload, 0, plan)
+    got = _walk(payload, 0, *plan)
     if got is None:
         return None
     values = got[0]
@@ -240,23 +240,13 @@ def _plan(full: str) -> tuple[tuple[str, str, object, int], ...]:
     return tuple(out)
 
 
-def _data_columns(values: dict[str, Any], data: bytes, cap: int | None) -> bytes:
-    """The ``data`` columns; returns its SHA-256 (a PubMsg checks it against its own)."""
-    digest = _sha256(data).digest()
-    size = len(data)
-    values["data_len"] = size
-    values["data_sha256"] = digest.hex()
-    if cap is not None and size > cap:  # (cap >= 0: ``read_payload_cap``)
-        values["data"] = data[:cap]
-        values["data_truncated"] = True
-    else:
-        values["data"] = data
-        values["data_truncated"] = False
-    return digest
+# ``walk.capped_py``: the ``data`` columns; returns its SHA-256 (a PubMsg checks it
+# against its own)
+_data_columns = capper(("data_len", "data_sha256", "data", "data_truncated"))
 
 
-_sha256 = hashlib.sha256  # (per PubMsg and MsgProto: no module attribute looked up)
 _crc32 = zlib.crc32
+_walk = compiled_walk()  # (``walk.walk`` without its frame: once per message)
 
 
 def _crc(values: dict[str, Any], d: Decoded, problems: list[Problem]) -> None:

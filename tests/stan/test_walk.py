@@ -16,7 +16,15 @@ from dissectors.dispatch import ScopeDispatcher
 from dissectors.liftbridge.decoder import _SCHEMAS as _LB_SCHEMAS
 from dissectors.liftbridge.magic import MAGIC
 from dissectors.proto import schema
-from dissectors.proto.walk import WalkPlan, available, tree, tree_plan, walk, walk_plan
+from dissectors.proto.walk import (
+    WalkPlan,
+    available,
+    capper,
+    tree,
+    tree_plan,
+    walk,
+    walk_plan,
+)
 from dissectors.proto.wire import ABSENT, Decoded, Kind, MessageSchema, decode
 from dissectors.stan.decode import KINDS, clean_values, decode_kind
 from tests.stan.wirehelp import carried, pb, tag, varint
@@ -196,6 +204,20 @@ def test_walked_maps_are_the_readers_items(data_, cut, tail):
         assert present == sum(1 << by_name[n].number for n in d.values)
 
 
+@given(st.binary(max_size=600), st.sampled_from([None, 0, 1, 64, 512, 4096]),
+       st.booleans(), st.dictionaries(st.sampled_from(["x", "n", "h"]), st.integers(), max_size=2))
+def test_compiled_payload_columns_are_capped_pys(data, cap, view, before):
+    """``_walk.capped`` sets the same columns to the same values, of the same types, as
+    ``walk.capped_py`` (the definition), and returns the same digest; a memoryview too."""
+    columns = ("n", "h", "kept", "cut")
+    got, want = dict(before), dict(before)
+    payload = memoryview(data) if view else data
+    assert capper(columns)(got, payload, cap) == capper(columns, False)(want, payload, cap)
+    assert list(got) == list(want)
+    assert [(type(v), bytes(v) if isinstance(v, memoryview) else v) for v in got.values()] \
+        == [(type(v), bytes(v) if isinstance(v, memoryview) else v) for v in want.values()]
+
+
 def test_defaults_base_and_extras():
     sch = schema("msgcap.stan.SubscriptionRequest")
     f = {s.name: s for s in sch.fields.values()}
@@ -277,7 +299,7 @@ def _lb_arm(messages: list[CarriedMessage], walked: bool) -> tuple[object, ...]:
     from dissectors.liftbridge import decoder
 
     scope = ScopeDispatcher([liftbridge.LiftbridgeDissector], {"payload_cap": 16}, strict=True)
-    with mock.patch.object(decoder, "walk", decoder.walk if walked else _refuse), \
+    with mock.patch.object(decoder, "_walk", decoder._walk if walked else _refuse), \
             mock.patch.object(decoder, "tree", decoder.tree if walked else _refuse), \
             mock.patch.object(decoder, "_PLAIN_HEADERS",
                               decoder._PLAIN_HEADERS if walked else {}):
