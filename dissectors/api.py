@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
@@ -375,6 +376,10 @@ class Bindings(ABC):
         """Forget an exact binding (e.g. a one-shot reply inbox once answered)."""
 
 
+# (state, bindings, msg, hint) -> records: ``PayloadDissector.decode``'s call
+PayloadDecode = Callable[[Any, "Bindings", "CarriedMessage", str], "list[Record]"]
+
+
 class PayloadDissector(ABC):
     """Decodes messages carried in another protocol (registered like ``Dissector``).
 
@@ -422,6 +427,15 @@ class PayloadDissector(ABC):
     @abstractmethod
     def decode(cls, state: Any, bindings: Bindings, msg: CarriedMessage, hint: str) -> list[Record]:
         """Rows (``msg.record``) and anomalies (``msg.anomaly``) for one message."""
+
+    @classmethod
+    def decoder(cls) -> PayloadDecode:
+        """What the dispatcher calls for each message: a callable taking (state, bindings,
+        msg, hint), as ``decode`` does; default: ``decode`` itself.  Asked once per scope, when its first message is decoded (not
+        when the scope is made: a dissector whose ``decode`` only delegates to a module
+        imported by the first message hands out that module's function here, which spares
+        a Python call per message).  It must decode exactly as ``decode`` does."""
+        return cls.decode
 
 
 # The most subjects a scope's ``verdicts`` holds (``CarrierScope``): replies go to a new

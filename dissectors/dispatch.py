@@ -32,6 +32,7 @@ from dissectors.api import (
     Bindings,
     CarriedMessage,
     CarrierSession,
+    PayloadDecode,
     PayloadDissector,
     Record,
     Verdict,
@@ -127,9 +128,11 @@ class ScopeDispatcher(Bindings):
         dissectors = [d for d in dissectors if d.name in self.states]
         self.by_name = {d.name: d for d in dissectors}
         # name -> (decode, state, counted in ``decoded``): what ``dispatch`` calls, looked
-        # up once per scope rather than per message
-        self._targets = {d.name: (d.decode, self.states[d.name], not d.flow_local)
-                         for d in dissectors}
+        # up once per scope rather than per message; the decode is first ``_resolving``'s,
+        # which puts the dissector's ``decoder()`` in its place
+        self._targets: dict[str, tuple[PayloadDecode, Any, bool]] = {
+            d.name: (self._resolving(d), self.states[d.name], not d.flow_local)
+            for d in dissectors}
         self.exact: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.patterns: list[tuple[tuple[str, ...], str, str]] = []
         for d in dissectors:
@@ -188,6 +191,19 @@ class ScopeDispatcher(Bindings):
 
     # -- dispatch -------------------------------------------------------------------
 
+    def _resolving(self, d: type[PayloadDissector]) -> PayloadDecode:
+        """The decode of ``d``'s first message in this scope: asks ``d.decoder()`` (not
+        before: it may import the dissector's decoding modules), keeps it for the next
+        messages, and decodes.  (Whatever ``decoder`` raises is the dissector's error, as
+        its ``decode``'s: ``dispatch`` reports it, and asks again at the next message.)"""
+        def first(state: Any, bindings: Bindings, msg: CarriedMessage,  # noqa: ANN401
+                  hint: str) -> list[Record]:
+            decode = d.decoder()
+            self._targets[d.name] = (decode, state, not d.flow_local)
+            return decode(state, bindings, msg, hint)
+
+        return first
+
     def probed(self, payload: bytes) -> bool:
         """Whether a probe claims ``payload`` (as ``dispatch`` asks them)."""
         for cand in self.probers:
@@ -231,31 +247,13 @@ class ScopeDispatcher(Bindings):
         """Rows decoded from ``msg`` by whichever payload dissector it belongs to."""
         # (an exact binding, the common case, looked up here: ``_match``'s first step)
         hit = self.exact.get(msg.subject)
+        failed: list[Record] | tuple[()] = ()
         if hit is None:
             hit = self._pattern(msg.subject)
-        failed: list[Record] = []
-        if hit is None:
-            for cand in self.probers:
-                if cand.name in self.probe_failed:
-                    continue
-                try:
-                    verdict = cand.probe_payload(msg.payload)
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
-                    if self.strict:
-                        raise
-                    self.probe_failed.add(cand.name)
-                    failed.append(msg.anomaly(
-                        "pipeline.payload_dissector_error",
-                        f"{cand.name} probe_payload raised {exc!r}; it is not asked again "
-                        "for messages of this server"))
-                    continue
-                if verdict == Verdict.YES:
-                    hit = (cand.name, "")
-                    break
-        if hit is None:
-            return failed
+            if hit is None:
+                hit, failed = self._probe(msg)
+                if hit is None:
+                    return failed
         name, hint = hit
         target = self._targets.get(name)
         if target is None:
@@ -273,6 +271,30 @@ class ScopeDispatcher(Bindings):
             return [*failed,
                     msg.anomaly("pipeline.payload_dissector_error", f"{name} raised {exc!r}")]
         return [*failed, *records] if failed else records
+
+    def _probe(self, msg: CarriedMessage) -> tuple[tuple[str, str] | None, list[Record]]:
+        """The (dissector, hint) a probe claims ``msg`` for (None: none does) and the
+        anomaly rows of the probes that raised (not asked again in this scope)."""
+        failed: list[Record] = []
+        for cand in self.probers:
+            if cand.name in self.probe_failed:
+                continue
+            try:
+                verdict = cand.probe_payload(msg.payload)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
+                if self.strict:
+                    raise
+                self.probe_failed.add(cand.name)
+                failed.append(msg.anomaly(
+                    "pipeline.payload_dissector_error",
+                    f"{cand.name} probe_payload raised {exc!r}; it is not asked again "
+                    "for messages of this server"))
+                continue
+            if verdict == Verdict.YES:
+                return (cand.name, ""), failed
+        return None, failed
 
 
 class FlowScope:

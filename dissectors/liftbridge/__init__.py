@@ -31,7 +31,15 @@ from collections import OrderedDict
 from functools import cache, cached_property
 from typing import TYPE_CHECKING, ClassVar
 
-from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
+from dissectors.api import (
+    Bindings,
+    CarriedMessage,
+    PayloadDecode,
+    PayloadDissector,
+    Record,
+    TableSpec,
+    Verdict,
+)
 from dissectors.liftbridge.magic import MAGIC
 from dissectors.liftbridge.table import ENTRIES_TABLE, LIFTBRIDGE_TABLE, MSG_TYPES
 from dissectors.options import SessionOptions, read_payload_cap
@@ -100,3 +108,8 @@ class LiftbridgeDissector(PayloadDissector):
         cls, state: LiftbridgeState, bindings: Bindings, msg: CarriedMessage, hint: str
     ) -> list[Record]:
         return _decoder()(state, bindings, msg, hint)
+
+    @classmethod
+    def decoder(cls) -> PayloadDecode:
+        # (the decoder module's own decode: the dispatcher calls it without this shell)
+        return _decoder()

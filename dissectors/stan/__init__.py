@@ -40,7 +40,15 @@ from collections import OrderedDict
 from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dissectors.api import Bindings, CarriedMessage, PayloadDissector, Record, TableSpec, Verdict
+from dissectors.api import (
+    Bindings,
+    CarriedMessage,
+    PayloadDecode,
+    PayloadDissector,
+    Record,
+    TableSpec,
+    Verdict,
+)
 from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.stan.table import MSG_TYPES, STAN_TABLE
 
@@ -147,3 +155,8 @@ class StanDissector(PayloadDissector):
         cls, state: StanState, bindings: Bindings, msg: CarriedMessage, hint: str
     ) -> list[Record]:
         return _decoder()(state, bindings, msg, hint)
+
+    @classmethod
+    def decoder(cls) -> PayloadDecode:
+        # (the decoder module's own decode: the dispatcher calls it without this shell)
+        return _decoder()

@@ -110,6 +110,42 @@ def test_payload_dissector_bug_becomes_anomaly_unless_strict():
         PayloadDispatcher([Echo], strict=True).scope(1).dispatch(_msg("echo.x", b"boom"))
 
 
+class Delegating(Echo):
+    """A shell whose ``decoder`` hands out another function (as STAN's and Liftbridge's
+    hand out their decoder module's); it raises until ``ready``."""
+
+    name = "delegating"
+    asked = 0
+    ready = False
+
+    @classmethod
+    def decode(cls, state, bindings, msg, hint):
+        raise AssertionError("the dispatcher calls decoder()'s function")
+
+    @classmethod
+    def decoder(cls):
+        cls.asked += 1
+        if not cls.ready:
+            raise RuntimeError("not yet")
+        return Echo.decode.__func__.__get__(Echo)
+
+
+def test_decoder_is_asked_at_the_first_message_and_kept(monkeypatch):
+    monkeypatch.setattr(Delegating, "asked", 0)
+    monkeypatch.setattr(Delegating, "ready", False)
+    scope = PayloadDispatcher([Delegating]).scope(1)
+    scope.bind_subject("s", "delegating", "h")
+    assert Delegating.asked == 0  # (not when the scope is made)
+    (rec,) = scope.dispatch(_msg("s"))  # what decoder() raised: the dissector's error
+    assert rec.values["kind"] == "pipeline.payload_dissector_error" and "not yet" in \
+        rec.values["detail"]
+    Delegating.ready = True
+    assert [r.values for r in scope.dispatch(_msg("s"))] == [{"hint": "h"}]
+    assert [r.values for r in scope.dispatch(_msg("s"))] == [{"hint": "h"}]
+    assert Delegating.asked == 2 and scope.states["delegating"] == ["h", "h"]
+    assert scope.decoded == 3
+
+
 def test_exact_bindings_are_capped():
     scope = PayloadDispatcher([Echo]).scope(1)
     for i in range(MAX_EXACT_BINDINGS + 5):
