@@ -793,15 +793,7 @@ class LineFramer(_Framer):
         self._prev_byte = data[-1]
         self._scan = 0
         self._waiting = True
-        b = self._b
-        pos = b.pos
-        if pos:  # (the resolved bytes of the feed before: ``feed`` would drop them)
-            del b.data[:pos]
-            b.pos = 0
-        b.base += pos + n
-        if b.chunks:
-            b.chunks.clear()
-        b.last = last
+        self._b.passed(n, last)
         budget = self.budget
         if budget is not None and budget.used > budget.limit_bytes:
             budget.hold(self, 0)  # (``_tell(0)``: a hold past the limit asks for a reclaim)

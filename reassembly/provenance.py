@@ -195,6 +195,23 @@ class ProvenanceBuffer:
         self.last = chunk
         return pos
 
+    def passed(self, nbytes: int, last: Chunk) -> None:
+        """The next ``nbytes`` of the stream were resolved straight from the caller's
+        bytes, never fed here (``LineFramer.took``: the compiled NATS scan read a whole
+        segment), with nothing held before them; ``last`` is the record of their last
+        packet.  The buffer then answers as after ``append`` of them and a read position
+        at their end: empty at the offset where they end, ``last`` the provenance of what
+        comes next.  (Here, not in the framer: the one-chunk rule of ``chunks`` is this
+        class's to keep.)"""
+        pos = self.pos
+        if pos:  # (the resolved bytes of the feed before: ``append`` would drop them)
+            del self.data[:pos]
+            self.pos = 0
+        self.base += pos + nbytes
+        if self.chunks:
+            self.chunks.clear()
+        self.last = last
+
     def compact(self) -> int:
         """Drop the resolved prefix now (``feed`` does it anyway), and the chunks wholly
         inside it; returns its length."""
