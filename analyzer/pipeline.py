@@ -174,10 +174,12 @@ def _move_ends(fd: FlowDispatch) -> tuple[Any, ...]:
     (``FlowTable.swap_roles`` exchanges client and server), which makes ``flow.client``
     another object: the caller reads this again then."""
     flow = fd.flow
-    client, server = flow.client, flow.server
     sid = fd.stream_id
-    return ((0, sid, client.ip, client.port, server.ip, server.port),
-            (1, sid, server.ip, server.port, client.ip, client.port), client)
+    ends: list[Any] = []
+    for d in DIRECTIONS:  # (``FlowInfo.endpoint`` says which end is the source)
+        src, dst = flow.endpoint(d)
+        ends.append((int(d), sid, src.ip, src.port, dst.ip, dst.port))
+    return (*ends, flow.client)
 
 
 class CaptureDissection:
