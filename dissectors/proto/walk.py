@@ -43,8 +43,8 @@ from typing import Any, NamedTuple
 from dissectors.proto.wire import ABSENT, MAX_DEPTH, FieldSpec, Kind, MessageSchema
 
 __all__ = ["SWITCH", "Capper", "WalkPlan", "available", "capped_py", "capper",
-           "compiled_walk", "message_set_parser", "present_fields", "tree", "tree_plan", "walk",
-           "walk_plan"]
+           "compiled_column_row", "compiled_move_row", "compiled_walk", "message_set_parser",
+           "present_fields", "tree", "tree_plan", "walk", "walk_plan"]
 
 SWITCH = "MSGCAP_PROTO_WALK"
 
@@ -191,6 +191,18 @@ def present_fields(values: dict[str, Any], present: int,
     ``Decoded.values`` holds them (for code that asks what was on the wire, not what the
     row shows): ``columns`` are (field number, name, column) of the plan's fields."""
     return {name: values[col] for number, name, col in columns if present >> number & 1}
+
+
+def compiled_column_row() -> Callable[..., Any] | None:
+    """``_walk.column_row``, ``columns.RowsFormat``'s record in C (its ``record_py`` is
+    the definition), or None when the extension is not built."""
+    return None if _walk is None else _walk.column_row
+
+
+def compiled_move_row() -> Callable[..., None] | None:
+    """``_walk.move_row``, ``columns.PayloadRows``' move in C (its ``move_py`` is the
+    definition), or None when the extension is not built."""
+    return None if _walk is None else _walk.move_row
 
 
 def message_set_parser() -> Callable[..., tuple[Any, ...] | None] | None:

@@ -170,6 +170,35 @@ def test_sample_messages_give_the_same_rows(name):
     assert _assert_same(messages, 4096, raiser=False) == MOVED[name]
 
 
+@pytest.mark.parametrize("name", CAPTURES)
+def test_the_compiled_record_and_move_are_the_pys(name, monkeypatch):
+    """``RowsFormat.record`` in C (``_walk.column_row``) makes ``record_py``'s batch, and
+    ``PayloadRows.move`` in C (``_walk.move_row``) keeps what ``move_py`` keeps."""
+    fast = columns.RowsFormat(STAN_TABLE)
+    ref = columns.RowsFormat(STAN_TABLE, compiled=False)
+    assert fast.record.__class__ is not ref.record.__class__  # (the extension is built)
+    monkeypatch.setattr(columns, "CONVERT_ROWS", 5)  # (converted in parts)
+    moved = columns.PayloadRows(STAN_TABLE), columns.PayloadRows(STAN_TABLE, compiled=False)
+    for i, msg in enumerate(_messages(name)):
+        values = {"msg_type": "PubAck", "guid": str(i), "data": msg.payload}
+        for acc in moved:
+            acc.move(fast.record(msg, values).rows, 1, FLOW, i, 0, None, *ENDPOINTS[0],
+                     *ENDPOINTS[1])
+        assert list(moved[0]) == list(moved[1])
+        assert (moved[0].nbytes, moved[0]._parts) == (moved[1].nbytes, moved[1]._parts)
+    schema = arrow_schema(STAN_TABLE)
+    assert moved[0].to_batch(schema, CAPTURE_ID).equals(moved[1].to_batch(schema, CAPTURE_ID))
+    for msg in _messages(name):
+        values: dict[str, Any] = {"x": 1}
+        for kids in ((), [msg.record("t", {})]):
+            a = fast.record(msg, values, kids) if kids else fast.record(msg, values)
+            b = ref.record(msg, values, kids) if kids else ref.record(msg, values)
+            assert type(a) is type(b) is ColumnBatch
+            assert (a.fmt, b.fmt, a.rows[0], b.rows[0]) == (fast, ref, values, values)
+            assert a._replace(fmt=None) == b._replace(fmt=None)
+            assert [type(v) for v in a.rows] == [type(v) for v in b.rows]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.sampled_from(CAPTURES),
@@ -211,14 +240,15 @@ def test_the_switch_and_the_option(monkeypatch, env, option, stan, liftbridge):
 
 def test_whole_captures_give_the_same_tables(tmp_path, monkeypatch):
     moves = 0
-    move = columns.PayloadRows.move
+    move = columns.compiled_move_row()
+    assert move is not None  # (the extension is built: its move is the one counted)
 
     def spy(self: columns.PayloadRows, *args: Any) -> None:
         nonlocal moves
         moves += 1
         move(self, *args)
 
-    monkeypatch.setattr(columns.PayloadRows, "move", spy)
+    monkeypatch.setattr(columns, "compiled_move_row", lambda: spy)
     # parts of 3 rows: ``len`` must count them, or the dict rows that wait between the
     # accumulator's rows (ReplicationResponses with entries) would land elsewhere
     monkeypatch.setattr(columns, "CONVERT_ROWS", 3)
