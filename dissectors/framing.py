@@ -794,9 +794,8 @@ class LineFramer(_Framer):
         self._scan = 0
         self._waiting = True
         self._b.passed(n, last)
-        budget = self.budget
-        if budget is not None and budget.used > budget.limit_bytes:
-            budget.hold(self, 0)  # (``_tell(0)``: a hold past the limit asks for a reclaim)
+        if self.budget is not None:
+            self._tell(0)  # (a hold past the limit asks for a reclaim)
 
     def read_exact(
         self,

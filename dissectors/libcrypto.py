@@ -43,9 +43,10 @@ def _library() -> tuple[str, ctypes.CDLL] | None:
     (``RTLD_NOLOAD``: only a library already in the process)."""
     import hashlib  # noqa: F401  (loads ``_hashlib``, and with it libcrypto)
 
-    for soname in _SONAMES:
+    noload: int | None = getattr(os, "RTLD_NOLOAD", None)  # (POSIX only)
+    for soname in _SONAMES if noload is not None else ():
         try:
-            return soname, ctypes.CDLL(soname, mode=os.RTLD_NOLOAD)
+            return soname, ctypes.CDLL(soname, mode=noload or 0)
         except OSError:
             continue
     name = ctypes.util.find_library("crypto")

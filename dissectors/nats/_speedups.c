@@ -589,7 +589,7 @@ static int emit_batch(PyObject *out, PyObject *batch, Py_ssize_t n, PyObject *ki
 
 /* The str objects every carried message of a kind shares: the table name and the op
  * names (made once, at import; the reference's are constants too). */
-static PyObject *S_NATS, *S_OPS[9];
+static PyObject *S_NATS, *S_OPS[Py_ARRAY_LENGTH(OP_NAMES)];
 
 /* Whether the reference offers a complete payload of n bytes: it keeps it whole for the
  * hook when n <= carry_max, else only payload_cap bytes (NatsSession._keep), and offers
@@ -1461,13 +1461,13 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     PyObject *m;
     int k;
     if (PyType_Ready(&ColumnsType) < 0 || PyType_Ready(&OwnedType) < 0) return NULL;
-    if (S_NATS == NULL) {
-        S_NATS = PyUnicode_InternFromString("nats");
-        if (S_NATS == NULL) return NULL;
-        for (k = 0; k < 9; k++) {
-            S_OPS[k] = PyUnicode_InternFromString(OP_NAMES[k]);
+    if (S_NATS == NULL) { /* (S_NATS last: a failed first import is made again whole) */
+        for (k = 0; k < (int)Py_ARRAY_LENGTH(S_OPS); k++) {
+            if (S_OPS[k] == NULL) S_OPS[k] = PyUnicode_InternFromString(OP_NAMES[k]);
             if (S_OPS[k] == NULL) return NULL;
         }
+        S_NATS = PyUnicode_InternFromString("nats");
+        if (S_NATS == NULL) return NULL;
     }
     m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;

@@ -589,7 +589,7 @@ def _shared_by_rows(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],
     rows = [{**c.shared, **dict(zip(_ENVELOPE, env, strict=True)),
              "capture_id": capture_id, "record_id": 0}
             for c, env in zip(chunks, envelopes, strict=True)]
-    base = rows_to_batch(PULSAR_MESSAGES, rows, check_keys=False)
+    base = rows_to_batch(PULSAR_MESSAGES, rows)
     index = from_numpy(np.repeat(np.arange(len(chunks)), counts))
     return {name: _repeated(base.column(name), counts, index, total)
             for name in base.schema.names}
