@@ -24,6 +24,9 @@ from typing import Any, NamedTuple
 
 _INFO_SUFFIXES = (".dist-info", ".egg-info")
 _SEPARATORS = re.compile(r"[-_.]+")
+_LINES = re.compile(r"\r\n|\r|\n")
+# a header line this reader is sure of: a name of printable ASCII but ':' (RFC 5322), then ':'
+_HEADER = re.compile(r"[\x21-\x39\x3b-\x7e]+:")
 # the syntax importlib.metadata accepts for a value (its EntryPoint.pattern)
 _VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 
@@ -53,7 +56,8 @@ def value_parts(value: str) -> tuple[str, str] | None:
     The common ``module.path:attr.path`` of identifiers is split by hand; anything else
     goes to importlib.metadata's pattern (compiling it costs every run ~1 ms)."""
     module, colon, attrs = (part.strip() for part in value.partition(":"))
-    if "[" not in value and all(p.isidentifier() for p in module.split(".")) and (
+    if "[" not in value and value.isascii() and all(
+            p.isidentifier() for p in module.split(".")) and (
             not colon or all(p.isidentifier() for p in attrs.split("."))):
         return module, attrs
     match = re.match(_VALUE, value)
@@ -87,6 +91,8 @@ def _infos(entry: str) -> dict[str, list[str]]:
             if not child.endswith(_INFO_SUFFIXES):  # its name then comes from METADATA
                 raise _Unsure
             key = _normalize(low.rpartition(".")[0].partition("-")[0])
+            if not key:  # no name before the version: importlib reads it from METADATA
+                raise _Unsure
             found.setdefault(key, []).append(os.path.join(entry, child))
     return found
 
@@ -115,14 +121,14 @@ def _header(path: str, key: str) -> str | None:
     if not text:
         raise _Unsure  # an egg-info file, or no metadata at all
     want = key.lower() + ":"
-    lines = text.splitlines()
+    lines = _LINES.split(text)  # (the email parser's line ends: not str.splitlines')
     for i, line in enumerate(lines):
-        if not line.strip():
+        if not line:
             break  # the end of the headers
         if line[:1] in (" ", "\t"):
             continue  # the rest of a folded header
-        if ":" not in line:
-            raise _Unsure  # the email parser's business
+        if not _HEADER.match(line):
+            raise _Unsure  # not a plain header line: the email parser's business
         if line[:len(want)].lower() == want:
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
             if nxt[:1] in (" ", "\t"):

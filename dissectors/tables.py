@@ -221,6 +221,7 @@ ENVELOPE: tuple[Field, ...] = _with_exact_ns((
 ENVELOPE_NAMES = frozenset(f.name for f in ENVELOPE)
 for _f in ENVELOPE:
     _check_column("envelope", _f)
+del _f
 
 
 # --------------------------------------------------------------------------- registry

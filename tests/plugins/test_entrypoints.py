@@ -20,7 +20,7 @@ GROUPS = ("msgcap.dissectors", "msgcap.payload_decoders", "console_scripts", "zz
 
 
 def _reference(group: str) -> list[tuple[str, str, str, str]]:
-    return [(ep.name, ep.value, ep.group, ep.dist.name if ep.dist else "")
+    return [(ep.name, ep.value, ep.group, (ep.dist.name or "") if ep.dist else "")
             for ep in metadata.entry_points(group=group)]
 
 
@@ -102,3 +102,21 @@ def test_load_follows_the_value() -> None:
     assert ep.load() is entrypoints.EntryPoint.load
     assert entrypoints.EntryPoint("x", "dissectors.entrypoints", "g", "").load() is \
         sys.modules["dissectors.entrypoints"]
+
+
+@pytest.mark.parametrize("metadata_text", [
+    # a header line the email parser stops at (a space in its name): Name is then absent
+    "Metadata-Version: 2.1\nSome Thing: x\nName: zz_odd\nVersion: 1\n\n",
+    # a form feed inside a value: the email parser splits lines only at CR/LF
+    "Metadata-Version: 2.1\nName: zz_odd\nVersion: 1\x0c2\n\n",
+])
+def test_odd_metadata_reads_as_the_reference_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metadata_text: str) -> None:
+    d = tmp_path / "zz_odd-1.dist-info"
+    d.mkdir()
+    (d / "METADATA").write_text(metadata_text)
+    (d / "entry_points.txt").write_text("[zz.test]\nodd = m\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert _ours("zz.test") == _reference("zz.test")
+    assert entrypoints.version("zz_odd") == metadata.version("zz_odd")
