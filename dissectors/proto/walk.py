@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 from dissectors.proto.wire import ABSENT, MAX_DEPTH, FieldSpec, Kind, MessageSchema
 
-__all__ = ["SWITCH", "Capper", "WalkPlan", "available", "capped_py", "capper",
+__all__ = ["SWITCH", "Capper", "Walk", "WalkPlan", "available", "capped_py", "capper",
            "compiled_column_row", "compiled_move_row", "compiled_walk", "message_set_parser",
            "present_fields", "tree", "tree_plan", "walk", "walk_plan"]
 
@@ -64,6 +64,9 @@ class WalkPlan(NamedTuple):
     table: list[tuple[str, int, Any] | None]
     base: dict[str, Any]
     defaults: tuple[tuple[int, str, Any], ...]
+    # STAN's step after the fields (``_walk.values``' post: the MsgProto CRC check or the
+    # PubMsg digest status, and the data's ``capped`` columns); None: none
+    post: tuple[Any, ...] | None = None
 
 
 def available() -> bool:
@@ -165,23 +168,24 @@ def walk(data: bytes, pos: int, plan: WalkPlan, base: dict[str, Any] | None = No
     return got
 
 
-def _no_walk(data: bytes, pos: int, table: list[Any], base: dict[str, Any],
-             defaults: tuple[Any, ...]) -> None:
+# (data, pos, table, base, defaults[, post, cap]) -> (values, present) or None
+Walk = Callable[..., "tuple[dict[str, Any], int] | None"]
+
+
+def _no_walk(*args: object) -> None:
     """The walk when the extension is not built: every message to the reader."""
     return None
 
 
-def compiled_walk() -> Callable[[bytes, int, list[Any], dict[str, Any], tuple[Any, ...]],
-                                tuple[dict[str, Any], int] | None]:
+def compiled_walk() -> Walk:
     """``walk`` without its Python frame, for callers that walk per message (STAN,
-    Liftbridge): called as ``compiled_walk()(data, pos, *plan)``, or with another base
-    in ``plan.base``'s place.  Why: the wrapper was ~17 bytecodes a message.  (A plan
-    exists only while the walk was ``available``: a caller holding one walks the same
-    with either.)"""
+    Liftbridge): called as ``compiled_walk()(data, pos, *plan, cap)`` (``cap``: the
+    payload cap of the plan's ``post`` step), or with another base in ``plan.base``'s
+    place.  Why: the wrapper was ~17 bytecodes a message.  (A plan exists only while
+    the walk was ``available``: a caller holding one walks the same with either.)"""
     if _walk is None:
         return _no_walk
-    got: Callable[[bytes, int, list[Any], dict[str, Any], tuple[Any, ...]],
-                  tuple[dict[str, Any], int] | None] = _walk.values
+    got: Walk = _walk.values
     return got
 
 

@@ -169,23 +169,10 @@ def walked_values(plan: WalkPlan, payload: bytes, payload_cap: int | None
     (whose base holds the columns saying how the row was typed).  What the walk leaves
     to this function is what ``decode_kind`` does after the plan loop for a cleanly
     ended message: the data columns, the MsgProto CRC (a mismatch is a problem: None)
-    and the PubMsg digest status."""
-    got = _walk(payload, 0, *plan)
-    if got is None:
-        return None
-    values = got[0]
-    msg_type = values["msg_type"]
-    if msg_type == "MsgProto":
-        data = values["data"]
-        want = values.get("crc32")  # (null when absent: no default)
-        if want is not None and want != _crc32(data):
-            return None  # a crc_mismatch anomaly: decode_kind reports it
-        values["crc_status"] = "absent" if want is None else "ok"
-        _data_columns(values, data, payload_cap)
-    elif msg_type == "PubMsg":
-        digest = _data_columns(values, values["data"], payload_cap)
-        values["pub_sha256_status"] = _digest_status(values["pub_sha256"], digest)
-    return values
+    and the PubMsg digest status, which the walk does itself (its plan's ``post``:
+    ``_POST``)."""
+    got = _walk(payload, 0, *plan, payload_cap)
+    return None if got is None else got[0]
 
 
 def stamped_plan(kind: str, stamp: dict[str, Any]) -> WalkPlan | None:
@@ -219,7 +206,15 @@ def _walk_plans(kind: str) -> WalkPlan | None:
         entries.append((fields[name], column, default, extra))
     base = {"msg_type": msg_type, "malformed": False, "decode_error": None,
             **_SUB_CLOSE.get(kind, {})}
-    return walk_plan(entries, base, (("unknown_fields", []),))
+    plan = walk_plan(entries, base, (("unknown_fields", []),))
+    post = _POST.get(msg_type)
+    return plan if plan is None or post is None else plan._replace(post=post)
+
+
+_DATA_COLUMNS = ("data_len", "data_sha256", "data", "data_truncated")  # (``capper``'s)
+# the walk's post step (``_walk.values``): what ``walked_values`` leaves to it
+_POST = {"MsgProto": (1, "data", "crc32", "crc_status", _DATA_COLUMNS),
+         "PubMsg": (2, "data", "pub_sha256", "pub_sha256_status", _DATA_COLUMNS)}
 
 
 _DATA, _UINT64, _ENUM = 1, 2, 3  # fields that need more than a copy to their column
@@ -242,10 +237,9 @@ def _plan(full: str) -> tuple[tuple[str, str, object, int], ...]:
 
 # ``walk.capped_py``: the ``data`` columns; returns its SHA-256 (a PubMsg checks it
 # against its own)
-_data_columns = capper(("data_len", "data_sha256", "data", "data_truncated"))
+_data_columns = capper(_DATA_COLUMNS)
 
 
-_crc32 = zlib.crc32
 _walk = compiled_walk()  # (``walk.walk`` without its frame: once per message)
 
 
