@@ -188,9 +188,10 @@ class ProvenanceBuffer:
             if chunk[0] != end:
                 raise ValueError(f"the chunk records end at {chunk[0]}, the bytes at {end}")
             ch = self.chunks
-            if buf and not ch:
-                ch.append(self.last)
-            ch.extend(chunks)
+            if ch or buf or len(chunks) > 1:  # (else one record: it is ``last``)
+                if buf and not ch:
+                    ch.append(self.last)
+                ch.extend(chunks)
         buf += data
         self.last = chunk
         return pos
