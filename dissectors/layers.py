@@ -14,7 +14,6 @@ The pipeline adds to each ``LayerRow`` what only it knows: ``capture_id``, ``flo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from dissectors.tables import TableSpec
@@ -23,19 +22,23 @@ from reassembly.events import Direction, StreamGap, gap_wording
 __all__ = ["LayerDissector", "LayerFacts", "LayerRow", "builtin_layers", "stream_gap_anomaly"]
 
 
-@dataclass(slots=True)
 class LayerFacts:
-    """What the layers learned about one flow, for its ``flows`` row."""
+    """What the layers learned about one flow, for its ``flows`` row.  A plain class: a
+    dataclass is built (its methods generated and compiled) at every import, ~0.5 ms of
+    each run's start."""
 
-    layers: list[str] = field(default_factory=list)  # ``flows.layers``, outermost first
-    values: dict[str, Any] = field(default_factory=dict)  # handshake columns of ``flows``
-    # ``flows.protocol`` when no dissector claimed the flow: the name of the layer of
-    # highest ``rank`` that saw it (``claim``)
-    protocol: str | None = None
-    rank: int = -1
-    # the flow's bytes reach dissectors as several inner streams: its undecoded bytes are
-    # what its streams delivered less what their sessions decoded
-    inner_streams: bool = False
+    __slots__ = ("layers", "values", "protocol", "rank", "inner_streams")
+
+    def __init__(self) -> None:
+        self.layers: list[str] = []  # ``flows.layers``, outermost first
+        self.values: dict[str, Any] = {}  # handshake columns of ``flows``
+        # ``flows.protocol`` when no dissector claimed the flow: the name of the layer of
+        # highest ``rank`` that saw it (``claim``)
+        self.protocol: str | None = None
+        self.rank = -1
+        # the flow's bytes reach dissectors as several inner streams: its undecoded bytes
+        # are what its streams delivered less what their sessions decoded
+        self.inner_streams = False
 
     def claim(self, name: str, rank: int) -> None:
         if rank > self.rank:
