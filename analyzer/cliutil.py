@@ -423,11 +423,14 @@ def print_table(console, title: str | None, headers: list[str], rows: list[list[
 
 
 class _NoPandas:
-    """Meta-path finder that makes ``import pandas`` fail while installed."""
+    """Meta-path finder that makes ``import pandas`` (and ``dateutil``) fail while
+    installed."""
+
+    _BLOCKED = ("pandas", "dateutil")
 
     def find_spec(self, name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ImportError("msgcap: pandas is not needed here")
+        if name.partition(".")[0] in self._BLOCKED:
+            raise ImportError(f"msgcap: {name} is not needed here")
         return None
 
 
@@ -439,7 +442,11 @@ def skip_pandas_probe() -> None:
     hands it any.  Its probe runs once per process and remembers the answer, so we
     let that one probe fail, then remove the block: ``to_pandas()`` and any code that
     imports pandas itself still work (pyarrow imports it again when asked for it).
-    Not used by ``msgcap spark``, where pandas objects do reach pyarrow."""
+    Every type inference (``pa.array`` without a type) also imports
+    ``dateutil.relativedelta`` (and ``six``: ~6 ms) to recognise such objects: blocked
+    for this probe only, so a run whose arrays all name their type never loads it, and
+    a later inference imports it as before.  Not used by ``msgcap spark``, where pandas
+    objects do reach pyarrow."""
     if "pandas" in sys.modules:
         return
     block = _NoPandas()

@@ -7,7 +7,6 @@ against its own code before trusting it."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from functools import cache
 
@@ -49,7 +48,10 @@ def _library() -> tuple[str, ctypes.CDLL] | None:
             return soname, ctypes.CDLL(soname, mode=noload or 0)
         except OSError:
             continue
-    name = ctypes.util.find_library("crypto")
+    # imported only here: ctypes.util imports subprocess, tempfile and random (~3 ms)
+    from ctypes.util import find_library
+
+    name = find_library("crypto")
     if not name:
         return None
     try:

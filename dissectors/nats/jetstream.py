@@ -112,10 +112,12 @@ def ack_arrays(op: pa.Array, reply_to: pa.Array) -> dict[str, pa.Array] | None:
         return None
     from pyarrow import _compute
 
+    # typed: an inferred array or scalar imports dateutil (cliutil.skip_pandas_probe)
+    deliveries = pa.array(["MSG", "HMSG"], pa.string())
     hits = call("and", call("starts_with", reply_to,
                             options=_compute.MatchSubstringOptions(ACK_PREFIX)),
-                call("is_in", op, options=_compute.SetLookupOptions(pa.array(["MSG", "HMSG"]))))
-    at = call("indices_nonzero", call("coalesce", hits, pa.scalar(False)))
+                call("is_in", op, options=_compute.SetLookupOptions(deliveries)))
+    at = call("indices_nonzero", call("coalesce", hits, pa.scalar(False, pa.bool_())))
     if not len(at):
         return None
     cols: dict[str, list[Any]] = {name: [None] * len(op) for name in _NAMES}

@@ -204,8 +204,11 @@ def test_help_imports_no_heavy_module():
 # partition is read file by file); the QUIC and TLS machinery and ``cryptography`` (no QUIC,
 # no TLS: the layers import them with a first connection), Felix's frame codec (its probe
 # needs only the magic), the STAN and Liftbridge decoders and ``dissectors.proto`` (no
-# STAN or Liftbridge message: the dissectors' classes and states need neither)
-NOT_FOR_NATS = ("pandas", "dissectors.pulsar.frame", "dissectors.pulsar.session",
+# STAN or Liftbridge message: the dissectors' classes and states need neither), the
+# nats_cluster session and its S2 decoder (no server link), ctypes.util (libcrypto is found
+# already loaded), dateutil (no Arrow type inference: cliutil.skip_pandas_probe)
+NOT_FOR_NATS = ("dissectors.nats.cluster_session", "dissectors.nats.s2", "ctypes.util",
+                "dateutil", "pandas", "dissectors.pulsar.frame", "dissectors.pulsar.session",
                 "dissectors.felix.session", "google.protobuf", "zstandard", "rich",
                 "analyzer.parallel", "multiprocessing", "pyarrow.dataset",
                 "cryptography", "reassembly.quic.connection", "reassembly.quic.crypto",
