@@ -247,13 +247,32 @@ class ScopeDispatcher(Bindings):
         """Rows decoded from ``msg`` by whichever payload dissector it belongs to."""
         # (an exact binding, the common case, looked up here: ``_match``'s first step)
         hit = self.exact.get(msg.subject)
-        failed: list[Record] | tuple[()] = ()
+        failed: list[Record] | tuple[()] = ()  # (no list built for a bound message)
         if hit is None:
             hit = self._pattern(msg.subject)
             if hit is None:
-                hit, failed = self._probe(msg)
+                failed = raised = []
+                for cand in self.probers:
+                    if cand.name in self.probe_failed:
+                        continue
+                    try:
+                        verdict = cand.probe_payload(msg.payload)
+                    except KeyboardInterrupt:
+                        raise
+                    except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
+                        if self.strict:
+                            raise
+                        self.probe_failed.add(cand.name)
+                        raised.append(msg.anomaly(
+                            "pipeline.payload_dissector_error",
+                            f"{cand.name} probe_payload raised {exc!r}; it is not asked "
+                            "again for messages of this server"))
+                        continue
+                    if verdict == Verdict.YES:
+                        hit = (cand.name, "")
+                        break
                 if hit is None:
-                    return failed
+                    return raised
         name, hint = hit
         target = self._targets.get(name)
         if target is None:
@@ -271,30 +290,6 @@ class ScopeDispatcher(Bindings):
             return [*failed,
                     msg.anomaly("pipeline.payload_dissector_error", f"{name} raised {exc!r}")]
         return [*failed, *records] if failed else records
-
-    def _probe(self, msg: CarriedMessage) -> tuple[tuple[str, str] | None, list[Record]]:
-        """The (dissector, hint) a probe claims ``msg`` for (None: none does) and the
-        anomaly rows of the probes that raised (not asked again in this scope)."""
-        failed: list[Record] = []
-        for cand in self.probers:
-            if cand.name in self.probe_failed:
-                continue
-            try:
-                verdict = cand.probe_payload(msg.payload)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # noqa: BLE001 - plugin code, SystemExit too
-                if self.strict:
-                    raise
-                self.probe_failed.add(cand.name)
-                failed.append(msg.anomaly(
-                    "pipeline.payload_dissector_error",
-                    f"{cand.name} probe_payload raised {exc!r}; it is not asked again "
-                    "for messages of this server"))
-                continue
-            if verdict == Verdict.YES:
-                return (cand.name, ""), failed
-        return None, failed
 
 
 class FlowScope:
