@@ -431,10 +431,11 @@ class PayloadDissector(ABC):
     @classmethod
     def decoder(cls) -> PayloadDecode:
         """What the dispatcher calls for each message: a callable taking (state, bindings,
-        msg, hint), as ``decode`` does; default: ``decode`` itself.  Asked once per scope, when its first message is decoded (not
-        when the scope is made: a dissector whose ``decode`` only delegates to a module
-        imported by the first message hands out that module's function here, which spares
-        a Python call per message).  It must decode exactly as ``decode`` does."""
+        msg, hint), as ``decode`` does; default: ``decode`` itself.  Asked once per scope,
+        when its first message is decoded (not when the scope is made: a dissector whose
+        ``decode`` only delegates to a module imported by the first message hands out that
+        module's function here, which spares a Python call per message).  It must decode
+        exactly as ``decode`` does."""
         return cls.decode
 
 
