@@ -1,7 +1,7 @@
 """Payload rows as columns: the rows STAN and Liftbridge decode, handed to the conveyor
 as ``dissectors.api.ColumnBatch`` records instead of ``Record`` dict rows (issue 22).
 
-Why: once the compiled NATS scan took carried PUB/MSG (``CARRIED``), a STAN or
+Why: once the compiled NATS scan took carried PUB/MSG (it offers them itself), a STAN or
 Liftbridge message still cost a ``Record``, its trip through the conveyor's record walk
 (``_collect``: an envelope dict of 16 keys, the values copied into it, a list per table
 per event) and the sink's per-row conversion (``rows_to_batch`` over ~40 keys a row).
