@@ -284,9 +284,10 @@ def _op_trie(items: list[tuple[bytes, bytes]]) -> bytes:
 def _byte_class(seps: bytes) -> bytes:
     """``[...]`` matching one byte of ``seps``, consecutive bytes written as ranges: the
     NATS cluster ops allow any byte after them, and 256 bytes written out one by one took
-    ~9 ms of every run's start to compile (``dissectors.nats.cluster`` builds its rule at
-    import).  Remembered: every op of a rule usually allows the same bytes (the cluster
-    rule's ~20 ops all 256: ~99,000 bytecodes of every run's start made them anew)."""
+    ~9 ms to compile.  Remembered: every op of a rule usually allows the same bytes (the
+    cluster rule's ~20 ops all 256, ~99,000 bytecodes to make anew; since the
+    expressions are compiled at a rule's first resync, ``line_op_resync``, that is paid
+    by the runs that resynchronise, not by every start-up)."""
     out, values, i = [], sorted(set(seps)), 0
     while i < len(values):
         j = i

@@ -111,5 +111,8 @@ class LiftbridgeDissector(PayloadDissector):
 
     @classmethod
     def decoder(cls) -> PayloadDecode:
-        # (the decoder module's own decode: the dispatcher calls it without this shell)
+        # (the decoder module's own decode: the dispatcher calls it without this shell;
+        # a subclass that decodes otherwise is called as it decodes)
+        if cls.decode.__func__ is not LiftbridgeDissector.decode.__func__:  # type: ignore[attr-defined]
+            return cls.decode
         return _decoder()

@@ -192,3 +192,21 @@ def test_verdicts_follow_the_exact_bindings_cap():
             scope.bind_subject(f"r.{i}", "echo", "r")
     assert scope.verdicts == {"r.2": True, "r.3": True, "r.4": True}
     assert not scope.bound("r.0")
+
+
+@pytest.mark.parametrize("name", ["stan", "liftbridge"])
+def test_a_subclass_that_decodes_otherwise_is_called_as_it_decodes(name):
+    # STAN's and Liftbridge's decoder() hand out their decoder module's function; a
+    # subclass overriding decode alone must still be called through its own decode
+    from dissectors.liftbridge import LiftbridgeDissector
+    from dissectors.stan import StanDissector
+
+    base = {"stan": StanDissector, "liftbridge": LiftbridgeDissector}[name]
+
+    class Mine(base):  # type: ignore[valid-type, misc]
+        @classmethod
+        def decode(cls, state, bindings, msg, hint):
+            return ["mine"]
+
+    assert Mine.decoder()(None, None, None, "") == ["mine"]
+    assert base.decoder() is not base.decode  # (the module's function: no shell call)
