@@ -439,6 +439,16 @@ class PayloadDissector(ABC):
         return cls.decode
 
 
+def delegated_decoder(cls: type[PayloadDissector], owner: type[PayloadDissector],
+                      load: Callable[[], PayloadDecode]) -> PayloadDecode:
+    """``decoder()`` for a dissector ``owner`` whose ``decode`` only calls the function
+    ``load()`` returns (a decoder module imported by the first message): that function,
+    so the dispatcher skips the shell; but ``cls.decode`` for a subclass that decodes
+    otherwise (it overrides ``decode`` and not ``decoder``)."""
+    if cls.decode.__func__ is not owner.decode.__func__:  # type: ignore[attr-defined]
+        return cls.decode
+    return load()
+
 # The most subjects a scope's ``verdicts`` holds (``CarrierScope``): replies go to a new
 # ``_INBOX.<id>.<n>`` subject per request, so without a bound the dict would grow with the
 # capture, outside the memory budget.  A fast path that must add one at the bound empties

@@ -39,6 +39,7 @@ from dissectors.api import (
     Record,
     TableSpec,
     Verdict,
+    delegated_decoder,
 )
 from dissectors.liftbridge.magic import MAGIC
 from dissectors.liftbridge.table import ENTRIES_TABLE, LIFTBRIDGE_TABLE, MSG_TYPES
@@ -111,8 +112,4 @@ class LiftbridgeDissector(PayloadDissector):
 
     @classmethod
     def decoder(cls) -> PayloadDecode:
-        # (the decoder module's own decode: the dispatcher calls it without this shell;
-        # a subclass that decodes otherwise is called as it decodes)
-        if cls.decode.__func__ is not LiftbridgeDissector.decode.__func__:  # type: ignore[attr-defined]
-            return cls.decode
-        return _decoder()
+        return delegated_decoder(cls, LiftbridgeDissector, _decoder)

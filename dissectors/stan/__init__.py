@@ -48,6 +48,7 @@ from dissectors.api import (
     Record,
     TableSpec,
     Verdict,
+    delegated_decoder,
 )
 from dissectors.options import SessionOptions, read_payload_cap
 from dissectors.stan.table import MSG_TYPES, STAN_TABLE
@@ -158,8 +159,4 @@ class StanDissector(PayloadDissector):
 
     @classmethod
     def decoder(cls) -> PayloadDecode:
-        # (the decoder module's own decode: the dispatcher calls it without this shell;
-        # a subclass that decodes otherwise is called as it decodes)
-        if cls.decode.__func__ is not StanDissector.decode.__func__:  # type: ignore[attr-defined]
-            return cls.decode
-        return _decoder()
+        return delegated_decoder(cls, StanDissector, _decoder)
