@@ -761,12 +761,12 @@ static PyObject *column_row(PyObject *self, PyObject *const *args, Py_ssize_t na
                         "overhead, fmt, msg, values[, children])");
         return NULL;
     }
-    if (!row_names[0]) {
+    if (!row_names[7]) {  /* (the last: a failed first call is made again whole) */
         static const char *names[8] = {"payload", "direction", "offset_start", "offset_end",
                                        "ts_first_ns", "ts_last_ns", "frame_first",
                                        "frame_last"};
         for (int i = 0; i < 8; i++)
-            if (!(row_names[i] = PyUnicode_InternFromString(names[i])))
+            if (!row_names[i] && !(row_names[i] = PyUnicode_InternFromString(names[i])))
                 return NULL;
     }
     PyObject *msg = args[4];
@@ -848,10 +848,10 @@ static PyObject *move_row(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_IndexError, "tuple index out of range");
         return NULL;
     }
-    if (!move_names[0]) {
+    if (!move_names[3]) {  /* (the last: a failed first call is made again whole) */
         static const char *names[4] = {"nbytes", "_next", "_parts", "_convert"};
         for (int i = 0; i < 4; i++)
-            if (!(move_names[i] = PyUnicode_InternFromString(names[i])))
+            if (!move_names[i] && !(move_names[i] = PyUnicode_InternFromString(names[i])))
                 return NULL;
     }
     PyObject *row = PyTuple_New(k + 8);
