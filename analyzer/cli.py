@@ -462,7 +462,11 @@ def cmd_dissect(args: argparse.Namespace) -> int:
     check_output_dir(args.output)
     from analyzer.digest import prefetch
 
-    prefetch(args.captures)  # the captures' ids are hashed while the rest loads
+    if args.workers == 1:
+        # the captures' ids are hashed while the rest loads.  Not with workers: a thread
+        # running when they start makes ``analyzer.parallel`` spawn them instead of
+        # forking (~0.7 s of CPU each), and a pool's forked children hash their own
+        prefetch(args.captures)
     parse_decode_as(args.decode_as)  # a malformed PORT=NAME is said before the registry loads
     skip_pandas_probe()
     from analyzer.runoptions import options_from_args

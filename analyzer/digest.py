@@ -67,6 +67,27 @@ def _identity(path: str | os.PathLike[str]) -> _Identity | None:
     return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _forget_in_child() -> None:
+    """After a fork: the hashing thread is not in the child, so a digest it had not
+    finished would be waited for forever (``msgcap dissect A B --workers 2`` hung so:
+    its pool's children are forked while the parent hashes).  The child keeps the
+    finished digests, each in a new ``_Pending`` (the parent's thread may have held an
+    old one's lock at the fork), and hashes the others itself; its lock is new too."""
+    global _lock
+    _lock = threading.Lock()
+    done = {}
+    for ident, fut in _prefetched.items():
+        if fut._value:  # (set before its event, by the thread, in one store)
+            done[ident] = _Pending()
+            done[ident].set_result(fut._value)
+    _prefetched.clear()
+    _prefetched.update(done)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _hash(path: str | os.PathLike[str]) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -223,7 +223,11 @@ class OwnedRowsWriter:
 
     def write_batch(self, spec: TableSpec, batch: pa.RecordBatch | pa.Table) -> None:
         if "flow_id" in batch.schema.names:
-            batch = batch.filter(self._owned_mask(batch.column("flow_id")))
+            mask = self._owned_mask(batch.column("flow_id"))
+            # (a light worker's batches are all its own: filtering one anyway copied every
+            # column, ~3 s of CPU in a 1 GB bulk NATS run with --workers 2)
+            if (pc.sum(mask).as_py() or 0) != batch.num_rows:
+                batch = batch.filter(mask)
         elif self.worker != 0:
             return
         if batch.num_rows == 0:

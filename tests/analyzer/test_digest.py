@@ -58,3 +58,39 @@ def test_without_prefetch(tmp_path: Path) -> None:
     path = tmp_path / "d.pcap"
     path.write_bytes(b"plain")
     assert digest.file_sha256(path) == _sha(b"plain")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_does_not_wait_for_the_parents_thread(tmp_path: Path) -> None:
+    """A child forked while a digest was still being made has no hashing thread: it
+    hashes that file itself (it waited forever before: ``msgcap dissect A B --workers
+    2``'s pool children), and keeps the digests already finished."""
+    import select
+    import signal
+
+    unfinished, finished = tmp_path / "u.pcap", tmp_path / "f.pcap"
+    unfinished.write_bytes(b"not hashed yet")
+    finished.write_bytes(b"hashed")
+    digest._prefetched[digest._identity(unfinished)] = digest._Pending()  # never set here
+    done = digest._Pending()
+    done.set_result("f" * 64)  # a stand-in value: only the carried-over digest says it
+    digest._prefetched[digest._identity(finished)] = done
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer on the pipe, then leave without pytest's teardown
+        try:
+            os.write(write, (digest.file_sha256(unfinished) + " "
+                             + digest.file_sha256(finished)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        ready, _, _ = select.select([read], [], [], 60)
+        got = os.read(read, 200).decode() if ready else "hung"
+    finally:
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)
+        digest._prefetched.clear()
+    assert got == _sha(b"not hashed yet") + " " + "f" * 64

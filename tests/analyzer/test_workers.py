@@ -518,3 +518,33 @@ def test_spark_reads_every_part(spark, tmp_path) -> None:
         for d in ("one", "two")
     ]
     assert ids[0] == ids[1] and len(ids[0]) == 205
+
+
+def test_dissect_with_workers_forks_them(tmp_path, monkeypatch) -> None:
+    """``msgcap dissect --workers 2`` starts no digest thread before its workers (a
+    thread running then makes them spawned: an interpreter start and the imports each)."""
+    import time
+
+    from analyzer import cli, digest, parallel
+
+    hash_here = digest._hash
+
+    def slow_off_main(path):  # a large capture's digest: still running when workers start
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(2)
+        return hash_here(path)
+
+    monkeypatch.setattr(digest, "_hash", slow_off_main)
+    running = []
+    real = parallel._start_method
+
+    def start_method():
+        running.append(sorted(t.name for t in threading.enumerate()))
+        return real()
+
+    monkeypatch.setattr(parallel, "_start_method", start_method)
+    code = cli.main(["dissect", str(NATS_BASIC), "-o", str(tmp_path / "out"), "-q",
+                     "--workers", "2"])
+    assert code == 0
+    assert len(running) == 1 and "msgcap-sha256" not in running[0]  # (what ran before may
+    # have left threads of its own in this test process)
