@@ -36,6 +36,7 @@ from analyzer.cliutil import (
     name_stdin_input,
     out_console,
     parse_decode_as,
+    prefer_jemalloc,
     print_error,
     print_table,
     print_user_error,
@@ -1018,6 +1019,8 @@ def main(argv: list[str] | None = None) -> int:
     the process usually ends here (``_exit_without_teardown``)."""
     global _OWN_PROCESS
     _OWN_PROCESS = argv is None
+    if _OWN_PROCESS:
+        prefer_jemalloc()  # (before anything imports pyarrow)
     code = _main(argv)
     if argv is None:
         _exit_without_teardown(code)

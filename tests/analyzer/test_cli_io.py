@@ -293,6 +293,40 @@ def test_command_line_dissect_settles_the_gc_and_main_argv_does_not(tmp_path):
     assert res.stdout.split() == ["50000", "True", "True"], res.stderr
 
 
+@pytest.mark.parametrize("chosen", [None, "system"])
+def test_command_line_makes_jemalloc_the_arrow_pool(tmp_path, chosen):
+    """``cliutil.prefer_jemalloc``: a command-line run allocates Arrow memory from
+    jemalloc (with mimalloc, pyarrow 26's default, a long dissect's RSS crept up),
+    unless ``ARROW_DEFAULT_MEMORY_POOL`` names a pool; ``main(argv)`` leaves the
+    environment alone."""
+    pa = pytest.importorskip("pyarrow")
+    if "jemalloc" not in pa.supported_memory_backends() or sys.platform != "linux":
+        pytest.skip("this pyarrow has no jemalloc")
+    code = ("import os\n"
+            "from analyzer.cli import main\n"
+            "before = os.environ.get('ARROW_DEFAULT_MEMORY_POOL')\n"
+            f"assert main(['dissect', {str(NATS)!r}, '-o', {str(tmp_path / 'a')!r}, '-q']) == 0\n"
+            "assert os.environ.get('ARROW_DEFAULT_MEMORY_POOL') == before\n")
+    # main() in a process that has not imported pyarrow yet
+    probe = ("import atexit, sys\n"
+             "from analyzer.cli import main\n"
+             "atexit.register(lambda: print(__import__('pyarrow').default_memory_pool()"
+             ".backend_name))\n"
+             f"sys.argv = ['msgcap', 'dissect', {str(NATS)!r}, '-o', "
+             f"{str(tmp_path / 'b')!r}, '-q']\n"
+             "main()\n")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-1] == (chosen or "jemalloc")
+
+
 def test_version():
     from importlib.metadata import version
 
