@@ -316,25 +316,34 @@ def _rows(t: pa.Table, cols: Sequence[str]) -> list[tuple]:
     return list(zip(*arrays, strict=True)) if arrays else []
 
 
-def analysis_results(ds: Dataset, window_ns: int | None = None) -> dict[str, pa.Table]:
-    """The analyses (``analyzer.analyses``, run on the embedded DuckDB) of ``ds``, run
-    once per dataset object and window: summary, report, ladder and transcript all read
-    these tables, so they show the numbers ``msgcap analyze`` and Spark write."""
+def analysis_results(ds: Dataset, window_ns: int | None = None,
+                     names: Sequence[str] | None = None) -> dict[str, pa.Table]:
+    """The analyses ``names`` (all when None: ``analyzer.analyses``, run on the embedded
+    DuckDB) of ``ds``, each run once per dataset object and window, and only when asked
+    for (with the earlier results it reads): summary, report, ladder and transcript all
+    read these tables, so they show the numbers ``msgcap analyze`` and Spark write.
+    Why by name: the summary reads five of the seventeen, and the others cost seconds on
+    a large dataset."""
+    from analyzer.analyses import ANALYSES, duck
     from analyzer.analyses import DELIVERY_WINDOW_NS as DEFAULT_WINDOW
-    from analyzer.analyses import duck
 
     window = DEFAULT_WINDOW if window_ns is None else int(window_ns)
     cache = ds.__dict__.setdefault("_analysis_results", {})
     if window not in cache:
         root = ds.root if ds.root.is_dir() else None
-        cache[window] = duck.run(root, params={"delivery_window_ns": window})
-    return cache[window]
+        cache[window] = (duck.connect(root), set(), {})
+    con, made, results = cache[window]
+    wanted = list(names) if names is not None else list(ANALYSES)
+    missing = [n for n in wanted if n not in results]
+    if missing:
+        results.update(duck.run(None, missing, {"delivery_window_ns": window}, con, made))
+    return {n: results[n] for n in wanted}
 
 
 def nats_request_reply(ds: Dataset) -> list[RequestPair]:
     """Every NATS request of the dataset with its outcome (the ``nats_request_reply``
     analysis, docs/analyses.md)."""
-    t = analysis_results(ds)["nats_request_reply"]
+    t = analysis_results(ds, names=["nats_request_reply"])["nats_request_reply"]
     out = [
         RequestPair(r["capture_id"], r["flow_id"], r["request_record_id"], r["request_subject"],
                     r["reply_subject"], r["request_ts_ns"] or 0, r["replies"],
@@ -364,7 +373,7 @@ class Delivery:
 def deliveries(ds: Dataset, window_ns: int = DELIVERY_WINDOW_NS) -> list[Delivery]:
     """Publish -> delivery pairs of NATS and Pulsar (the ``deliveries`` analysis, rows
     matched to a publish)."""
-    t = analysis_results(ds, window_ns)["deliveries"]
+    t = analysis_results(ds, window_ns, ["deliveries"])["deliveries"]
     return [
         Delivery(r["protocol"], r["capture_id"], r["pub_record_id"], r["pub_flow_id"],
                  r["delivery_record_id"], r["delivery_flow_id"], r["subject"], r["latency_ns"])
@@ -375,64 +384,74 @@ def deliveries(ds: Dataset, window_ns: int = DELIVERY_WINDOW_NS) -> list[Deliver
 def fanout_summary(ds: Dataset) -> dict[str, Any]:
     """NATS publish -> delivery matching in numbers (``deliveries`` and
     ``delivery_fanout``): deliveries seen, matched to a publish of the capture, and
-    publishes nobody received."""
-    res = analysis_results(ds)
-    dl = [r for r in res["deliveries"].to_pylist() if r["protocol"] == "nats"]
-    fan = res["delivery_fanout"].to_pylist()
-    matched = [r["latency_ns"] for r in dl if r["pub_record_id"] is not None]
+    publishes nobody received.  Counted in Arrow: a large capture's results have
+    millions of rows (as Python dicts they took GBs)."""
+    res = analysis_results(ds, names=["deliveries", "delivery_fanout"])
+    dl = res["deliveries"]
+    dl = dl.filter(pc.equal(dl["protocol"], "nats"))
+    matched = dl.filter(pc.is_valid(dl["pub_record_id"]))["latency_ns"]
+    fan = res["delivery_fanout"]
     return {
-        "deliveries": len(dl),
+        "deliveries": dl.num_rows,
         "matched_to_publish": len(matched),
-        "publishes": len(fan),
-        "never_delivered": sum(1 for r in fan if not r["delivered"]),
+        "publishes": fan.num_rows,
+        "never_delivered": fan.num_rows - _true_count(fan["delivered"]),
         "latency": latency_stats(matched),
     }
+
+
+def _true_count(column: pa.ChunkedArray | pa.Array) -> int:
+    """Rows whose value is true (null: not)."""
+    return pc.sum(pc.fill_null(pc.cast(column, pa.bool_()), False)).as_py() or 0
 
 
 # ------------------------------------------------------------------------ acks
 
 
-def _pct(values: list[int], q: float) -> int | None:
-    """Discrete percentile, SQL's ``percentile_disc(q)``: the smallest value with at least
-    a fraction ``q`` of the values at or below it (what ``latency_percentiles`` gives)."""
-    if not values:
-        return None
-    s = sorted(values)
-    k = max(0, math.ceil(q * len(s)) - 1)
-    return s[min(k, len(s) - 1)]
+def latency_stats(values_ns: Sequence[int] | pa.ChunkedArray | pa.Array
+                  ) -> dict[str, float | int | None]:
+    """count, min, p50, p90, p99, max in milliseconds (None when no value; nulls are not
+    values).  Percentiles are discrete, SQL's ``percentile_disc(q)``: the smallest value
+    with at least a fraction ``q`` of the values at or below it (what
+    ``latency_percentiles`` gives)."""
+    import numpy as np
+
+    if isinstance(values_ns, pa.ChunkedArray | pa.Array):
+        values = np.sort(pc.drop_null(values_ns).to_numpy(zero_copy_only=False))
+    else:
+        values = np.sort(np.array([v for v in values_ns if v is not None], dtype=np.int64))
+    n = len(values)
+
+    def at(q: float) -> float | None:
+        if not n:
+            return None
+        return round(int(values[min(max(0, math.ceil(q * n) - 1), n - 1)]) / 1e6, 3)
+
+    return {"count": n, "min_ms": at(0.0), "p50_ms": at(0.5), "p90_ms": at(0.9),
+            "p99_ms": at(0.99), "max_ms": at(1.0)}
 
 
-def latency_stats(values_ns: list[int]) -> dict[str, float | int | None]:
-    """count, min, p50, p90, p99, max in milliseconds (None when no value)."""
-
-    def ms(v):
-        return None if v is None else round(v / 1e6, 3)
-
+def request_reply_summary(t: pa.Table) -> dict[str, Any]:
+    """The ``nats_request_reply`` analysis in numbers, with the first five unanswered
+    requests (by capture, time, record id)."""
+    answered = pc.fill_null(pc.greater(t["replies"], 0), False)
+    nr = pc.fill_null(t["no_responders"], False)
+    unanswered = t.filter(pc.and_(pc.invert(answered), pc.invert(nr)))
+    first = unanswered.sort_by([("capture_id", "ascending"), ("request_ts_ns", "ascending"),
+                                ("request_record_id", "ascending")]).slice(0, 5)
     return {
-        "count": len(values_ns),
-        "min_ms": ms(min(values_ns)) if values_ns else None,
-        "p50_ms": ms(_pct(values_ns, 0.5)),
-        "p90_ms": ms(_pct(values_ns, 0.9)),
-        "p99_ms": ms(_pct(values_ns, 0.99)),
-        "max_ms": ms(max(values_ns)) if values_ns else None,
-    }
-
-
-def request_reply_summary(pairs: list[RequestPair]) -> dict[str, Any]:
-    answered = [p for p in pairs if p.answered]
-    nr = [p for p in pairs if p.no_responders and not p.answered]
-    return {
-        "requests": len(pairs),
-        "answered": len(answered),
-        "no_responders": sum(1 for p in pairs if p.no_responders),
-        "unanswered": len(pairs) - len(answered) - len(nr),
-        "replies": sum(p.replies for p in pairs),
-        "latency": latency_stats([p.latency_ns for p in answered if p.latency_ns is not None]),
+        "requests": t.num_rows,
+        "answered": _true_count(answered),
+        "no_responders": _true_count(nr),
+        "unanswered": unanswered.num_rows,
+        "replies": pc.sum(t["replies"]).as_py() or 0,
+        "latency": latency_stats(t.filter(answered)["latency_ns"]),
         "unanswered_examples": [
-            {"capture_id": p.capture_id, "flow_id": p.flow_id, "record_id": p.record_id,
-             "subject": p.subject, "ts": ts_text(p.ts_ns)}
-            for p in pairs if not p.answered and not p.no_responders
-        ][:5],
+            {"capture_id": r["capture_id"], "flow_id": r["flow_id"],
+             "record_id": r["request_record_id"], "subject": r["request_subject"],
+             "ts": ts_text(r["request_ts_ns"] or 0)}
+            for r in first.to_pylist()
+        ],
     }
 
 
@@ -446,35 +465,34 @@ def ack_health(ds: Dataset) -> dict[str, Any]:
     consumer (``slow_consumers``).  Nothing is paired here: these are the analyses' own
     rows counted, so summary, report, ``msgcap analyze`` and Spark give the same numbers
     (tests/analyses/test_consistency.py)."""
-    res = analysis_results(ds)
-    pubs: dict[str, list[dict]] = defaultdict(list)
-    for r in res["publish_ack_latency"].to_pylist():
-        pubs[r["protocol"]].append(r)
-    dels: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for r in res["slow_consumers"].to_pylist():
-        dels[r["protocol"]][0] += r["delivered"]
-        dels[r["protocol"]][1] += r["acked"]
+    res = analysis_results(ds, names=["publish_ack_latency", "slow_consumers"])
+    pubs = res["publish_ack_latency"]
+    dels = res["slow_consumers"].group_by("protocol").aggregate(
+        [("delivered", "sum"), ("acked", "sum")])
+    delivered = dict(zip(dels["protocol"].to_pylist(),
+                         zip(dels["delivered_sum"].to_pylist(), dels["acked_sum"].to_pylist(),
+                             strict=True), strict=True))
     out: dict[str, Any] = {}
-    for proto in sorted(set(pubs) | set(dels),
+    for proto in sorted(set(pubs["protocol"].unique().to_pylist()) | set(delivered),
                         key=lambda p: (ACK_PROTOCOLS + (p,)).index(p)):
         part: dict[str, Any] = {}
-        rows = pubs.get(proto)
-        if rows:
-            acked = sum(1 for r in rows if r["acked"])
-            errors = sum(1 for r in rows if not r["acked"] and r["ack_record_id"] is not None)
-            unacked = len(rows) - acked - errors
+        rows = pubs.filter(pc.equal(pubs["protocol"], proto))
+        if rows.num_rows:
+            is_acked = pc.fill_null(rows["acked"], False)
+            answered = pc.is_valid(rows["ack_record_id"])
+            acked = _true_count(is_acked)
+            errors = _true_count(pc.and_(pc.invert(is_acked), answered))
+            unacked = rows.num_rows - acked - errors
             if proto == "pulsar":
-                lat = [r["latency_ns"] for r in rows
-                       if r["ack_record_id"] is not None and r["latency_ns"] is not None]
-                part["sends"] = {"sent": len(rows), "receipts": acked, "errors": errors,
+                lat = rows.filter(answered)["latency_ns"]
+                part["sends"] = {"sent": rows.num_rows, "receipts": acked, "errors": errors,
                                  "unacked": unacked, "latency": latency_stats(lat)}
             else:
-                part["publishes"] = {"published": len(rows), "acked": acked,
+                part["publishes"] = {"published": rows.num_rows, "acked": acked,
                                      "errors": errors, "unacked": unacked}
-        if proto in dels:
-            delivered, acked = dels[proto]
-            part["deliveries"] = {"delivered": delivered, "acked": acked,
-                                  "unacked": delivered - acked}
+        if proto in delivered:
+            n, acked = (v or 0 for v in delivered[proto])
+            part["deliveries"] = {"delivered": n, "acked": acked, "unacked": n - acked}
         out[proto] = part
     return out
 
@@ -786,7 +804,7 @@ def build_summary(ds: Dataset, top: int = TOP_DEFAULT) -> dict[str, Any]:
     quic = _quic(ds)
     if quic is not None:
         undecoded["quic"] = quic
-    pairs = nats_request_reply(ds)
+    pairs = analysis_results(ds, names=["nats_request_reply"])["nats_request_reply"]
     starts = [c["ts_first_ns"] for c in captures if c["ts_first_ns"] is not None]
     ends = [c["ts_last_ns"] for c in captures if c["ts_last_ns"] is not None]
     t0, t1 = (min(starts), max(ends)) if starts else (None, None)
@@ -815,7 +833,7 @@ def build_summary(ds: Dataset, top: int = TOP_DEFAULT) -> dict[str, Any]:
         "rows": rows,
         "flows": flows,
         "protocols": _protocols(ds, top),
-        "request_reply": {"nats": request_reply_summary(pairs)} if pairs else {},
+        "request_reply": {"nats": request_reply_summary(pairs)} if pairs.num_rows else {},
         "fanout": {"nats": fanout_summary(ds)} if ds.has("nats") else {},
         "acks": ack_health(ds),
         "anomalies": anomalies,
