@@ -28,9 +28,8 @@ from typing import Any
 from analyzer.summary import (
     Dataset,
     UserError,
+    analysis_results,
     build_summary,
-    deliveries,
-    nats_request_reply,
     ts_text,
 )
 from dissectors.redaction import redact_text
@@ -243,10 +242,11 @@ def build_report(
     ``capture``) pick the conversation the sequence diagram opens with; ``step(label)`` is
     called before each stage (progress)."""
     import plotly
+    import pyarrow.compute as pc
     from plotly.offline import get_plotlyjs
 
     from analyzer.report import figures as F
-    from analyzer.transcript import flow_info, flow_messages
+    from analyzer.transcript import flow_head, flow_info
 
     out = check_output(out)
     step("summary")
@@ -256,15 +256,18 @@ def build_report(
     step("rates")
     rates = F.rates_figure(ds)
     step("latencies")
-    dl = deliveries(ds)
-    by_proto: dict[str, list[int]] = {}
-    for d in dl:
-        by_proto.setdefault(f"{d.protocol} publish → delivery", []).append(d.latency_ns)
+    # the analyses' rows in Arrow, not as ``summary.deliveries``' objects: millions of rows
+    res = analysis_results(ds, names=["deliveries", "nats_request_reply"])
+    dl = res["deliveries"].filter(pc.is_valid(res["deliveries"]["pub_record_id"]))
+    by_proto = {f"{proto} publish → delivery":
+                dl.filter(pc.equal(dl["protocol"], proto))["latency_ns"].to_pylist()
+                for proto in dl["protocol"].unique().to_pylist()}
     lat_delivery = F.latency_figure("Publish → delivery latency", by_proto,
                                     "no publish was matched to a delivery in this dataset")
-    pairs = nats_request_reply(ds)
-    rr = {"nats request → reply": [p.latency_ns for p in pairs
-                                   if p.answered and p.latency_ns is not None]}
+    pairs = res["nats_request_reply"]
+    answered = pairs.filter(pc.and_(pc.greater(pairs["replies"], 0),
+                                    pc.is_valid(pairs["latency_ns"])))
+    rr = {"nats request → reply": answered["latency_ns"].to_pylist()}
     lat_request = F.latency_figure("Request → reply latency", rr,
                                    "no answered request in this dataset")
     step("sequence diagram")
@@ -279,7 +282,7 @@ def build_report(
         label = (f"flow {info['flow_id']} {info.get('protocol') or ''} "
                  f"{info.get('client_name') or info['client_ip'] + ':' + str(info['client_port'])}"
                  f" ({info['capture_id'][:8]})")
-        convs.append((label, flow_messages(ds, info), info))
+        convs.append((label, *flow_head(ds, info, F.LADDER_MAX_MESSAGES), info))
     ladder = F.ladder_figure(convs)
     step("anomalies")
     anomalies = F.anomalies_figure(ds)

@@ -291,9 +291,11 @@ def anomalies_figure(ds: Dataset) -> go.Figure:
 # ------------------------------------------------------------------------ ladder
 
 
-def ladder_figure(conversations: list[tuple[str, list[Msg], dict[str, Any]]]) -> go.Figure:
+def ladder_figure(conversations: list[tuple[str, list[Msg], int, dict[str, Any]]]
+                  ) -> go.Figure:
     """Sequence diagram (client lane left, server lane right, one arrow per message,
-    time downwards), with a menu to switch between conversations."""
+    time downwards), with a menu to switch between conversations: each its name, its
+    first decoded messages (``transcript.flow_head``), how many it has, and its flow."""
     title = "Sequence diagram of a conversation"
     conversations = [c for c in conversations if any(not m.anomaly for m in c[1])]
     if not conversations:
@@ -302,9 +304,8 @@ def ladder_figure(conversations: list[tuple[str, list[Msg], dict[str, Any]]]) ->
     annotations: list[list[dict]] = []
     heights = []
     ranges = []
-    for ci, (name, msgs, info) in enumerate(conversations):
+    for ci, (name, msgs, total, info) in enumerate(conversations):
         shown = [m for m in msgs if not m.anomaly][:LADDER_MAX_MESSAGES]
-        total = sum(1 for m in msgs if not m.anomaly)
         t0 = shown[0].ts_ns if shown else 0
         xs, ys, texts, hovers = [], [], [], []
         anns: list[dict] = []
@@ -355,7 +356,7 @@ def ladder_figure(conversations: list[tuple[str, list[Msg], dict[str, Any]]]) ->
         heights.append(max(360, 160 + 34 * (len(shown) + 1)))
         ranges.append([-len(shown) - 0.2 - (total > len(shown)), 0.8])
     buttons = []
-    for ci, (name, _msgs, _info) in enumerate(conversations):
+    for ci, (name, _msgs, _total, _info) in enumerate(conversations):
         vis = [i == ci for i in range(len(conversations))]
         buttons.append({"label": name, "method": "update", "args": [
             {"visible": vis},
