@@ -61,13 +61,23 @@ class _FlowRowSink(RowSink):
     """The writer a ``CaptureDissection`` needs, keeping only its ``flows`` rows (as
     :func:`flow_row` dicts plus ``protocol`` and ``layers``) and dropping every other
     row: `msgcap flows` shows the protocol `dissect` would record without writing a
-    dataset.  A ``RowSink`` (dict rows only): compiled fast paths (which build Arrow
-    batches) stay off, the sessions' rows are dropped as they come."""
+    dataset.  Columnar, owning no flow: the compiled fast paths run, parsing and counting
+    only, as for the flows of another ``--workers`` worker (no rows built), where with
+    them off every message went through the Python reference (58 s for a 1 GB bulk NATS
+    recording, against 5.5 s to dissect it).  Every other row is dropped as it comes."""
 
     closed = False
+    columnar = True
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
+
+    def owns(self, flow_id: int | None) -> bool:
+        return False
+
+    def write_batch(self, spec, batch) -> None:
+        if spec.name == "flows":  # (they come as dict rows; kept whichever way)
+            self.write_rows(spec, batch.to_pylist())
 
     def write_rows(self, spec, rows) -> None:
         if spec.name != "flows":
