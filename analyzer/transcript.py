@@ -294,8 +294,11 @@ def _row_msg(table: str, row: dict) -> Msg:
     )
 
 
-def _read_rows(ds: Dataset, table: str, where) -> list[dict]:
-    t = ds.read(table, where=where)
+def _read_rows(ds: Dataset, table: str, where, among: tuple[str, pa.Array] | None = None
+               ) -> list[dict]:
+    """Rows of ``table`` matching ``where`` as dicts (timestamps as ns); ``among``: only
+    those whose column is one of the ids given (``Dataset.read_ids``)."""
+    t = ds.read(table, where=where) if among is None else ds.read_ids(table, *among, where)
     if t is None or t.num_rows == 0:
         return []
     cols = [c for c in t.column_names if pa.types.is_timestamp(t[c].type)]
@@ -331,11 +334,7 @@ def flow_messages(ds: Dataset, info: dict[str, Any], anomalies: bool = True) -> 
         else:
             top.append(m)
     if anomalies:
-        for r in _read_rows(ds, "anomalies", where):
-            top.append(Msg("anomalies", r.get("record_id"), None, r.get("ts") or 0,
-                           r.get("ts") or 0, r.get("direction"), r["kind"],
-                           [("detail", r["detail"])], None, r.get("frame"), r.get("offset"),
-                           anomaly=True))
+        top += [_anomaly_msg(r) for r in _read_rows(ds, "anomalies", where)]
     top.sort(key=lambda m: (m.ts_ns, m.offset if m.offset is not None else -1, m.record_id or 0))
     for m in top:
         m.children.sort(key=lambda c: (c.record_id or 0))
@@ -345,16 +344,18 @@ def flow_messages(ds: Dataset, info: dict[str, Any], anomalies: bool = True) -> 
 _ORDER_COLUMNS = ("record_id", "parent_record_id", "ts_first", "offset_start")
 
 
-def flow_head(ds: Dataset, info: dict[str, Any], n: int) -> tuple[list[Msg], int]:
-    """The first ``n`` decoded top-level messages of one flow, in ``flow_messages``'
-    order, each with its children (one level: a carrier's carried messages), and how
-    many top-level messages the flow has; anomalies left out.
+def flow_head(ds: Dataset, info: dict[str, Any], n: int, anomalies: bool = False
+              ) -> tuple[list[Msg], int]:
+    """The first ``n`` top-level messages of one flow in ``flow_messages``' order (its
+    anomalies among them when ``anomalies``), each with its children (one level: a
+    carrier's carried messages), and how many top-level messages the flow has.
 
-    Why: a sequence diagram draws a few dozen arrows, and reading a bulk flow whole (as
-    ``flow_messages`` does for a transcript) made hundreds of thousands of dicts of every
-    column: ``msgcap report`` of a 1 GB bulk NATS recording's dataset peaked at 16.7 GB.
-    Here only the ordering columns of the flow are read whole; full rows only for the
-    chosen messages and their children."""
+    Why: a sequence diagram draws a few dozen arrows (the report's, ``msgcap ladder``'s
+    ``--limit``), and reading a bulk flow whole (as ``flow_messages`` does for a
+    transcript) made hundreds of thousands of dicts of every column: ``msgcap report`` of
+    a 1 GB bulk NATS recording's dataset peaked at 16.7 GB.  Here only the ordering
+    columns of the flow are read whole (and its anomalies, when asked for); full rows only
+    for the chosen messages and their children."""
     where = (pads.field("capture") == info["capture_id"]) & (
         pads.field("flow_id") == info["flow_id"])
     keys: dict[str, pa.Table] = {}
@@ -366,46 +367,69 @@ def flow_head(ds: Dataset, info: dict[str, Any], n: int) -> tuple[list[Msg], int
             keys[table] = t
     if len(keys) > 1:  # QUIC packets only when nothing above QUIC was decoded
         keys.pop("quic_packets", None)
-    if not keys:
+    flagged = [_anomaly_msg(r) for r in _read_rows(ds, "anomalies", where)] if anomalies else []
+    if not keys and not flagged:
         return [], 0
-    ids = pa.chunked_array([t["record_id"] for t in keys.values()]).combine_chunks()
+    ids = pa.chunked_array([t["record_id"] for t in keys.values()], pa.int64())
+    names = [*keys, "anomalies"]
     tops = []
     for i, t in enumerate(keys.values()):
         parents = t["parent_record_id"] if "parent_record_id" in t.column_names else None
         top = t if parents is None else t.filter(
             pc.or_(pc.is_null(parents), pc.invert(pc.is_in(parents, value_set=ids))))
-        n_top = top.num_rows
-        tops.append(pa.table({
-            "table": pa.repeat(pa.scalar(i, pa.int32()), n_top),
-            "record_id": top["record_id"],
-            "ts": pc.fill_null(pc.cast(top["ts_first"], pa.int64()), 0)
-            if "ts_first" in top.column_names else pa.repeat(pa.scalar(0), n_top),
-            "offset": pc.fill_null(top["offset_start"], -1)
-            if "offset_start" in top.column_names else pa.repeat(pa.scalar(-1), n_top),
-        }))
+        tops.append(_order_keys(i, top["record_id"].to_pylist(),
+                                _column(top, "ts_first"), _column(top, "offset_start")))
+    tops.append(_order_keys(len(keys), [m.record_id for m in flagged],
+                            [m.ts_ns for m in flagged], [m.offset for m in flagged]))
+    # (a stable sort of messages then anomalies: ``flow_messages``' order, ties included)
     order = pa.concat_tables(tops).sort_by(
-        [("ts", "ascending"), ("offset", "ascending"), ("record_id", "ascending")])
-    total = order.num_rows
+        [("ts", "ascending"), ("offset", "ascending"), ("rid", "ascending")])
     first = order.slice(0, n)
-    chosen = pa.array([r for r in first["record_id"].to_pylist() if r is not None],
+    picked = list(zip(first["table"].to_pylist(), first["record_id"].to_pylist(),
+                      first["row"].to_pylist(), strict=True))
+    chosen = pa.array([r for i, r, _ in picked if names[i] != "anomalies" and r is not None],
                       pa.int64())
-    names = list(keys)
     msgs: dict[int, Msg] = {}
-    for i in sorted(set(first["table"].to_pylist())):
-        rows = _read_rows(ds, names[i], where & pads.field("record_id").isin(chosen))
+    for i in sorted({i for i, _, _ in picked if names[i] != "anomalies"}):
+        rows = _read_rows(ds, names[i], where, ("record_id", chosen))
         msgs.update((r["record_id"], _row_msg(names[i], r)) for r in rows)
-    head = sorted(msgs.values(), key=lambda m: (
-        m.ts_ns, m.offset if m.offset is not None else -1, m.record_id or 0))
+    head = [flagged[row] if names[i] == "anomalies" else msgs[rid] for i, rid, row in picked]
     for table, t in keys.items():
         if "parent_record_id" not in t.column_names:
             continue
-        for r in _read_rows(ds, table, where & pads.field("parent_record_id").isin(chosen)):
+        for r in _read_rows(ds, table, where, ("parent_record_id", chosen)):
             parent = msgs.get(r["parent_record_id"])
             if parent is not None:
                 parent.children.append(_row_msg(table, r))
     for m in head:
         m.children.sort(key=lambda c: (c.record_id or 0))
-    return head, total
+    return head, order.num_rows
+
+
+def _column(t: pa.Table, name: str) -> list[Any]:
+    """A column of the ordering keys as ints (timestamps as ns), None where absent."""
+    if name not in t.column_names:
+        return [None] * t.num_rows
+    col = t[name]
+    return (pc.cast(col, pa.int64()) if pa.types.is_timestamp(col.type) else col).to_pylist()
+
+
+def _order_keys(table: int, record_ids: list, ts: list, offsets: list) -> pa.Table:
+    """``flow_messages``' sort key of each top-level message, with where it came from."""
+    return pa.table({
+        "table": pa.array([table] * len(record_ids), pa.int32()),
+        "row": pa.array(range(len(record_ids)), pa.int64()),
+        "record_id": pa.array(record_ids, pa.int64()),
+        "ts": pa.array([v or 0 for v in ts], pa.int64()),
+        "offset": pa.array([-1 if v is None else v for v in offsets], pa.int64()),
+        "rid": pa.array([v or 0 for v in record_ids], pa.int64()),
+    })
+
+
+def _anomaly_msg(r: dict) -> Msg:
+    return Msg("anomalies", r.get("record_id"), None, r.get("ts") or 0, r.get("ts") or 0,
+               r.get("direction"), r["kind"], [("detail", r["detail"])], None, r.get("frame"),
+               r.get("offset"), anomaly=True)
 
 
 # ------------------------------------------------------------------------ transcript
@@ -566,10 +590,9 @@ def _lane_spans(names: list[str], pos: list[int], gutter: int,
 
 
 def render_flow_ladder(info: dict, msgs: list[Msg], console: Console,
-                       limit: int = 0, width: int | None = None,
-                       time_mode: str = "relative") -> int:
-    """client ↔ server arrows of one flow; returns the number of messages not drawn.
-    The gutter shows seconds into the flow, or the ``--time`` clock asked for."""
+                       width: int | None = None, time_mode: str = "relative") -> None:
+    """client ↔ server arrows of one flow, one per message of ``msgs``.  The gutter
+    shows seconds into the flow, or the ``--time`` clock asked for."""
     t0 = info["ts_first"]
 
     def when(ns: int) -> str:
@@ -582,9 +605,8 @@ def render_flow_ladder(info: dict, msgs: list[Msg], console: Console,
         f" ({info['client_name']})" if info.get("client_name") else "")
     server = f"server {_endpoint(info, 'server')}"
     steps = []
-    shown = msgs if not limit else msgs[:limit]
     prev_ts: int | None = None
-    for m in shown:
+    for m in msgs:
         if m.anomaly:
             steps.append(Step(0, 0, "", when(m.ts_ns), "red",
                               note=f"!! {m.kind}: {m.fields[0][1] if m.fields else ''}"))
@@ -599,7 +621,6 @@ def render_flow_ladder(info: dict, msgs: list[Msg], console: Console,
         src, dst = (0, 1) if m.direction == "c2s" else (1, 0)
         steps.append(Step(src, dst, label, when(m.ts_ns), note=delta.strip()))
     _draw([client, server], steps, console, time_label(time_mode), width)
-    return len(msgs) - len(shown)
 
 
 # --- one message's path -----------------------------------------------------------------
@@ -888,6 +909,13 @@ def flow_has_anomalies(msgs: list[Msg]) -> bool:
     return any(m.anomaly for m in msgs)
 
 
+def flow_anomaly_count(ds: Dataset, info: dict[str, Any]) -> int:
+    """The anomaly rows of one flow (``flow_has_anomalies`` without reading its messages)."""
+    t = ds.read("anomalies", ["record_id"], (pads.field("capture") == info["capture_id"])
+                & (pads.field("flow_id") == info["flow_id"]))
+    return 0 if t is None else t.num_rows
+
+
 # ------------------------------------------------------------------------ NDJSON
 
 
@@ -984,16 +1012,21 @@ def run_ladder(args) -> int:
                     render_path_ladder(title, lanes, steps, notes, console, width=args.width)
                 return 0
             info = flow_info(ds, args.flow, args.capture_id)
-            msgs = flow_messages(ds, info)
+            if args.limit:  # (only what is drawn is read: ``flow_head``)
+                msgs, total = flow_head(ds, info, args.limit, anomalies=True)
+                flagged = flow_anomaly_count(ds, info) > 0
+            else:
+                msgs = flow_messages(ds, info)
+                total, flagged = len(msgs), flow_has_anomalies(msgs)
     except UserError as exc:
         return print_user_error(exc)
     if getattr(args, "json", False):
-        shown = msgs if not args.limit else msgs[:args.limit]
-        write_ndjson(msg_objects(info, shown))
-        return 1 if flow_has_anomalies(msgs) else 0
-    hidden = render_flow_ladder(info, msgs, console, limit=args.limit, width=args.width,
-                                time_mode=getattr(args, "time", "relative"))
-    if hidden:
+        write_ndjson(msg_objects(info, msgs))
+        return 1 if flagged else 0
+    render_flow_ladder(info, msgs, console, width=args.width,
+                       time_mode=getattr(args, "time", "relative"))
+    if total > len(msgs):
         stderr_console(args.quiet).print(
-            f"[dim]{hidden} more messages not drawn (--limit {args.limit}; --limit 0 for all)[/]")
-    return 1 if flow_has_anomalies(msgs) else 0
+            f"[dim]{total - len(msgs)} more messages not drawn (--limit {args.limit}; "
+            "--limit 0 for all)[/]")
+    return 1 if flagged else 0

@@ -234,11 +234,13 @@ def test_quiet_report_prints_nothing(tmp_path, nats_dataset):
     assert "report written to" in loud.stderr
 
 
-@pytest.mark.parametrize("n", [3, 40])
-def test_flow_head_is_the_start_of_flow_messages(all_samples, n) -> None:
-    """``transcript.flow_head`` (what the report's sequence diagram reads) gives, for every
-    flow of every sample, the first ``n`` decoded top-level messages of ``flow_messages``
-    with their children, and the count of all of them."""
+@pytest.mark.parametrize(("n", "anomalies"), [(3, False), (40, False), (5, True)])
+def test_flow_head_is_the_start_of_flow_messages(all_samples, report_dataset, n,
+                                                 anomalies) -> None:
+    """``transcript.flow_head`` (what the report's sequence diagram and ``msgcap ladder
+    --limit`` read) gives, for every flow of every sample and of a damaged capture, the
+    first ``n`` top-level messages of ``flow_messages`` (anomalies among them or not) with
+    their children, and the count of all of them."""
     from analyzer.summary import Dataset
     from analyzer.transcript import flow_head, flow_info, flow_messages
 
@@ -246,15 +248,17 @@ def test_flow_head_is_the_start_of_flow_messages(all_samples, n) -> None:
         return (m.table, m.record_id, m.ts_ns, m.kind, m.fields, m.preview, m.offset,
                 [(c.table, c.record_id, c.kind, c.fields) for c in m.children])
 
-    ds = Dataset(all_samples)
-    flows = ds.read("flows", ["capture_id", "flow_id"])
-    seen = 0
-    for cap, fid in zip(flows["capture_id"].to_pylist(), flows["flow_id"].to_pylist(),
-                        strict=True):
-        info = flow_info(ds, fid, cap)
-        ref = [m for m in flow_messages(ds, info) if not m.anomaly]
-        head, total = flow_head(ds, info, n)
-        assert total == len(ref), (cap, fid)
-        assert [shape(m) for m in head] == [shape(m) for m in ref[:n]], (cap, fid)
-        seen += bool(ref[n:]) and any(m.children for m in head)
+    seen = flagged = 0
+    for ds in (Dataset(all_samples), Dataset(report_dataset)):
+        flows = ds.read("flows", ["capture_id", "flow_id"])
+        for cap, fid in zip(flows["capture_id"].to_pylist(), flows["flow_id"].to_pylist(),
+                            strict=True):
+            info = flow_info(ds, fid, cap)
+            ref = [m for m in flow_messages(ds, info) if anomalies or not m.anomaly]
+            head, total = flow_head(ds, info, n, anomalies)
+            assert total == len(ref), (cap, fid)
+            assert [shape(m) for m in head] == [shape(m) for m in ref[:n]], (cap, fid)
+            seen += bool(ref[n:]) and any(m.children for m in head)
+            flagged += any(m.anomaly for m in head)
     assert seen  # flows cut short whose head has carried messages
+    assert flagged or not anomalies  # and heads with anomalies
