@@ -59,10 +59,11 @@ def _declared_files(table: Path, spec: Any) -> list[Path] | None:
     """The Parquet files of one table when each has exactly the declared columns (names,
     order, types: what this version writes), else None (no files, or a dataset of an
     older or newer version: read through ``open_dataset``, which fills in what a file
-    lacks).  Why: DuckDB reads such files itself, streaming within its memory limit,
-    where a ``pyarrow.dataset`` scan hands it batches read ahead outside that limit (the
-    summary of a 1 GB bulk NATS recording's dataset peaked at 4.4 GB RSS that way, 0.8 GB
-    reading the files natively, and ran faster)."""
+    lacks).  Why: DuckDB reads such files itself, within its memory limit, where a
+    ``pyarrow.dataset`` scan hands it batches read ahead outside that limit: the five
+    analyses the summary reads, on a 1 GB bulk NATS recording's dataset with a 500 MB
+    limit, peaked at 2.8 GB RSS in 34 s that way, at 0.8 GB in 25 s reading the files
+    natively (no limit is set by default: docs/performance.md, "Other commands")."""
     import pyarrow.parquet as pq
 
     from dissectors.schema import arrow_schema
