@@ -194,7 +194,7 @@ class Dataset:
         dset = self._dataset(name)
         cols = with_exact_columns(dset.schema, columns) if columns else None
         # timestamps exact to the nanosecond (the ``X_ns`` columns), as ``timestamp[ns]``
-        table = exact_timestamps(dset.to_table(columns=cols, filter=where))
+        table = exact_timestamps(_scanner(dset, cols, where).to_table())
         self._cache[key] = table
         return table
 
@@ -233,6 +233,18 @@ class Dataset:
 
 
 _REGISTERED = False
+
+
+def _scanner(dset: Any, columns: Sequence[str] | None, where: Any) -> Any:
+    """A scan of ``dset`` reading a batch or two ahead, not whole files' column chunks:
+    pyarrow's defaults (``pre_buffer``, 16 batches and 4 files ahead) made reading one
+    flow of a 1 GB bulk recording's ``nats`` table (233 MB of result) peak at 2.4 GB RSS
+    in 3.2 s, these at 0.7 GB in 1.6 s (local files, where reading ahead buys little)."""
+    import pyarrow.dataset as pads
+
+    return dset.scanner(columns=columns, filter=where, batch_readahead=2,
+                        fragment_readahead=1,
+                        fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
 
 
 def _register_tables() -> None:
