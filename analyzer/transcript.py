@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -345,11 +345,20 @@ def flow_messages(ds: Dataset, info: dict[str, Any], anomalies: bool = True) -> 
 _ORDER_COLUMNS = ("record_id", "parent_record_id", "ts_first", "offset_start")
 
 
+class FlowHead(NamedTuple):
+    """``flow_head``'s answer."""
+
+    messages: list[Msg]  # the first top-level messages, each with its children
+    total: int  # the flow's top-level messages (its anomalies too when asked for)
+    anomalies: int  # the flow's anomaly rows (0 when not asked for)
+
+
 def flow_head(ds: Dataset, info: dict[str, Any], n: int, anomalies: bool = False
-              ) -> tuple[list[Msg], int]:
+              ) -> FlowHead:
     """The first ``n`` top-level messages of one flow in ``flow_messages``' order (its
     anomalies among them when ``anomalies``), each with its children (one level: a
-    carrier's carried messages), and how many top-level messages the flow has.
+    carrier's carried messages), how many top-level messages the flow has, and how many
+    anomalies.
 
     Why: a sequence diagram draws a few dozen arrows (the report's, ``msgcap ladder``'s
     ``--limit``), and reading a bulk flow whole (as ``flow_messages`` does for a
@@ -370,7 +379,7 @@ def flow_head(ds: Dataset, info: dict[str, Any], n: int, anomalies: bool = False
         keys.pop("quic_packets", None)
     flagged = [_anomaly_msg(r) for r in _read_rows(ds, "anomalies", where)] if anomalies else []
     if not keys and not flagged:
-        return [], 0
+        return FlowHead([], 0, 0)
     ids = pa.chunked_array([t["record_id"] for t in keys.values()], pa.int64())
     names = [*keys, "anomalies"]
     tops = []
@@ -378,10 +387,11 @@ def flow_head(ds: Dataset, info: dict[str, Any], n: int, anomalies: bool = False
         parents = t["parent_record_id"] if "parent_record_id" in t.column_names else None
         top = t if parents is None else t.filter(
             pc.or_(pc.is_null(parents), pc.invert(pc.is_in(parents, value_set=ids))))
-        tops.append(_order_keys(i, top["record_id"].to_pylist(),
-                                _column(top, "ts_first"), _column(top, "offset_start")))
-    tops.append(_order_keys(len(keys), [m.record_id for m in flagged],
-                            [m.ts_ns for m in flagged], [m.offset for m in flagged]))
+        tops.append(_order_keys(i, top["record_id"], _column(top, "ts_first"),
+                                _column(top, "offset_start")))
+    tops.append(_order_keys(len(keys), pa.array([m.record_id for m in flagged], pa.int64()),
+                            pa.array([m.ts_ns for m in flagged], pa.int64()),
+                            pa.array([m.offset for m in flagged], pa.int64())))
     # (a stable sort of messages then anomalies: ``flow_messages``' order, ties included)
     order = pa.concat_tables(tops).sort_by(
         [("ts", "ascending"), ("offset", "ascending"), ("rid", "ascending")])
@@ -404,26 +414,27 @@ def flow_head(ds: Dataset, info: dict[str, Any], n: int, anomalies: bool = False
                 parent.children.append(_row_msg(table, r))
     for m in head:
         m.children.sort(key=lambda c: (c.record_id or 0))
-    return head, order.num_rows
+    return FlowHead(head, order.num_rows, len(flagged))
 
 
-def _column(t: pa.Table, name: str) -> list[Any]:
-    """A column of the ordering keys as ints (timestamps as ns), None where absent."""
+def _column(t: pa.Table, name: str) -> Any:
+    """A column of the ordering keys as int64 (timestamps as ns), all null where absent."""
     if name not in t.column_names:
-        return [None] * t.num_rows
-    col = t[name]
-    return (pc.cast(col, pa.int64()) if pa.types.is_timestamp(col.type) else col).to_pylist()
+        return pa.nulls(t.num_rows, pa.int64())
+    return pc.cast(t[name], pa.int64())
 
 
-def _order_keys(table: int, record_ids: list, ts: list, offsets: list) -> pa.Table:
-    """``flow_messages``' sort key of each top-level message, with where it came from."""
+def _order_keys(table: int, record_ids: Any, ts: Any, offsets: Any) -> pa.Table:
+    """``flow_messages``' sort key of each top-level message (``ts or 0``, ``offset`` or
+    -1, ``record_id or 0``), with where it came from."""
+    n = len(record_ids)
     return pa.table({
-        "table": pa.array([table] * len(record_ids), pa.int32()),
-        "row": pa.array(range(len(record_ids)), pa.int64()),
-        "record_id": pa.array(record_ids, pa.int64()),
-        "ts": pa.array([v or 0 for v in ts], pa.int64()),
-        "offset": pa.array([-1 if v is None else v for v in offsets], pa.int64()),
-        "rid": pa.array([v or 0 for v in record_ids], pa.int64()),
+        "table": pa.repeat(pa.scalar(table, pa.int32()), n),
+        "row": pa.array(range(n), pa.int64()),
+        "record_id": record_ids,
+        "ts": pc.fill_null(ts, 0),
+        "offset": pc.fill_null(offsets, -1),
+        "rid": pc.fill_null(record_ids, 0),
     })
 
 
@@ -933,13 +944,6 @@ def flow_has_anomalies(msgs: list[Msg]) -> bool:
     return any(m.anomaly for m in msgs)
 
 
-def flow_anomaly_count(ds: Dataset, info: dict[str, Any]) -> int:
-    """The anomaly rows of one flow (``flow_has_anomalies`` without reading its messages)."""
-    t = ds.read("anomalies", ["record_id"], (pads.field("capture") == info["capture_id"])
-                & (pads.field("flow_id") == info["flow_id"]))
-    return 0 if t is None else t.num_rows
-
-
 # ------------------------------------------------------------------------ NDJSON
 
 
@@ -1037,8 +1041,8 @@ def run_ladder(args) -> int:
                 return 0
             info = flow_info(ds, args.flow, args.capture_id)
             if args.limit:  # (only what is drawn is read: ``flow_head``)
-                msgs, total = flow_head(ds, info, args.limit, anomalies=True)
-                flagged = flow_anomaly_count(ds, info) > 0
+                msgs, total, n_anomalies = flow_head(ds, info, args.limit, anomalies=True)
+                flagged = n_anomalies > 0
             else:
                 msgs = flow_messages(ds, info)
                 total, flagged = len(msgs), flow_has_anomalies(msgs)

@@ -282,7 +282,8 @@ def build_report(
         label = (f"flow {info['flow_id']} {info.get('protocol') or ''} "
                  f"{info.get('client_name') or info['client_ip'] + ':' + str(info['client_port'])}"
                  f" ({info['capture_id'][:8]})")
-        convs.append((label, *flow_head(ds, info, F.LADDER_MAX_MESSAGES), info))
+        head = flow_head(ds, info, F.LADDER_MAX_MESSAGES)
+        convs.append((label, head.messages, head.total, info))
     ladder = F.ladder_figure(convs)
     step("anomalies")
     anomalies = F.anomalies_figure(ds)

@@ -255,8 +255,9 @@ def test_flow_head_is_the_start_of_flow_messages(all_samples, report_dataset, n,
                             strict=True):
             info = flow_info(ds, fid, cap)
             ref = [m for m in flow_messages(ds, info) if anomalies or not m.anomaly]
-            head, total = flow_head(ds, info, n, anomalies)
+            head, total, n_anomalies = flow_head(ds, info, n, anomalies)
             assert total == len(ref), (cap, fid)
+            assert n_anomalies == (sum(m.anomaly for m in ref) if anomalies else 0), (cap, fid)
             assert [shape(m) for m in head] == [shape(m) for m in ref[:n]], (cap, fid)
             seen += bool(ref[n:]) and any(m.children for m in head)
             flagged += any(m.anomaly for m in head)
