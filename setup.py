@@ -14,7 +14,9 @@ in-order TCP delivery) is built the same way and is optional for the same reason
 reference is ``reassembly.network``/``flows``/``tcp`` (tests/perf/test_engine_native.py).
 ``reassembly/_engine.c`` includes ``reassembly/_pcapng_walk.c``, the pcapng block walk
 (it makes that file's batches, whose types are static there); the reference of the walk
-is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).
+is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).  It also includes
+``reassembly/_conn_keys.c``, the connection keys of Spark's split ingest (reference:
+``analyzer.spark.task.conn_key``, tests/spark/test_conn_keys.py).
 
 ``dissectors.proto._walk`` (STAN and Liftbridge row values from clean protobufs,
 ``dissectors/proto/walk.py``) likewise; its reference is ``dissectors.proto.wire``
@@ -58,10 +60,10 @@ setup(
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),
-        Extension(  # one unit: _engine.c includes _pcapng_walk.c (module docstring)
+        Extension(  # one unit: _engine.c includes _pcapng_walk.c, _conn_keys.c (module docstring)
             "reassembly._engine",
             ["reassembly/_engine.c"],
-            depends=["reassembly/_pcapng_walk.c"],
+            depends=["reassembly/_pcapng_walk.c", "reassembly/_conn_keys.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

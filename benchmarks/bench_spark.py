@@ -85,10 +85,17 @@ def _profile_split(path: Path, work: Path, local: bool = True) -> dict:
         iter_range_frames,
         plan_ranges,
         probe_layout,
+        range_batches,
         scan_range,
         verify_chain,
     )
-    from analyzer.spark.task import conn_key, range_stats, sweep_schedule
+    from analyzer.spark.task import (
+        keyed_batches,
+        keyed_batches_native,
+        range_stats,
+        range_stats_batches,
+        sweep_schedule,
+    )
     from dissectors.registry import discover
     from dissectors.schema import register_table
 
@@ -120,31 +127,25 @@ def _profile_split(path: Path, work: Path, local: bool = True) -> dict:
     ranges = plan_ranges(layout, path.stat().st_size + 1)  # one range: the whole file
     scans = timed("pass 1: scan", lambda: [scan_range(layout, 0, *ranges[0])])
     plans, _why = verify_chain(layout, scans, None)
-    stats = timed("pass 2: range_stats", lambda: [range_stats(
+    timed("pass 2: range_stats (Python reference)", lambda: [range_stats(
         iter_range_frames(layout, plans[0]), opts.limits, True)])
+    stats = timed("pass 2: range_stats_batches (native engine)", lambda: [range_stats_batches(
+        range_batches(layout, plans[0]), opts.limits, True)])
     schedule = sweep_schedule(stats)
-    import pyarrow as pa
-
-    def keyed() -> list:
-        cols: list[list] = [[] for _ in range(7)]
-        for fr in iter_range_frames(layout, plans[0]):
-            cols[0].append(conn_key(fr.linktype, fr.data).key)
-            for k, v in enumerate(fr, 1):
-                cols[k].append(v)
-        names = ["key", "frame", "ts", "linktype", "data", "orig_len", "iface"]
-        return [pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=names)]
-
-    batches = timed("pass 3a: frames read + conn_key + Arrow batches", keyed)
+    timed("pass 3a: frames read + keys + Arrow batches (Python reference)", lambda: list(
+        keyed_batches(iter_range_frames(layout, plans[0]), {}, {}, False)))
+    batches = timed("pass 3a: frames read + keys + Arrow batches (native engine)", lambda: list(
+        keyed_batches_native(range_batches(layout, plans[0]), {}, {}, False)))
     frames = timed("pass 3b: Arrow batches back to Frame tuples",
                    lambda: list(I._frames_of(batches)))
-    summary = timed("pass 3c: reassembly + dissection + sorted runs (RunSink)",
+    summary = timed("pass 3c: reassembly + dissection + runs (RunSink)",
                     lambda: I._dissect_partition(
                         iter(frames), "0" * 16, opts, schedule, None, {}, None,
                         str(work / "p-runs"), 0))
     luts = I._flow_luts([summary])
     dissection = CaptureDissection("0" * 16, I._ListSink(), registry, opts)
     tables = list(dissection.tables.values())
-    timed("pass 3d: runs read, ids remapped, merged, part files written",
+    timed("pass 3d: runs read, ids remapped, part files written",
           lambda: I._write_piece(str(work / "p-split"), "0" * 16, "0" * 64, opts, "bench",
                                  tables, summary, luts.get(0, np.zeros(1, dtype=np.int64)),
                                  {}, True))

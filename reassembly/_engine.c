@@ -18,6 +18,8 @@
  *                _pcapng_walk.c, included below) with their decoded rows.
  *   Engine     - the registered flows and what was taken since the last sync.
  *   decode()   - the decode of one frame, for frames read by the Python readers.
+ *   conn_keys(), conn_facts(), Batch.columns() - for Spark's split ingest
+ *                (_conn_keys.c, included below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -449,12 +451,21 @@ static PyObject *py_batch_of(PyObject *self, PyObject *arg) {
     return (PyObject *)b;
 }
 
+/* ------------------------------------------------------------------ connection keys */
+
+#include "_conn_keys.c"
+
 static PyMethodDef batch_methods[] = {
     {"frame", (PyCFunction)batch_frame, METH_O,
      "frame(i) -> (number, ts_ns, linktype, data, orig_len, interface): a Frame's fields"},
     {"row", (PyCFunction)batch_row, METH_O, "row(i) -> the decoded row (see decode) or None"},
     {"kinds", (PyCFunction)batch_kinds, METH_NOARGS,
      "kinds() -> bytes: 0 slow, 6 TCP, 17 UDP, one per record"},
+    {"columns", (PyCFunction)batch_columns, METH_O,
+     "columns(start) -> (stop, numbers, ts, linktypes, orig_lens, interfaces, offsets, data):"
+     " records [start, stop) as Arrow column buffers (_conn_keys.c)"},
+    {"times", (PyCFunction)batch_times, METH_NOARGS,
+     "times() -> (numbers, ts): int64 buffers of the records' frame numbers and times"},
     {NULL}};
 
 static PyGetSetDef batch_getset[] = {
@@ -2541,6 +2552,12 @@ static PyMethodDef module_methods[] = {
     {"slide", py_slide, METH_VARARGS,
      "slide(runs, window_type): each run's flow direction's overlap-check window ends with "
      "the bytes delivered (reassembly.native.NativeReassembler._slide_windows)"},
+    {"conn_keys", py_conn_keys, METH_VARARGS,
+     "conn_keys(batch, rep) -> (keys, slow): the split ingest's task key of each fast "
+     "record, None for the slow ones, and their indexes (_conn_keys.c)"},
+    {"conn_facts", py_conn_facts, METH_VARARGS,
+     "conn_facts(batch, pairs, hints, patterns) -> slow: range_stats' facts of the fast "
+     "records into the sets; the slow records' indexes (_conn_keys.c)"},
     {"walk_pcapng", py_walk_pcapng, METH_VARARGS,
      "walk_pcapng(buf, pos, stop, big_endian, interfaces, number, last_ts, max) -> "
      "(Batch, last_ts)"},

@@ -27,7 +27,7 @@ import socket
 import struct
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from itertools import groupby
-from typing import Any, NamedTuple, TypeGuard, TypeVar, cast
+from typing import IO, Any, NamedTuple, TypeGuard, TypeVar, cast
 
 from reassembly.capture import CaptureReader, Frame, open_capture
 from reassembly.engine import CaptureClock, Reassembler
@@ -42,8 +42,9 @@ from reassembly.events import (
 from reassembly.flows import UNKNOWN_WSCALE, _Tcp
 from reassembly.limits import SECOND_NS, TIER_BUFFERS, TIER_WINDOWS, Limits, MemoryHolder
 from reassembly.pcap import FILE_HEADER_LEN, PcapHeader
-from reassembly.pcapng import Interface, PcapngReader
+from reassembly.pcapng import Interface, PcapngReader, SectionState
 from reassembly.provenance import SEGMENT, CoalescedData
+from reassembly.ranges import FileFormat, open_range, read_frames
 from reassembly.tcp import (
     OOW_SLACK_BYTES,
     PIECE_OVERHEAD_BYTES,
@@ -116,6 +117,8 @@ _apply_effects = getattr(_engine, "apply_effects", None)
 BATCH_RECORDS = 16384
 # Bytes read from the capture at a time (as reassembly.capture.CHUNK).
 READ_CHUNK = 1 << 20
+# Bytes of a range read at a time (``range_batches``): a few C batches' worth
+RANGE_CHUNK = 8 << 20
 
 TCP = 6
 # ``MSGCAP_NATIVE_ENGINE=0``: capture_events runs the reference alone (``enabled``).
@@ -270,6 +273,63 @@ def frame_batches(frames: Iterable[Frame], max_records: int = BATCH_RECORDS
             pending = []
     if pending:
         yield _engine.batch_of(pending)
+
+
+def range_batches(f: IO[bytes], fmt: FileFormat, start: int, stop: int, problems: list[str],
+                  *, number: int = 0, state: SectionState | None = None, path: str = "",
+                  max_records: int = BATCH_RECORDS) -> Iterator[_engine.Batch]:
+    """The records of ``[start, stop)`` of the uncompressed capture open as ``f`` (a
+    range ``analyzer.spark.split`` verified: ``start`` a record boundary, ``stop`` where
+    its last record ends) as C batches: the frames ``ranges.open_range`` reads there,
+    numbered from ``number + 1``.
+
+    Classic pcap: walked by ``_engine.walk_pcap`` straight from the file's bytes (as
+    ``reader_batches`` walks a whole file); should the walk stop short of ``stop`` (the
+    file changed since it was verified), the range reader reads the rest, reporting its
+    damage into ``problems`` as ``ranges.read_frames`` does.  pcapng: the range reader's
+    frames, batched (``frame_batches``).  Why: Spark's split ingest read every frame of
+    a range through the Python reader twice (passes 2 and 3)."""
+    if fmt.format == "pcap":
+        at, number = yield from _walk_pcap_range(f, fmt.pcap, max(start, fmt.data_start),
+                                                 stop, number, max_records)
+        if at == stop:
+            return
+        start, state = at, None
+    reader = open_range(f, fmt, start, stop, number=number, state=state, path=path)
+    yield from frame_batches(read_frames(reader, problems), max_records)
+    if reader.offset != stop:
+        problems.append(f"range read to offset {reader.offset}, planned to {stop}")
+
+
+def _walk_pcap_range(f: IO[bytes], header: PcapHeader, at: int, stop: int, number: int,
+                     max_records: int) -> Generator[_engine.Batch, None, tuple[int, int]]:
+    """``range_batches`` of a classic pcap range: yields the batches the C walk makes of
+    ``[at, stop)`` and returns where it stopped and the number of the last frame."""
+    big, rec_len = header.endian == ">", header.rec_len
+    swap, mult, limit, linktype = header.swap, header.mult, header.limit, header.linktype
+    f.seek(at)
+    buf, pos = b"", 0  # ``buf`` holds the file's bytes from ``at``
+    while True:
+        batch = _engine.walk_pcap(buf, pos, big, rec_len, swap, mult, limit, linktype, number,
+                                  max_records)
+        if len(batch):
+            number = batch.number
+            yield batch
+        pos = batch.end
+        if batch.stop:  # a caplen over the limit: the reader says what it is
+            break
+        if len(batch) == max_records:
+            continue
+        have = len(buf) - pos  # the start of a record the buffer does not hold whole
+        want = min(stop - at - pos, max(RANGE_CHUNK, 2 * have))
+        if want <= have:
+            break
+        if have:  # read again with what follows (cheaper than joining the buffers)
+            f.seek(at + pos)
+        at, buf, pos = at + pos, f.read(want), 0
+        if len(buf) <= have:  # the file ended
+            break
+    return at + pos, number
 
 
 # -- the engine ------------------------------------------------------------------------

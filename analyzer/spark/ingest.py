@@ -73,23 +73,26 @@ from analyzer.spark.split import (
     link_types,
     plan_ranges,
     probe_layout,
+    range_batches,
     scan_range,
     verify_chain,
 )
 from analyzer.spark.storage import Store
 from analyzer.spark.task import (
-    NO_KEY,
     RunSink,
     TaskReassembler,
-    conn_key,
+    keyed_batches,
+    keyed_batches_native,
     native_events,
     range_stats,
+    range_stats_batches,
     sweep_schedule,
 )
 from dissectors.payload.writer import DecodingWriter
 from dissectors.registry import Registry, discover
 from dissectors.schema import register_table, rows_to_batch
 from dissectors.tables import PARTITION_KEY, TableSpec
+from reassembly import native
 from reassembly.capture import Frame
 from reassembly.events import Anomaly
 from reassembly.flows import RoleSwaps
@@ -105,7 +108,6 @@ _BLOB_SCHEMA = "idx long, blob binary"
 _PACKET_SCHEMA = (
     "key binary, frame long, ts long, linktype int, data binary, orig_len long, iface int"
 )
-_PACKET_BATCH = 8192
 _STAGING_PREFIX = ".msgcap-spark-staging-"
 
 
@@ -466,7 +468,10 @@ def _ingest_split(
 
     def stats_task(i: int) -> dict[str, Any]:
         problems: list[str] = []
-        st = range_stats(iter_range_frames(layout, plans[i], problems), limits, True)
+        if native.enabled():
+            st = range_stats_batches(range_batches(layout, plans[i], problems), limits, True)
+        else:
+            st = range_stats(iter_range_frames(layout, plans[i], problems), limits, True)
         if st["frames"] != plans[i].frames:
             problems.append(f"range {i}: {st['frames']} frames, pass 1 counted {plans[i].frames}")
         st["problems"] = problems
@@ -546,37 +551,15 @@ def _dissect_split(spark, layout, plans, scans, out: OutDir, capture_id: str, sh
         staging = out / staging_name
         staging.mkdir(parents=True)
     nparts = partitions or max(2, 2 * spark.sparkContext.defaultParallelism)
-    pschema = pa.schema(
-        [("key", pa.binary()), ("frame", pa.int64()), ("ts", pa.int64()),
-         ("linktype", pa.int32()), ("data", pa.binary()), ("orig_len", pa.int64()),
-         ("iface", pa.int32())]
-    )
-
     def packets_task(batches):
         for batch in batches:
             for i in batch.column(0).to_pylist():
-                cols: list[list] = [[] for _ in range(7)]
-                for fr in iter_range_frames(layout, plans[i]):
-                    ck = conn_key(fr.linktype, fr.data)
-                    if by_pair:
-                        key = NO_KEY  # one task: exact whatever the fragments
-                    else:
-                        key = ck.key
-                        if ck.later:  # no ports: the connection of its first fragment
-                            key = frag_keys.get(ck.frag) or key
-                        key = rep.get(key, key)
-                    cols[0].append(key)
-                    cols[1].append(fr.number)
-                    cols[2].append(fr.ts_ns)
-                    cols[3].append(fr.linktype)
-                    cols[4].append(fr.data)
-                    cols[5].append(fr.orig_len)
-                    cols[6].append(fr.interface)
-                    if len(cols[1]) >= _PACKET_BATCH:
-                        yield pa.RecordBatch.from_arrays(cols, schema=pschema)
-                        cols = [[] for _ in range(7)]
-                if cols[1]:
-                    yield pa.RecordBatch.from_arrays(cols, schema=pschema)
+                if native.enabled():
+                    yield from keyed_batches_native(range_batches(layout, plans[i]), frag_keys,
+                                                    rep, by_pair)
+                else:
+                    yield from keyed_batches(iter_range_frames(layout, plans[i]), frag_keys,
+                                             rep, by_pair)
 
     staging_s = str(staging)
     store = out if isinstance(out, Store) else None
@@ -682,7 +665,7 @@ def task_events(reasm: TaskReassembler, frames, options: Options,
 
 def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unknown_first,
                        frag_max, staging, piece) -> dict[str, Any] | None:
-    """One dissection task: whole IP pairs, frames in capture order → sorted runs."""
+    """One dissection task: whole IP pairs, frames in capture order → runs of rows."""
     registry = discover()
     for spec in registry.tables():
         register_table(spec)
@@ -778,55 +761,6 @@ def _remap(batch: pa.RecordBatch, lut: np.ndarray) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
 
 
-class _Run:
-    def __init__(self, batches: Iterator[pa.RecordBatch], key: str) -> None:
-        self._it = batches
-        self._key = key
-        self.table: pa.Table | None = None
-        self.keys = np.empty(0, dtype=np.int64)
-        self.exhausted = False
-        self.load()
-
-    def load(self) -> None:
-        while not self.exhausted and (self.table is None or self.table.num_rows == 0):
-            batch = next(self._it, None)
-            if batch is None:
-                self.exhausted = True
-                break
-            self.table = pa.Table.from_batches([batch])
-            self.keys = self.table.column(self._key).to_numpy()
-
-    @property
-    def live(self) -> bool:
-        return self.table is not None and self.table.num_rows > 0
-
-
-def merge_runs(runs: list[_Run], key: str) -> Iterator[pa.Table]:
-    """k-way merge of runs sorted by ``key`` (unique), in vectorised rounds: each round
-    emits every buffered row not above the smallest "last buffered key" among runs that
-    still have rows to load."""
-    while True:
-        live = [r for r in runs if r.live]
-        if not live:
-            return
-        bounds = [int(r.keys[-1]) for r in live if not r.exhausted]
-        limit = min(bounds) if bounds else None
-        parts, keys = [], []
-        for r in live:
-            n = len(r.keys) if limit is None else int(np.searchsorted(r.keys, limit, "right"))
-            if n:
-                parts.append(r.table.slice(0, n))
-                keys.append(r.keys[:n])
-                r.table = r.table.slice(n)
-                r.keys = r.keys[n:]
-            if r.table.num_rows == 0:
-                r.load()
-        table = pa.concat_tables(parts)
-        if len(parts) > 1:
-            table = table.take(pa.array(np.argsort(np.concatenate(keys), kind="stable")))
-        yield table
-
-
 def _file_batches(path: str, lut: np.ndarray, store: Store | None = None
                   ) -> Iterator[pa.RecordBatch]:
     pf = store.open_parquet(path) if store is not None else pq.ParquetFile(path)
@@ -852,9 +786,10 @@ def _flow_luts(summaries: list[dict[str, Any]]) -> dict[int, np.ndarray]:
 def _write_piece(out: str | Store, capture_id: str, sha: str, options: Options, job: str,
                  tables: list[TableSpec], summary: dict[str, Any], lut: np.ndarray,
                  extra: dict[str, list[dict[str, Any]]], first: bool) -> dict[str, Any]:
-    """On an executor: one dissection task's sorted runs, flow ids made capture-wide,
-    merged and written as ``part-<piece>.parquet`` of each table by this attempt (the
-    ``first`` piece also writes the whole-capture rows and every table's empty file)."""
+    """On an executor: one dissection task's runs, flow ids made capture-wide, written
+    in the order the task made their rows as ``part-<piece>.parquet`` of each table by
+    this attempt (the ``first`` piece also writes the whole-capture rows, after the
+    others as the local run does, and every table's empty file)."""
     for spec in tables:
         register_table(spec)
     store = out if isinstance(out, Store) else None
@@ -862,14 +797,13 @@ def _write_piece(out: str | Store, capture_id: str, sha: str, options: Options, 
         writer = _AttemptWriter(wdir, capture_id, sha, options, summary["piece"],
                                 _attempt_tag(job))
         try:
-            for spec in tables:
-                key = "record_id" if "record_id" in spec.column_names else "flow_id"
-                runs = [_Run(_file_batches(f, lut, store), key) for f in summary["files"]
-                        if Path(f).parent.name == spec.name]
-                if first and extra.get(spec.name):
-                    runs.append(_Run(iter([rows_to_batch(spec, extra[spec.name])]), key))
-                for table in merge_runs(runs, key):
-                    writer.write_batch(spec, table)
+            for spec in tables:  # (runs in the order the task wrote them)
+                for f in summary["files"]:
+                    if Path(f).parent.name == spec.name:
+                        for batch in _file_batches(f, lut, store):
+                            writer.write_batch(spec, batch)
+                if first and extra.get(spec.name):  # (what the local run writes last)
+                    writer.write_batch(spec, rows_to_batch(spec, extra[spec.name]))
             rows = writer.close(ensure_tables=tables if first else ())
         except BaseException:
             writer.abort()

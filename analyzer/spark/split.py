@@ -18,7 +18,8 @@ Strategy (plain Python, no Spark here, so it is tested on its own); the reading 
    ``SectionState`` in force at its start.
 4. ``iter_range_frames`` (passes 2 and 3) yields the range's frames with the whole-file
    reader itself (``reassembly.ranges.open_range``): same numbers, timestamps, link
-   types, bytes, interfaces.
+   types, bytes, interfaces; ``range_batches`` gives the same frames as the native
+   engine's C batches (a classic pcap range walked in C).
 
 Anything the whole-file reader would report as damage (a bad or truncated record, an
 unknown interface, a simple packet block whose timestamp would come from another
@@ -31,9 +32,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.spark.storage import open_input
+from reassembly import native
 from reassembly.capture import Frame
 from reassembly.compression import GZIP_MAGIC, ZSTD_MAGIC
 from reassembly.pcap import FILE_HEADER_LEN
@@ -48,11 +50,15 @@ from reassembly.ranges import (
     walk_range,
 )
 
+if TYPE_CHECKING:
+    from reassembly._engine import Batch
+
 __all__ = [
     "Layout",
     "RangePlan",
     "RangeScan",
     "iter_range_frames",
+    "range_batches",
     "link_types",
     "plan_ranges",
     "probe_layout",
@@ -230,5 +236,19 @@ def iter_range_frames(layout: Layout, plan: RangePlan, problems: list[str] | Non
         yield from read_frames(reader, problems)
         if reader.offset != plan.stop:
             problems.append(f"range read to offset {reader.offset}, planned to {plan.stop}")
+    finally:
+        f.close()
+
+
+def range_batches(layout: Layout, plan: RangePlan, problems: list[str] | None = None,
+                  max_records: int = 8192) -> Iterator[Batch]:
+    """``iter_range_frames`` as the native engine's C batches (``native.range_batches``:
+    the same frames and problems)."""
+    problems = problems if problems is not None else []
+    f = open_input(layout.path)
+    try:
+        yield from native.range_batches(f, layout.file, plan.first, plan.stop, problems,
+                                        number=plan.frame_base, state=plan.state,
+                                        path=layout.path, max_records=max_records)
     finally:
         f.close()
