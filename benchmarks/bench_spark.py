@@ -90,6 +90,7 @@ def _profile_split(path: Path, work: Path, local: bool = True) -> dict:
         verify_chain,
     )
     from analyzer.spark.task import (
+        PacketBatches,
         keyed_batches,
         keyed_batches_native,
         range_stats,
@@ -136,11 +137,9 @@ def _profile_split(path: Path, work: Path, local: bool = True) -> dict:
         keyed_batches(iter_range_frames(layout, plans[0]), {}, {}, False)))
     batches = timed("pass 3a: frames read + keys + Arrow batches (native engine)", lambda: list(
         keyed_batches_native(range_batches(layout, plans[0]), {}, {}, False)))
-    frames = timed("pass 3b: Arrow batches back to Frame tuples",
-                   lambda: list(I._frames_of(batches)))
-    summary = timed("pass 3c: reassembly + dissection + runs (RunSink)",
+    summary = timed("pass 3b-c: Arrow batches to C batches, reassembly, dissection, runs",
                     lambda: I._dissect_partition(
-                        iter(frames), "0" * 16, opts, schedule, None, {}, None,
+                        PacketBatches(batches), "0" * 16, opts, schedule, None, {}, None,
                         str(work / "p-runs"), 0))
     luts = I._flow_luts([summary])
     dissection = CaptureDissection("0" * 16, I._ListSink(), registry, opts)

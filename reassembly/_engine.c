@@ -2555,6 +2555,9 @@ static PyMethodDef module_methods[] = {
     {"conn_keys", py_conn_keys, METH_VARARGS,
      "conn_keys(batch, rep) -> (keys, slow): the split ingest's task key of each fast "
      "record, None for the slow ones, and their indexes (_conn_keys.c)"},
+    {"batch_of_columns", py_batch_of_columns, METH_VARARGS,
+     "batch_of_columns(numbers, ts, linktypes, orig_lens, interfaces, offsets, data, start, "
+     "stop) -> Batch of pass 3's Arrow column buffers, viewing data (_conn_keys.c)"},
     {"conn_facts", py_conn_facts, METH_VARARGS,
      "conn_facts(batch, pairs, hints, patterns) -> slow: range_stats' facts of the fast "
      "records into the sets; the slow records' indexes (_conn_keys.c)"},

@@ -2,6 +2,8 @@
 
 from collections.abc import Callable, Sequence
 
+from typing_extensions import Buffer
+
 from reassembly.events import FlowInfo
 from reassembly.flows import _Tcp
 
@@ -90,6 +92,9 @@ def batch_of(frames: Sequence[FrameFields], /) -> Batch: ...
 def flow_bytes(batch: Batch, /) -> list[tuple[bytes, int]]: ...
 def conn_keys(batch: Batch, rep: dict[bytes, bytes] | None, /
               ) -> tuple[list[bytes | None], list[int]]: ...
+def batch_of_columns(numbers: Buffer, ts: Buffer, linktypes: Buffer, orig_lens: Buffer,
+                     interfaces: Buffer, offsets: Buffer, data: Buffer, start: int, stop: int,
+                     /) -> Batch: ...
 def conn_facts(batch: Batch, pairs: set[tuple[bytes, bytes]] | None, hints: set[bytes],
                patterns: tuple[bytes, ...], /) -> list[int]: ...
 def walk_pcap(buf: bytes, pos: int, big_endian: bool, rec_len: int, swap: int, mult: int,

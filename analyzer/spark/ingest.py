@@ -28,6 +28,7 @@ timestamps go backwards, which flows an idle sweep finds first.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import pickle
 import re
@@ -36,7 +37,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,7 @@ from analyzer.spark.split import (
 )
 from analyzer.spark.storage import Store
 from analyzer.spark.task import (
+    PacketBatches,
     RunSink,
     TaskReassembler,
     keyed_batches,
@@ -573,7 +575,7 @@ def _dissect_split(spark, layout, plans, scans, out: OutDir, capture_id: str, sh
         run_dir = f"p{piece:05d}-a{attempt}"
         with _writer_dir(store) if store else contextlib.nullcontext(staging_s) as base:
             summary = _dissect_partition(
-                _frames_of(batches), capture_id, options, schedule, snaplen_first,
+                PacketBatches(batches), capture_id, options, schedule, snaplen_first,
                 unknown_first, frag_max, os.path.join(base, run_dir), piece,
             )
             if store is not None and summary is not None:  # runs to the shared staging
@@ -622,19 +624,8 @@ class _NoProgress:
         pass
 
 
-def _frames_of(batches) -> Iterator[Frame]:
-    new = tuple.__new__
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        cols = [batch.column(name).to_pylist()
-                for name in ("frame", "ts", "linktype", "data", "orig_len", "iface")]
-        for row in zip(*cols, strict=True):
-            yield new(Frame, row)
-
-
-def task_events(reasm: TaskReassembler, frames, options: Options,
-                roles: RoleSwaps | None = None) -> Iterator:
+def task_events(reasm: TaskReassembler, frames: Iterable[Frame] | PacketBatches,
+                options: Options, roles: RoleSwaps | None = None) -> Iterator:
     """The layers of ``reassembly.engine.capture_events`` over a task's frames: TCP/UDP
     reassembly (on the native engine unless ``MSGCAP_NATIVE_ENGINE=0``: ``native_events``,
     its runs of segments as ``CoalescedData``), then QUIC, TLS and WebSocket
@@ -656,6 +647,8 @@ def task_events(reasm: TaskReassembler, frames, options: Options,
         layered = layered_events(native_events(reasm, frames, chunks=True), quic, out,
                                  options.limits, reasm.flows, Passing())
     else:
+        if isinstance(frames, PacketBatches):
+            frames = frames.frames()
         layered = layered_events(reasm.process(frames), quic, out, options.limits,
                                  reasm.flows)
     if roles is None:
@@ -663,14 +656,14 @@ def task_events(reasm: TaskReassembler, frames, options: Options,
     return roles.connect(reasm.flows, layered)
 
 
-def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unknown_first,
-                       frag_max, staging, piece) -> dict[str, Any] | None:
+def _dissect_partition(packets: PacketBatches, capture_id, options, schedule, snaplen_first,
+                       unknown_first, frag_max, staging, piece) -> dict[str, Any] | None:
     """One dissection task: whole IP pairs, frames in capture order → runs of rows."""
     registry = discover()
     for spec in registry.tables():
         register_table(spec)
-    it = iter(frames)
-    first = next(it, None)
+    it = iter(packets.batches)
+    first = next((b for b in it if b.num_rows), None)
     if first is None:
         return None
     sink = RunSink(staging, piece, validate=options.validate)
@@ -679,13 +672,10 @@ def _dissect_partition(frames, capture_id, options, schedule, snaplen_first, unk
                             unknown_first=unknown_first, frag_max=frag_max,
                             server_ports=job.server_ports)
 
-    def chained():
-        yield first
-        yield from it
-
     error = None
     try:
-        for ev in task_events(reasm, chained(), options, job.roles):
+        for ev in task_events(reasm, PacketBatches(itertools.chain([first], it)), options,
+                              job.roles):
             job.handle(ev)
     except Exception as exc:
         if options.strict:

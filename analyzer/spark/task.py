@@ -535,18 +535,89 @@ class TaskReassembler(Reassembler):
                 yield first
             yield from batches
 
+    def column_batches(self, batches: Iterable[pa.RecordBatch], hand_back: Callable[[], None]
+                       ) -> Iterator[Batch]:
+        """``batches`` (``PacketBatches``) as C batches cut where ``batches`` cuts a task's
+        frames, straight from the Arrow buffers (``_engine.batch_of_columns``: no Frame
+        tuple, no copy of the frames' bytes)."""
+        import numpy as np
 
-def native_events(reasm: TaskReassembler, frames: Iterable[Frame], chunks: bool = False
-                  ) -> Iterator[Event | CoalescedData]:
+        from reassembly._engine import batch_of_columns
+
+        events, start = self.clock.events, self.clock.applied
+        after = np.fromiter((e[0] for e in events[start:]), np.int64, len(events) - start)
+        last = start  # the schedule's events before the frames handed out so far
+        for rb in batches:
+            n = rb.num_rows
+            if not n:
+                continue
+            cols = _column_buffers(rb)
+            due = np.searchsorted(after, rb.column("frame").to_numpy(), "left") + start
+            bounds = [0, *(np.flatnonzero(due[1:] != due[:-1]) + 1).tolist(), n]
+            for lo, hi in zip(bounds, bounds[1:], strict=False):
+                batch = batch_of_columns(*cols, lo, hi)
+                if due[lo] > last:  # (as ``batches``: the reference first re-reads the flows)
+                    last = int(due[lo])
+                    hand_back()
+                yield batch
+
+
+def native_events(reasm: TaskReassembler, frames: Iterable[Frame] | PacketBatches,
+                  chunks: bool = False) -> Iterator[Event | CoalescedData]:
     """``reasm.process(frames)`` on the native engine (``reassembly.native``), with the
     same events: its C core takes the common path between the frames the schedule's
-    events come before (``TaskReassembler.batches``).  ``chunks``: the engine's runs of
-    segments as ``CoalescedData``, as ``reassembly.engine.capture_events`` gives them to
-    a consumer that takes them (``coalesce="adjacent"``); else one ``StreamData`` each."""
+    events come before (``TaskReassembler.batches``; pass 3's Arrow batches, wrapped in
+    ``PacketBatches``: ``TaskReassembler.column_batches``).  ``chunks``: the engine's
+    runs of segments as ``CoalescedData``, as ``reassembly.engine.capture_events`` gives
+    them to a consumer that takes them (``coalesce="adjacent"``); else one ``StreamData``
+    each."""
     engine = native.NativeReassembler(reference=reasm,
                                       coalesce="adjacent" if chunks else "none")
-    batches = reasm.batches(frames, engine.hand_back)
+    if isinstance(frames, PacketBatches):
+        batches = reasm.column_batches(frames.batches, engine.hand_back)
+    else:
+        batches = reasm.batches(frames, engine.hand_back)
     return engine.process(batches) if chunks else engine.events(batches)
+
+
+class PacketBatches(NamedTuple):
+    """A dissection task's input: pass 3's Arrow batches (``PACKET_SCHEMA`` columns, in
+    frame order), for ``native_events``; ``frames()`` for the reference."""
+
+    batches: Iterable[pa.RecordBatch]
+
+    def frames(self) -> Iterator[Frame]:
+        new = tuple.__new__
+        for batch in self.batches:
+            if not batch.num_rows:
+                continue
+            cols = [batch.column(name).to_pylist()
+                    for name in ("frame", "ts", "linktype", "data", "orig_len", "iface")]
+            for row in zip(*cols, strict=True):
+                yield new(Frame, row)
+
+
+_COLUMN_WIDTHS = {"frame": 8, "ts": 8, "linktype": 4, "orig_len": 8, "iface": 4}
+
+
+def _column_buffers(batch: pa.RecordBatch) -> tuple[Any, ...]:
+    """The buffers ``_engine.batch_of_columns`` reads of one Arrow batch of
+    ``PACKET_SCHEMA`` (columns of another width, a large binary say, cast to it)."""
+    if not batch.schema.equals(PACKET_SCHEMA):
+        batch = batch.select(PACKET_SCHEMA.names).cast(PACKET_SCHEMA)
+    out: list[Any] = []
+    for name, width in _COLUMN_WIDTHS.items():
+        arr = batch.column(name)
+        if arr.null_count:
+            raise ValueError(f"pass 3's column {name} holds nulls")
+        out.append(arr.buffers()[1].slice(arr.offset * width))
+    data = batch.column("data")
+    if data.null_count:
+        raise ValueError("pass 3's column data holds nulls")
+    _valid, offsets, values = data.buffers()
+    out.append(offsets.slice(data.offset * 4))
+    out.append(values if values is not None else b"")
+    return tuple(out)
 
 
 class RunSink(RowSink):

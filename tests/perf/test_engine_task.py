@@ -3,7 +3,8 @@ reference alone, without Spark: the split path's pass 2 (``range_stats``,
 ``sweep_schedule``) over a whole capture, its frames shared among tasks by connection
 (``conn_key``) as pass 3 does, and each task's ``TaskReassembler`` run alone and under a
 ``NativeReassembler`` (``TaskReassembler.batches``: a frame the schedule's events come
-before goes to the reference).  Events, the flow table's state at the end-of-capture
+before goes to the reference; and ``column_batches``, the same from pass 3's Arrow
+batches, cut at random sizes).  Events, the flow table's state at the end-of-capture
 flush and the counters must be the same; and the C core must take packets.  Random
 schedules (a sweep or a restamp before any frame) check the hand-back where a capture's
 own schedule has few events."""
@@ -14,9 +15,11 @@ import random
 import zlib
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from analyzer.spark.task import (
+    PACKET_SCHEMA,
     TaskReassembler,
     conn_key,
     range_stats,
@@ -71,7 +74,28 @@ def assert_task_equal(frames: list, schedule: list, limits: Limits | None = None
     assert task.network.counters == ref.network.counters
     assert task.flows.counters == ref.flows.counters
     assert task.clock.applied == ref.clock.applied == len(schedule)
+    # the same from pass 3's Arrow batches (``column_batches``), cut every max_records
+    columns = TaskReassembler(limits, schedule, frag_max=None)
+    _state_at_finish(columns, states)
+    on_columns = native.NativeReassembler(reference=columns, coalesce=coalesce)
+    got = [_key(e) for e in _expanded(list(on_columns.process(
+        columns.column_batches(_packets(frames, max_records), on_columns.hand_back))))]
+    assert got == want
+    assert states[2] == states[0]
+    assert columns.network.counters == ref.network.counters
+    assert on_columns.counters == engine.counters
     return engine.counters
+
+
+def _packets(frames: list, size: int) -> list[pa.RecordBatch]:
+    """``frames`` as pass 3's Arrow batches of ``size`` rows (``PACKET_SCHEMA``), each
+    a slice of one table (non-zero offsets into shared buffers, as Spark may hand them)."""
+    if not frames:
+        return []
+    cols = [[b""] * len(frames)] + [list(c) for c in zip(*frames, strict=True)]
+    batch = pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(
+        cols, PACKET_SCHEMA, strict=True)], schema=PACKET_SCHEMA)
+    return [batch.slice(i, size) for i in range(0, len(frames), size)]
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: str(p.relative_to(ROOT)))
