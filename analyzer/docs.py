@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from analyzer.sink import FILE_ROW_GROUPS
 from dissectors.schema import load_all_tables
 from dissectors.tables import ENVELOPE, PARTITION_KEY, TableSpec
 
@@ -90,6 +91,11 @@ def render_tables_md(specs: Iterable[TableSpec]) -> str:
         "`part-<N-1>.parquet` (rows split by flow, the flows shared out by their bytes); the "
         "dataset has the same rows as one worker's, in a different file order: compare by "
         "`record_id`.",
+        f"- A file holds at most {FILE_ROW_GROUPS} row groups (~1 GiB of Arrow data at most); "
+        "a table's rows past that go to `part-0-1.parquet`, `part-0-2.parquet`, … (worker k: "
+        "`part-k-1.parquet`, …), in order: a Parquet writer keeps every row group's metadata "
+        "in memory until it closes the file, so one file per capture would make memory grow "
+        "with the capture. Read a partition as a whole, never one named file.",
         f"- The partition column `{PARTITION_KEY}` (a string, equal to `capture_id`) is added "
         "by readers that understand Hive partitions; declare it as a string rather than "
         "letting the reader infer its type.",

@@ -4,6 +4,7 @@ Layout (DESIGN §5)::
 
     OUT/<table>/capture=<capture_id>/part-0.parquet
     OUT/<table>/capture=<capture_id>/part-<k>.parquet  (``--workers N``: one per worker)
+    OUT/<table>/capture=<capture_id>/part-<k>-<m>.parquet  (the m-th file after the first)
     OUT/manifest.json                                  (analyzer.manifest)
 
 Strategy: rows are buffered per table as plain dicts, converted column-wise to Arrow
@@ -17,6 +18,14 @@ byte-identical files.
 Files are written under a hidden name (``.part-0.parquet.inprogress``, ignored by
 pyarrow, Spark, DuckDB and polars) and renamed on ``close``, so a reader never sees a
 half-written file as data.
+
+A file holds at most ``file_row_groups`` row groups (``FILE_ROW_GROUPS``); the next ones
+go to the writer's next file (``part-<k>-1.parquet``, ``part-<k>-2.parquet``, ...).  Why:
+a Parquet writer keeps the metadata of every row group it wrote until it writes the
+footer, ~57 KB a row group of the 83-column nats table: ~7 MB per GB of bulk NATS
+capture, growing without bound with the capture (measured 2026-11-28: peak RSS of
+``msgcap dissect`` 216 MB for 1 GB, 235 MB for 3 GB, the anonymous memory still rising
+at the end).
 
 Several part files: ``msgcap dissect --workers N`` splits one capture by flow across N
 processes (``analyzer.parallel``); worker k writes ``part-<k>.parquet`` through a
@@ -115,8 +124,11 @@ __all__ = [
     "with_exact_columns",
 ]
 
-PART_FILE = "part-0.parquet"  # the file of a one-process run (part 0)
-_PART_RE = re.compile(r"part-(\d+)\.parquet\Z")
+PART_FILE = "part-0.parquet"  # the (first) file of a one-process run (part 0)
+_PART_RE = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet\Z")
+# Row groups per file (module docstring): 64 of at most ``BATCH_BYTES`` of Arrow data,
+# ~3.6 MB of the nats table's row-group metadata held until the file is closed
+FILE_ROW_GROUPS = 64
 _CONVERT_ROWS = 4096  # row dicts held before conversion to Arrow
 # A row group is written when ``rows_per_batch`` rows or this many Arrow bytes are
 # pending, whichever comes first: a wide table (the nats table has 83 columns, ~470 bytes
@@ -141,15 +153,16 @@ def partition_dir(out_dir: str | os.PathLike[str], table: str, capture_id: str) 
     return Path(out_dir) / table / f"{PARTITION_KEY}={capture_id}"
 
 
-def part_file(part: int = 0) -> str:
-    """Name of the file written by worker ``part`` (``part-0.parquet`` for one process)."""
-    if part < 0:
-        raise ValueError(f"part must be >= 0, got {part}")
-    return f"part-{part}.parquet"
+def part_file(part: int = 0, seq: int = 0) -> str:
+    """Name of the ``seq``-th file written by worker ``part`` (``part-0.parquet``, the
+    first of one process; ``part-<part>-<seq>.parquet`` after the first)."""
+    if part < 0 or seq < 0:
+        raise ValueError(f"part and seq must be >= 0, got {part}, {seq}")
+    return f"part-{part}.parquet" if seq == 0 else f"part-{part}-{seq}.parquet"
 
 
-def _tmp_file(part: int = 0) -> str:
-    return f".{part_file(part)}.inprogress"
+def _tmp_file(part: int = 0, seq: int = 0) -> str:
+    return f".{part_file(part, seq)}.inprogress"
 
 
 def part_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -157,7 +170,8 @@ def part_files(directory: str | os.PathLike[str]) -> list[Path]:
     d = Path(directory)
     if not d.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _PART_RE.match(p.name))]
+    found = [((int(m.group(1)), int(m.group(2) or 0)), p) for p in d.iterdir()
+             if (m := _PART_RE.match(p.name))]
     return [p for _, p in sorted(found)]
 
 
@@ -245,10 +259,11 @@ def remove_in_progress(
     """Delete the in-progress files of ``capture_id`` (of parts ``parts``; None: every
     part) and the partition directories left empty, which a later run would take for
     data.  Only for the holder of the capture's ``CaptureLock``."""
-    names = None if parts is None else {_tmp_file(k) for k in parts}
+    keep = None if parts is None else {str(k) for k in parts}
     for part in existing_partitions(out_dir, capture_id):
         for f in part.glob(".part-*.parquet.inprogress"):
-            if names is None or f.name in names:
+            m = _PART_RE.match(f.name[1:-len(".inprogress")])
+            if keep is None or (m is not None and m.group(1) in keep):
                 with contextlib.suppress(FileNotFoundError):
                     f.unlink()
         for d in (part, part.parent):
@@ -520,15 +535,16 @@ class _Table:
     generated and compiled) at every import, ~0.8 ms of each run's start, for a record
     that is never compared or shown."""
 
-    __slots__ = ("spec", "schema", "tmp", "final", "writer", "rows", "batches",
-                 "batch_rows", "batch_bytes", "count", "row_groups")
+    __slots__ = ("spec", "schema", "pdir", "files", "writer", "file_row_groups", "rows",
+                 "batches", "batch_rows", "batch_bytes", "count", "row_groups")
 
-    def __init__(self, spec: TableSpec, schema: pa.Schema, tmp: Path, final: Path) -> None:
+    def __init__(self, spec: TableSpec, schema: pa.Schema, pdir: Path) -> None:
         self.spec = spec
         self.schema = schema  # declared schema + provenance metadata (file key-value metadata)
-        self.tmp = tmp
-        self.final = final
-        self.writer: pq.ParquetWriter | None = None
+        self.pdir = pdir  # the partition directory
+        self.files: list[tuple[Path, Path]] = []  # (in-progress, final) of each file opened
+        self.writer: pq.ParquetWriter | None = None  # of the last of ``files``, while open
+        self.file_row_groups = 0  # row groups in that file (the Parquet thread's count)
         self.rows: list[Mapping[str, Any]] = []
         self.batches: list[pa.RecordBatch] = []  # precede ``rows``
         self.batch_rows = 0
@@ -548,7 +564,8 @@ class DatasetWriter:
     A capture already present in ``out_dir`` raises ``FileExistsError`` unless
     ``overwrite``; then its old partitions are replaced when ``close`` succeeds.
 
-    ``part`` numbers the file (``part-<part>.parquet``); ``coordinated`` makes this one
+    ``part`` numbers the files (``part-<part>.parquet``, then ``part-<part>-<seq>.parquet``
+    every ``file_row_groups`` row groups: module docstring); ``coordinated`` makes this one
     of several writers of the capture under ``analyzer.parallel``: no existing-capture
     check, and ``close`` leaves the finished files under their in-progress names
     (``pending_files``) for the coordinator to ``commit_files`` and clean up.
@@ -572,6 +589,7 @@ class DatasetWriter:
         overwrite: bool = False,
         part: int = 0,
         coordinated: bool = False,
+        file_row_groups: int = FILE_ROW_GROUPS,
     ) -> None:
         if not _CAPTURE_ID_RE.match(capture_id):
             raise ValueError(f"capture id {capture_id!r} is not a safe directory name")
@@ -579,6 +597,8 @@ class DatasetWriter:
             raise ValueError(f"input_sha256 must be 64 lowercase hex digits, got {input_sha256!r}")
         if rows_per_batch < 1:
             raise ValueError("rows_per_batch must be >= 1")
+        if file_row_groups < 1:
+            raise ValueError("file_row_groups must be >= 1")
         self.out_dir = Path(out_dir)
         self.capture_id = capture_id
         self.input_sha256 = input_sha256
@@ -590,8 +610,7 @@ class DatasetWriter:
         self.overwrite = overwrite
         self.part = part
         self.coordinated = coordinated
-        self._part_file = part_file(part)
-        self._tmp_file = _tmp_file(part)
+        self.file_row_groups = file_row_groups
         self._options_json = canonical_json(self.options)
         self._chunk = min(rows_per_batch, _CONVERT_ROWS)
         self._tables: dict[str, _Table] = {}
@@ -671,11 +690,13 @@ class DatasetWriter:
             # writing footers) leaves no table of this run under its final name
             for name in sorted(self._tables):
                 t = self._tables[name]
-                if t.writer is None:
+                if not t.files:
                     self._open(t, empty=True)  # no rows at all: an empty file with the schema
-                t.writer.close()
+                if t.writer is not None:
+                    t.writer.close()
+                    t.writer = None
             if not self.coordinated:
-                commit_files((t.tmp, t.final) for _, t in sorted(self._tables.items()))
+                commit_files(f for _, t in sorted(self._tables.items()) for f in t.files)
             if self.overwrite and not self.coordinated:
                 self._remove_stale()
         self._counts = {name: self._tables[name].count for name in sorted(self._tables)}
@@ -687,9 +708,10 @@ class DatasetWriter:
         if self._counts is None or not self.coordinated:
             return []
         return [
-            (str(t.tmp), str(t.final))
+            (str(tmp), str(final))
             for _, t in sorted(self._tables.items())
-            if t.tmp.exists()
+            for tmp, final in t.files
+            if tmp.exists()
         ]
 
     def abort(self) -> None:
@@ -704,9 +726,10 @@ class DatasetWriter:
                 # __del__ would try again and print a traceback at exit
                 t.writer.is_open = False
                 t.writer = None
-            with contextlib.suppress(FileNotFoundError):
-                t.tmp.unlink()
-            for d in (t.tmp.parent, t.tmp.parent.parent):  # left empty: not a capture
+            for tmp, _final in t.files:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+            for d in (t.pdir, t.pdir.parent):  # left empty: not a capture
                 with contextlib.suppress(OSError):
                     d.rmdir()
         self._counts = {}
@@ -729,7 +752,8 @@ class DatasetWriter:
 
     def _remove_stale(self) -> None:
         remove_stale_parts(
-            self.out_dir, self.capture_id, {name: [self._part_file] for name in self._tables}
+            self.out_dir, self.capture_id,
+            {name: [final.name for _, final in t.files] for name, t in self._tables.items()}
         )
 
     def _table(self, spec: TableSpec) -> _Table:
@@ -749,13 +773,8 @@ class DatasetWriter:
                 META_OPTIONS: self._options_json.encode(),
             }
         )
-        pdir = partition_dir(self.out_dir, spec.name, self.capture_id)
-        t = _Table(
-            spec,
-            arrow_schema(spec).with_metadata(meta),
-            pdir / self._tmp_file,
-            pdir / self._part_file,
-        )
+        t = _Table(spec, arrow_schema(spec).with_metadata(meta),
+                   partition_dir(self.out_dir, spec.name, self.capture_id))
         self._tables[spec.name] = t
         return t
 
@@ -842,9 +861,17 @@ class DatasetWriter:
         footer is the schema and metadata, byte for byte the same: test_sink checks it for
         every table); naming every leaf for ``use_dictionary`` was ~45,000 bytecodes of a
         NATS-only run, whose other ~13 tables are empty."""
-        t.tmp.parent.mkdir(parents=True, exist_ok=True)
+        seq = len(t.files)
+        tmp, final = t.pdir / self._tmp_name(seq), t.pdir / part_file(self.part, seq)
+        t.pdir.mkdir(parents=True, exist_ok=True)
         options = {} if empty else parquet_options(t.spec)
-        t.writer = pq.ParquetWriter(t.tmp, t.schema, **options)
+        t.writer = pq.ParquetWriter(tmp, t.schema, **options)
+        t.files.append((tmp, final))
+        t.file_row_groups = 0
+
+    def _tmp_name(self, seq: int) -> str:
+        """The in-progress name of this writer's ``seq``-th file of a table."""
+        return _tmp_file(self.part, seq)
 
     def _write(self, t: _Table, batch: pa.Table) -> None:
         # every batch reaching here was validated when it entered the buffer
@@ -863,6 +890,10 @@ class DatasetWriter:
         if t.writer is None:
             self._open(t)
         t.writer.write_table(rows, row_group_size=self.rows_per_batch)
+        t.file_row_groups += 1
+        if t.file_row_groups >= self.file_row_groups:  # the next row group: the next file
+            t.writer.close()
+            t.writer = None
 
     def _join_thread(self) -> None:
         """Wait for the row groups still being written; raise what went wrong there."""

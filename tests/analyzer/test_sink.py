@@ -22,7 +22,14 @@ from analyzer.manifest import (
     read_manifest,
     update_manifest,
 )
-from analyzer.sink import DatasetWriter, dataset_schema, open_dataset, partition_dir
+from analyzer.sink import (
+    DatasetWriter,
+    commit_files,
+    dataset_schema,
+    open_dataset,
+    part_files,
+    partition_dir,
+)
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.schema import SchemaError, arrow_schema, rows_to_batch
 from dissectors.tables import DELTA, Field, TableSpec
@@ -230,6 +237,49 @@ def test_unfinished_files_are_invisible_to_readers(tmp_path) -> None:
     assert ds.dataset(tmp_path / "flows", partitioning="hive").to_table().num_rows == 0
     w.close()
     assert ds.dataset(tmp_path / "flows", partitioning="hive").to_table().num_rows == 25
+
+
+def test_files_roll_over_every_file_row_groups(tmp_path) -> None:
+    """A file holds at most ``file_row_groups`` row groups (a Parquet writer keeps every
+    row group's metadata until its footer): the next go to ``part-0-1.parquet`` and so
+    on, read back in order; a rerun with fewer rows leaves none of the earlier files."""
+    w = _writer(tmp_path, rows_per_batch=10, file_row_groups=3)
+    w.write_rows(FLOWS, [flow_row(i) for i in range(95)])  # 10 row groups: 3 + 3 + 3 + 1
+    w.write_rows(ANOMALIES, [anomaly_row(1)])
+    assert w.close() == {"anomalies": 1, "flows": 95}
+    pdir = partition_dir(tmp_path, "flows", CAPTURE_ID)
+    assert part_files(pdir) == [pdir / n for n in (
+        "part-0.parquet", "part-0-1.parquet", "part-0-2.parquet", "part-0-3.parquet")]
+    assert [pq.read_metadata(f).num_row_groups for f in part_files(pdir)] == [3, 3, 3, 1]
+    ids = [i for f in part_files(pdir) for i in pq.read_table(f).column("flow_id").to_pylist()]
+    assert ids == [flow_row(i)["flow_id"] for i in range(95)]
+    assert open_dataset(tmp_path, FLOWS).count_rows() == 95
+    assert not list(tmp_path.rglob(".*inprogress"))
+    with _writer(tmp_path, rows_per_batch=10, file_row_groups=3, overwrite=True) as w:
+        w.write_rows(FLOWS, [flow_row(i) for i in range(35)])  # 4 row groups: 3 + 1
+    assert [f.name for f in part_files(pdir)] == ["part-0.parquet", "part-0-1.parquet"]
+    assert open_dataset(tmp_path, FLOWS).count_rows() == 35
+
+
+def test_rolled_files_of_a_coordinated_writer_wait_for_their_commit(tmp_path) -> None:
+    """A coordinated writer (``--workers``, Spark) leaves every file it rolled over to
+    under its in-progress name for the coordinator; ``abort`` deletes them all."""
+    w = _writer(tmp_path, rows_per_batch=10, file_row_groups=2, part=3, coordinated=True)
+    w.write_rows(FLOWS, [flow_row(i) for i in range(45)])  # 5 row groups: 2 + 2 + 1
+    w.close()
+    pdir = partition_dir(tmp_path, "flows", CAPTURE_ID)
+    assert [(Path(a).name, Path(b).name) for a, b in w.pending_files()] == [
+        (f".{n}.inprogress", n) for n in ("part-3.parquet", "part-3-1.parquet",
+                                          "part-3-2.parquet")]
+    assert part_files(pdir) == []
+    commit_files(w.pending_files())
+    assert [f.name for f in part_files(pdir)] == [
+        "part-3.parquet", "part-3-1.parquet", "part-3-2.parquet"]
+    w = _writer(tmp_path, rows_per_batch=10, file_row_groups=2, part=4, coordinated=True)
+    w.write_rows(FLOWS, [flow_row(i) for i in range(45)])
+    w._join_thread()  # (the row groups on disk, as a run that then fails)
+    w.abort()
+    assert not list(tmp_path.rglob(".part-4*"))
 
 
 def test_existing_capture_needs_overwrite_and_is_replaced_on_close(tmp_path) -> None:
