@@ -132,6 +132,29 @@ def test_two_workers_write_the_rows_of_one(tmp_path, pcap: Path) -> None:
                        for fid in flows), f
 
 
+def test_workers_roll_their_files_over_as_one_process_does(tmp_path, monkeypatch) -> None:
+    """Every writer starts a table's next file every ``file_row_groups`` row groups
+    (``part-<k>-<seq>.parquet``, docs/tables.md): forced to 2 row groups of 8 rows, one
+    process and two workers still give the same rows, and the coordinator commits every
+    worker's rolled files."""
+    init = DatasetWriter.__init__
+
+    def small(self, *args, **kw) -> None:  # noqa: ANN001
+        kw.update(rows_per_batch=8, file_row_groups=2)
+        init(self, *args, **kw)
+
+    monkeypatch.setattr(DatasetWriter, "__init__", small)
+    one = _dissect(NATS_BASIC, tmp_path / "one", 1), tmp_path / "one"
+    two = _dissect(NATS_BASIC, tmp_path / "two", 2), tmp_path / "two"
+    _assert_same_output(one, two)
+    names = {f.name for f in (tmp_path / "two").rglob("*.parquet")}
+    assert {"part-0-1.parquet", "part-1-1.parquet"} <= names, names
+    assert {"part-0.parquet", "part-0-1.parquet", "part-0-2.parquet"} <= {
+        f.name for f in (tmp_path / "one").rglob("*.parquet")}
+    for f in (tmp_path / "two").rglob("*.parquet"):
+        assert pq.read_metadata(f).num_row_groups <= 2, f
+
+
 def test_several_flows_are_really_split_over_part_files(tmp_path) -> None:
     """nats-basic has six connections: with 2 workers both write NATS rows."""
     r = _dissect(NATS_BASIC, tmp_path, 2)

@@ -51,3 +51,29 @@ def test_commit_refuses_a_capture_already_there_unless_overwrite(tmp_path: Path)
     part_dir = tmp_path / "flows" / f"capture={CAPTURE_ID}"
     assert sorted(p.name for p in part_dir.glob("part-*.parquet")) == ["part-3.parquet"]
     assert pq.read_table(part_dir / "part-3.parquet").num_rows == 6
+
+
+def test_an_attempt_rolls_its_files_over_under_its_own_names(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    """An attempt's writer starts a table's next file every ``file_row_groups`` row
+    groups, each under the attempt's hidden name; the commit makes all of them visible
+    and the removal of another attempt's leaves none of its rolled files."""
+    init = _AttemptWriter.__init__
+
+    def small(self, *args, **kw) -> None:  # noqa: ANN001
+        init(self, *args, **kw)
+        self.rows_per_batch, self.file_row_groups = 4, 2
+
+    monkeypatch.setattr(_AttemptWriter, "__init__", small)
+    part_dir = tmp_path / "flows" / f"capture={CAPTURE_ID}"
+    won = _attempt(tmp_path, "job1-t7", 20)  # 5 row groups: 2 + 2 + 1
+    lost = _attempt(tmp_path, "job1-t8", 20)
+    assert [(Path(t).name, Path(f).name) for t, f in won] == [
+        (f".{n}.job1-t7.inprogress", n)
+        for n in ("part-0.parquet", "part-0-1.parquet", "part-0-2.parquet")]
+    assert len(lost) == 3
+    _commit(tmp_path, CAPTURE_ID, won, overwrite=False)
+    _remove_attempts(tmp_path, "job1")
+    assert sorted(p.name for p in part_dir.iterdir()) == [
+        "part-0-1.parquet", "part-0-2.parquet", "part-0.parquet"]
+    assert sum(pq.read_metadata(p).num_rows for p in part_dir.iterdir()) == 20
