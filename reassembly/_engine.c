@@ -314,11 +314,12 @@ static PyObject *batch_get_number(Batch *self, void *c) {
     return PyLong_FromLongLong(self->n ? self->recs[self->n - 1].number : 0);
 }
 
-/* walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max)
- * -> Batch: whole pcap records from buf[pos:], decoded; numbered from number + 1.
+/* walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max
+ * [, starts_before]) -> Batch: whole pcap records from buf[pos:], decoded; numbered from
+ * number + 1; none that starts at or after buf offset starts_before (a range's end).
  * swap: 0 caplen/len as stored, 1 swapped, 2 swapped when "caplen" > "len" (v2.3). */
 static PyObject *py_walk_pcap(PyObject *self, PyObject *args) {
-    Py_ssize_t pos, max, rec_len;
+    Py_ssize_t pos, max, rec_len, before = PY_SSIZE_T_MAX;
     int big, swap, lt;
     long long mult, number;
     unsigned long long limit;
@@ -331,8 +332,8 @@ static PyObject *py_walk_pcap(PyObject *self, PyObject *args) {
     b->recs = NULL;
     b->n = 0;
     b->stop = 0;
-    if (!PyArg_ParseTuple(args, "y*npniLKiLn", &b->buf, &pos, &big, &rec_len, &swap, &mult,
-                          &limit, &lt, &number, &max)) {
+    if (!PyArg_ParseTuple(args, "y*npniLKiLn|n", &b->buf, &pos, &big, &rec_len, &swap, &mult,
+                          &limit, &lt, &number, &max, &before)) {
         Py_DECREF(b);
         return NULL;
     }
@@ -351,7 +352,7 @@ static PyObject *py_walk_pcap(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     if (pos < 0) pos = 0;
-    while (b->n < max && pos + rec_len <= size) {
+    while (b->n < max && pos < before && pos + rec_len <= size) {
         const uint8_t *h = d + pos;
         uint32_t sec = big ? be32(h) : le32(h), frac = big ? be32(h + 4) : le32(h + 4);
         uint32_t incl = big ? be32(h + 8) : le32(h + 8), orig = big ? be32(h + 12) : le32(h + 12);
@@ -2536,8 +2537,8 @@ static PyMethodDef module_methods[] = {
      "flow_bytes(batch) -> [(key, bytes)]: captured bytes per TCP/UDP 4-tuple, in order "
      "of first record"},
     {"walk_pcap", py_walk_pcap, METH_VARARGS,
-     "walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max) "
-     "-> Batch"},
+     "walk_pcap(buf, pos, big_endian, rec_len, swap, mult, limit, linktype, number, max"
+     "[, starts_before]) -> Batch"},
     {"events", py_events, METH_VARARGS,
      "events(runs, single, holds, make_data, make_chunk, make_gap, directions) -> (events, "
      "cuts): a stretch's runs as events (reassembly.native.NativeReassembler.process)"},

@@ -98,7 +98,8 @@ def batch_of_columns(numbers: Buffer, ts: Buffer, linktypes: Buffer, orig_lens: 
 def conn_facts(batch: Batch, pairs: set[tuple[bytes, bytes]] | None, hints: set[bytes],
                patterns: tuple[bytes, ...], /) -> list[int]: ...
 def walk_pcap(buf: bytes, pos: int, big_endian: bool, rec_len: int, swap: int, mult: int,
-              limit: int, linktype: int, number: int, max_records: int, /) -> Batch: ...
+              limit: int, linktype: int, number: int, max_records: int,
+              starts_before: int = ..., /) -> Batch: ...
 # reassembly/_pcapng_walk.c (built into this module): (link type, mul, div, offset ns,
 # global index, snaplen) per interface of the section, as reassembly.pcapng.Interface
 def walk_pcapng(buf: bytes, pos: int, stop: int, big_endian: bool,

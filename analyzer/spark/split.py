@@ -47,7 +47,6 @@ from reassembly.ranges import (
     open_range,
     probe_format,
     read_frames,
-    walk_range,
 )
 
 if TYPE_CHECKING:
@@ -143,7 +142,7 @@ def scan_range(layout: Layout, index: int, start: int, end: int, first: int | No
             first = find_boundary(win, layout.file, start, end)
         if first is None:
             return RangeScan(index, start, end, None, end, 0)
-        walk = walk_range(win, layout.file, first, end)
+        walk = native.walk_range(win, layout.file, first, end)
     finally:
         f.close()
     return RangeScan(index, start, end, first, walk.stop, walk.frames, walk.damage,

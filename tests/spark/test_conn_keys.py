@@ -1,6 +1,7 @@
 """Spark's split passes on the native engine against their Python definitions.
 
-``range_stats_batches`` must give ``range_stats``' result, and ``keyed_batches_native``
+``native.walk_range`` must give ``ranges.walk_range``'s walk (pass 1),
+``range_stats_batches`` ``range_stats``' result, and ``keyed_batches_native``
 ``keyed_batches``' rows, for every range of every capture of the corpus (and for ranges
 whose end the walk cannot reach): the C code (``reassembly/_conn_keys.c``,
 ``native.range_batches``) makes the keys and facts of the records it decodes as fast,
@@ -33,6 +34,7 @@ from analyzer.spark.task import (
 )
 from reassembly import native
 from reassembly.limits import Limits
+from reassembly.ranges import Window, find_boundary, walk_range
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="the engine is not built")
 
@@ -96,6 +98,30 @@ def test_split_passes_are_their_definitions(shared: Path) -> None:
                     assert rows_a.equals(rows_b), (path, split, plan.index, by_pair)
                 checked += 1
     assert checked > 100  # the corpus was found
+
+
+def test_pass_1_walk_is_its_definition(shared: Path) -> None:
+    """``native.walk_range`` (the C walk, then ``ranges.walk_range`` from where it
+    stops) against ``ranges.walk_range`` on every range of every capture of the corpus,
+    damaged ones included, at range starts found by re-synchronising."""
+    checked = 0
+    for path in _corpus(shared):
+        layout = probe_layout(str(path), path.stat().st_size)
+        if layout is None:
+            continue
+        size = path.stat().st_size
+        for split in (97, max(size // 3, 64), size + 1):
+            with path.open("rb") as f:
+                win = Window(f, size)
+                for start, end in plan_ranges(layout, split):
+                    first = find_boundary(win, layout.file, start, end)
+                    if first is None:
+                        continue
+                    want = walk_range(win, layout.file, first, end)
+                    assert native.walk_range(win, layout.file, first, end) == want, (
+                        path, split, start)
+                    checked += 1
+    assert checked > 1000
 
 
 def test_hints_and_pairs_of_fast_records(tmp_path: Path) -> None:
