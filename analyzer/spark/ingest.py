@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
 from analyzer.pipeline import (
@@ -760,10 +759,12 @@ def _remap(batch: pa.RecordBatch, lut: np.ndarray) -> pa.RecordBatch:
 
 def _file_batches(path: str, lut: np.ndarray, store: Store | None = None
                   ) -> Iterator[pa.RecordBatch]:
-    pf = store.open_parquet(path) if store is not None else pq.ParquetFile(path)
-    for batch in pf.iter_batches(batch_size=65536):
-        if batch.num_rows:
-            yield _remap(batch, lut)
+    with (store.fs.open_input_file(path) if store is not None else pa.OSFile(path)) as f:
+        run = pa.ipc.open_file(f)  # (task.RunSink's runs)
+        for i in range(run.num_record_batches):
+            batch = run.get_batch(i)
+            if batch.num_rows:
+                yield _remap(batch, lut)
 
 
 def _flow_luts(summaries: list[dict[str, Any]]) -> dict[int, np.ndarray]:

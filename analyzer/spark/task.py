@@ -16,7 +16,7 @@
   core takes the common path between the frames that the schedule's sweeps come before.
 * ``RunSink``: stands in for ``DatasetWriter`` under ``CaptureDissection``: rows become
   Arrow batches per table (``rows_to_batch``, validated like the local sink) and are
-  written as runs (Parquet, declared schema, ns timestamps) into a staging
+  written as runs (Arrow IPC files, declared schema) into a staging
   directory, which the part-file writers read back (``ingest._write_piece``).
 * ``keyed_batches`` (pass 3a; ``keyed_batches_native`` likewise): a range's frames as
   Arrow batches keyed by the task that dissects them.
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from analyzer.sink import RowSink
 from dissectors.core_tables import FLOWS
@@ -620,12 +619,19 @@ def _column_buffers(batch: pa.RecordBatch) -> tuple[Any, ...]:
     return tuple(out)
 
 
+# Runs are Arrow IPC files, lz4-compressed: staging read once, by ``ingest._write_piece``.
+# Against Parquet with lz4 (until 2026-11-28), on the 103 MB bulk NATS recording's nats
+# table (274 MB of Arrow): written in 0.17-0.24 CPU s instead of 0.40-0.45, read in
+# 0.09-0.10 instead of 0.25-0.83, 28 % bigger (127 against 99 MB)
+_RUN_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
 class RunSink(RowSink):
     """``DatasetWriter`` stand-in for ``CaptureDissection`` inside a task.
 
     Rows are converted to Arrow every ``chunk`` rows; every ``run_rows`` rows of a table
     (and at ``close``) the buffered batches are written, in the order the rows came, as
-    one run file ``<staging>/<table>/run-<piece>-<n>.parquet``.  Flow rows also feed
+    one run file ``<staging>/<table>/run-<piece>-<n>.arrow``.  Flow rows also feed
     ``flows_seen`` (local flow id, first frame) for the id remapping.  Columnar: a
     compiled fast path's Arrow batches (``write_batch``) join the same runs, after the
     dict rows that came before them.  Why not sorted by record id (as until 2026-11-28):
@@ -708,11 +714,13 @@ class RunSink(RowSink):
         spec = self._specs[name]
         schema = arrow_schema(spec)
         table = pa.Table.from_batches(batches, schema=schema)
-        out = self.staging / name / f"run-{self.piece:06d}-{self._runs[name]:06d}.parquet"
+        out = self.staging / name / f"run-{self.piece:06d}-{self._runs[name]:06d}.arrow"
         self._runs[name] += 1
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name("." + out.name + ".tmp")
-        pq.write_table(table, tmp, compression="lz4", row_group_size=65536)
+        with pa.ipc.new_file(tmp, schema, options=_RUN_OPTIONS) as f:
+            for batch in table.to_batches(max_chunksize=65536):
+                f.write_batch(batch)
         os.replace(tmp, out)
         self.rows[name] += table.num_rows
         self.files.append(str(out))
