@@ -290,13 +290,8 @@ static PyObject *py_batch_of_columns(PyObject *self, PyObject *args) {
     Py_ssize_t start, stop, i, m;
     int ok = 1;
     (void)self;
-    b = PyObject_New(Batch, &BatchType);
+    b = batch_new();
     if (b == NULL) return NULL;
-    b->has_buf = 0;
-    b->recs = NULL;
-    b->n = 0;
-    b->stop = 0;
-    b->end = 0;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*nn", &num, &ts, &lt, &orig, &ifc, &off,
                           &b->buf, &start, &stop)) {
         Py_DECREF(b);

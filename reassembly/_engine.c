@@ -274,6 +274,18 @@ static void batch_dealloc(Batch *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* An empty batch (no buffer, no record yet): what each constructor fills. */
+static Batch *batch_new(void) {
+    Batch *b = PyObject_New(Batch, &BatchType);
+    if (b == NULL) return NULL;
+    b->has_buf = 0;
+    b->recs = NULL;
+    b->n = 0;
+    b->end = 0;
+    b->stop = 0;
+    return b;
+}
+
 static Py_ssize_t batch_len(Batch *self) { return self->n; }
 
 static int batch_index(Batch *self, Py_ssize_t i) {
@@ -326,12 +338,8 @@ static PyObject *py_walk_pcap(PyObject *self, PyObject *args) {
     Batch *b;
     const uint8_t *d;
     Py_ssize_t size, cap;
-    b = PyObject_New(Batch, &BatchType);
+    b = batch_new();
     if (b == NULL) return NULL;
-    b->has_buf = 0;
-    b->recs = NULL;
-    b->n = 0;
-    b->stop = 0;
     if (!PyArg_ParseTuple(args, "y*npniLKiLn|n", &b->buf, &pos, &big, &rec_len, &swap, &mult,
                           &limit, &lt, &number, &max, &before)) {
         Py_DECREF(b);
@@ -406,16 +414,12 @@ static PyObject *py_batch_of(PyObject *self, PyObject *arg) {
         total += PyBytes_GET_SIZE(data);
     }
     buf = PyBytes_FromStringAndSize(NULL, total);
-    b = buf ? PyObject_New(Batch, &BatchType) : NULL;
+    b = buf ? batch_new() : NULL;
     if (b == NULL) {
         Py_XDECREF(buf);
         Py_DECREF(seq);
         return NULL;
     }
-    b->has_buf = 0;
-    b->n = 0;
-    b->stop = 0;
-    b->end = 0;
     b->recs = PyMem_Malloc(sizeof(Rec) * (size_t)(n ? n : 1));
     if (b->recs == NULL || PyObject_GetBuffer(buf, &b->buf, PyBUF_SIMPLE) < 0) {
         int nomem = b->recs == NULL;

@@ -114,13 +114,8 @@ static PyObject *py_walk_pcapng(PyObject *self, PyObject *args) {
     PyObject *ifs;
     NgIface cache[NG_CACHE];
     const uint8_t *d;
-    Batch *b = PyObject_New(Batch, &BatchType);
+    Batch *b = batch_new();
     if (b == NULL) return NULL;
-    b->has_buf = 0;
-    b->recs = NULL;
-    b->n = 0;
-    b->stop = 0;
-    b->end = 0;
     if (!PyArg_ParseTuple(args, "y*nnpO!LLn", &b->buf, &pos, &stop, &big, &PyList_Type, &ifs,
                           &number, &last_ts, &max)) {
         Py_DECREF(b);
