@@ -287,9 +287,10 @@ def range_batches(f: IO[bytes], fmt: FileFormat, start: int, stop: int, problems
     Classic pcap: walked by ``_engine.walk_pcap`` straight from the file's bytes (as
     ``reader_batches`` walks a whole file); should the walk stop short of ``stop`` (the
     file changed since it was verified), the range reader reads the rest, reporting its
-    damage into ``problems`` as ``ranges.read_frames`` does.  pcapng: the range reader's
-    frames, batched (``frame_batches``).  Why: Spark's split ingest read every frame of
-    a range through the Python reader twice (passes 2 and 3)."""
+    damage into ``problems`` as ``ranges.read_frames`` does.  pcapng: the range reader
+    with its runs of packet blocks walked in C (``_pcapng_batches``, as for a whole
+    file).  Why: Spark's split ingest read every frame of a range through the Python
+    reader twice (passes 2 and 3)."""
     if fmt.format == "pcap":
         at, number = yield from _walk_pcap_range(f, fmt.pcap, max(start, fmt.data_start),
                                                  stop, number, max_records)
@@ -297,7 +298,11 @@ def range_batches(f: IO[bytes], fmt: FileFormat, start: int, stop: int, problems
             return
         start, state = at, None
     reader = open_range(f, fmt, start, stop, number=number, state=state, path=path)
-    yield from frame_batches(read_frames(reader, problems), max_records)
+    if isinstance(reader, PcapngReader) and hasattr(_engine, "walk_pcapng"):
+        yield from _pcapng_batches(reader, max_records)
+        problems.extend(f"{d.reason} (offset {d.offset})" for d in reader.info.damage)
+    else:
+        yield from frame_batches(read_frames(reader, problems), max_records)
     if reader.offset != stop:
         problems.append(f"range read to offset {reader.offset}, planned to {stop}")
 
