@@ -2566,6 +2566,9 @@ static PyMethodDef module_methods[] = {
     {"conn_facts", py_conn_facts, METH_VARARGS,
      "conn_facts(batch, pairs, hints, patterns) -> slow: range_stats' facts of the fast "
      "records into the sets; the slow records' indexes (_conn_keys.c)"},
+    {"pcapng_count", py_pcapng_count, METH_VARARGS,
+     "pcapng_count(buf, pos, starts_before, big_endian, mins, max_block) -> (pos, packets, "
+     "spb): a run of packet blocks counted (_pcapng_walk.c)"},
     {"walk_pcapng", py_walk_pcapng, METH_VARARGS,
      "walk_pcapng(buf, pos, stop, big_endian, interfaces, number, last_ts, max) -> "
      "(Batch, last_ts)"},

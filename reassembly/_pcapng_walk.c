@@ -196,3 +196,41 @@ error:
     return NULL;
 }
 
+
+/* pcapng_count(buf, pos, starts_before, big_endian, mins, max_block) -> (pos, packets,
+ * spb): pass 1 of Spark's split ingest over a run of packet blocks (reassembly.ranges
+ * _walk_pcapng, whose loop stays the definition and handles every other block): from
+ * buf[pos], the Enhanced, obsolete and Simple Packet Blocks that start before
+ * starts_before, whole in buf, with a length a multiple of 4, at least mins (EPB, PB,
+ * SPB minimum lengths) and at most max_block, and a trailing copy of it; returns where
+ * it stopped, the blocks counted and how many of them were SPBs. */
+static PyObject *py_pcapng_count(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, before, len, packets = 0, spb = 0;
+    int big;
+    unsigned long epb_min, pb_min, spb_min, max_block;
+    const uint8_t *d;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nnp(kkk)k", &view, &pos, &before, &big, &epb_min, &pb_min,
+                          &spb_min, &max_block))
+        return NULL;
+    d = (const uint8_t *)view.buf;
+    len = view.len;
+    if (pos < 0) pos = 0;
+    while (pos < before && pos + 12 <= len) {
+        uint32_t bt = big ? be32(d + pos) : le32(d + pos);
+        uint32_t bl = big ? be32(d + pos + 4) : le32(d + pos + 4);
+        unsigned long min_len;
+        if (bt == 6) min_len = epb_min;
+        else if (bt == 2) min_len = pb_min;
+        else if (bt == 3) min_len = spb_min;
+        else break;
+        if ((bl & 3) || bl < min_len || bl > max_block || pos + (Py_ssize_t)bl > len) break;
+        if ((big ? be32(d + pos + bl - 4) : le32(d + pos + bl - 4)) != bl) break;
+        packets++;
+        if (bt == 3) spb++;
+        pos += bl;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nnn)", pos, packets, spb);
+}

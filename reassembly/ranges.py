@@ -25,7 +25,7 @@ Compressed files have no seekable record boundaries; they are read whole.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO
@@ -322,23 +322,31 @@ class RangeWalk:
     spb: int = 0  # simple packet blocks seen (pcapng)
 
 
-def walk_range(win: Window, fmt: FileFormat, first: int, end: int) -> RangeWalk:
+# A counter of a run of packet blocks (``_walk_pcapng``'s ``run``): ``(buf, pos,
+# starts_before, big_endian) -> (pos, packets, spb)``, as ``_engine.pcapng_count``
+PacketRun = Callable[[bytes, int, int, bool], tuple[int, int, int]]
+
+
+def walk_range(win: Window, fmt: FileFormat, first: int, end: int,
+               run: PacketRun | None = None) -> RangeWalk:
     """Walk the records starting in ``[first, end)``; ``first`` is a boundary (found
     or verified).  pcap: the range reader itself.  pcapng: block headers in the byte
     order the first blocks validate in (a range may start inside a section whose
     interfaces it does not know), collecting the SHB/IDB blocks a caller turns into
     the ``SectionState`` of the next range (``SectionState.apply``).  A Decryption
     Secrets Block counts as damage: its keys apply from where it appears in the file,
-    so such a capture is read whole."""
+    so such a capture is read whole.  ``run``: counts runs of packet blocks in one call
+    (``native.walk_range``: the C walk), this loop checking every other block."""
     if fmt.format == "pcap":
         reader = open_range(win.f, fmt, first, end)
         frames = sum(1 for _ in reader)
         damage = reader.info.damage
         return RangeWalk(first, reader.offset, frames, damage[0].reason if damage else None)
-    return _walk_pcapng(win, first, end)
+    return _walk_pcapng(win, first, end, run)
 
 
-def _walk_pcapng(win: Window, first: int, end: int) -> RangeWalk:
+def _walk_pcapng(win: Window, first: int, end: int, run: PacketRun | None = None
+                 ) -> RangeWalk:
     walk = RangeWalk(first, first, 0)
     s = None
     if (_block_at(win, first, _LE) or (0, 0))[0] == BT_SHB:
@@ -351,6 +359,16 @@ def _walk_pcapng(win: Window, first: int, end: int) -> RangeWalk:
     off, n = first, 0
     while off < end:
         hdr = _block_at(win, off, s)
+        if run is not None and hdr is not None and hdr[0] in _PACKET_BLOCKS:
+            got = win.get(off, min(WINDOW, win.size - off))
+            if got is not None:
+                buf, pos = got
+                moved, count, spb = run(buf, pos, pos + end - off, s is _BE)
+                if count:  # (a block it left, this loop checks: damage or not)
+                    n += count
+                    walk.spb += spb
+                    off += moved - pos
+                    continue
         if hdr is not None and hdr[0] == BT_SHB:
             s2 = _section_order(win, off)
             if s2 is None:

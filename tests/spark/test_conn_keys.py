@@ -129,15 +129,15 @@ def test_pass_1_walk_is_its_definition(shared: Path) -> None:
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_damaged_captures_split_as_their_definitions(tmp_path: Path, data) -> None:
-    """A sample with random bytes changed (caplens, headers, payloads) and cut short, at
-    a random range size: pass 1's walk, and where the chain verifies, passes 2 and 3a and
-    their problems, the same on the engine as in Python."""
+    """A sample (pcap, or pcapng) with random bytes changed (caplens, headers, payloads)
+    and cut short, at a random range size: pass 1's walk, and where the chain verifies,
+    passes 2 and 3a and their problems, the same on the engine as in Python."""
     raw = bytearray(data.draw(st.sampled_from(_DAMAGE_SOURCES)).read_bytes())
     for _ in range(data.draw(st.integers(0, 6))):
         at = data.draw(st.integers(24, len(raw) - 1))
         raw[at] = data.draw(st.integers(0, 255))
     raw = raw[: data.draw(st.integers(len(raw) // 2, len(raw)))]
-    path = tmp_path / "damaged.pcap"
+    path = tmp_path / "damaged.cap"  # (pcap or pcapng, as the source)
     path.write_bytes(bytes(raw))
     split = data.draw(st.integers(64, len(raw) + 1))
     layout = probe_layout(str(path), len(raw))
@@ -166,7 +166,9 @@ def test_damaged_captures_split_as_their_definitions(tmp_path: Path, data) -> No
 
 
 _DAMAGE_SOURCES = [SAMPLES / n for n in ("nats-basic.pcap", "stan-basic.pcap",
-                                         "pulsar-client.pcap")]
+                                         "pulsar-client.pcap")] + [
+    Path(__file__).resolve().parents[1] / "data" / "captures" / "ja4" /
+    "chrome-cloudflare-quic-without-secrets.pcapng"]
 
 
 def test_hints_and_pairs_of_fast_records(tmp_path: Path) -> None:
