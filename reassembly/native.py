@@ -53,7 +53,14 @@ from reassembly.pcapng import (
     SectionState,
 )
 from reassembly.provenance import SEGMENT, CoalescedData
-from reassembly.ranges import FileFormat, RangeWalk, Window, open_range, read_frames
+from reassembly.ranges import (
+    FileFormat,
+    RangeWalk,
+    Window,
+    note_problems,
+    open_range,
+    read_frames,
+)
 from reassembly.tcp import (
     OOW_SLACK_BYTES,
     PIECE_OVERHEAD_BYTES,
@@ -309,11 +316,9 @@ def range_batches(f: IO[bytes], fmt: FileFormat, start: int, stop: int, problems
     reader = open_range(f, fmt, start, stop, number=number, state=state, path=path)
     if isinstance(reader, PcapngReader) and hasattr(_engine, "walk_pcapng"):
         yield from _pcapng_batches(reader, max_records)
-        problems.extend(f"{d.reason} (offset {d.offset})" for d in reader.info.damage)
+        note_problems(reader, problems, stop)
     else:
-        yield from frame_batches(read_frames(reader, problems), max_records)
-    if reader.offset != stop:
-        problems.append(f"range read to offset {reader.offset}, planned to {stop}")
+        yield from frame_batches(read_frames(reader, problems, stop), max_records)
 
 
 def _walk_pcap_range(f: IO[bytes], header: PcapHeader, at: int, stop: int, number: int,

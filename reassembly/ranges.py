@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO
 
-from .capture import CaptureInfo, CaptureReader, Frame
+from .capture import CaptureInfo, Frame
 from .pcap import FILE_HEADER_LEN, PCAP_MAGICS, PcapHeader, PcapReader, read_header
 from .pcapng import (
     _BE,
@@ -395,9 +395,19 @@ def _walk_pcapng(win: Window, first: int, end: int, run: PacketRun | None = None
     return walk
 
 
-def read_frames(reader: CaptureReader, problems: list[str]) -> Iterator[Frame]:
-    """The frames of a range reader, then what it reported as damage, into
-    ``problems`` (with the offset it names)."""
+def read_frames(reader: PcapReader | PcapngReader, problems: list[str],
+                stop: int | None = None) -> Iterator[Frame]:
+    """The frames of a range reader, then ``note_problems``."""
     yield from reader
+    note_problems(reader, problems, stop)
+
+
+def note_problems(reader: PcapReader | PcapngReader, problems: list[str],
+                  stop: int | None = None) -> None:
+    """What a range reader that was read met, into ``problems``: what it reported as
+    damage (with the offset it names) and, given the range's ``stop``, a stop short of
+    it (the caller then reads the capture whole)."""
     for d in reader.info.damage:
         problems.append(f"{d.reason} (offset {d.offset})")
+    if stop is not None and reader.offset != stop:
+        problems.append(f"range read to offset {reader.offset}, planned to {stop}")

@@ -80,6 +80,7 @@ from analyzer.spark.split import (
 )
 from analyzer.spark.storage import Store
 from analyzer.spark.task import (
+    PACKET_SCHEMA,
     PacketBatches,
     RunSink,
     TaskReassembler,
@@ -107,9 +108,6 @@ __all__ = ["DEFAULT_SPLIT_BYTES", "IngestReport", "ingest"]
 
 DEFAULT_SPLIT_BYTES = 128 << 20
 _BLOB_SCHEMA = "idx long, blob binary"
-_PACKET_SCHEMA = (
-    "key binary, frame long, ts long, linktype int, data binary, orig_len long, iface int"
-)
 _STAGING_PREFIX = ".msgcap-spark-staging-"
 
 
@@ -549,6 +547,8 @@ def _dissect_split(spark, layout, plans, scans, out: OutDir, capture_id: str, sh
     Returns ``(None, scopes)`` without writing anything when a scope used cross-flow
     state while its connections were not all under one key (``scopes`` then names the
     server endpoints that must be merged)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     path = layout.path
 
     # pass 3: frames keyed by IP pair → whole pairs per task → reassembly + dissection
@@ -597,7 +597,7 @@ def _dissect_split(spark, layout, plans, scans, out: OutDir, capture_id: str, sh
     try:
         df = (
             spark.range(0, len(plans), 1, max(len(plans), 1))
-            .mapInArrow(packets_task, _PACKET_SCHEMA)
+            .mapInArrow(packets_task, from_arrow_schema(PACKET_SCHEMA))
             .repartition(nparts, "key")
             .sortWithinPartitions("frame")
             .mapInArrow(dissect_task, _BLOB_SCHEMA)

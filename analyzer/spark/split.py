@@ -232,15 +232,13 @@ def iter_range_frames(layout: Layout, plan: RangePlan, problems: list[str] | Non
     try:
         reader = open_range(f, layout.file, plan.first, plan.stop, number=plan.frame_base,
                             state=plan.state, path=layout.path)
-        yield from read_frames(reader, problems)
-        if reader.offset != plan.stop:
-            problems.append(f"range read to offset {reader.offset}, planned to {plan.stop}")
+        yield from read_frames(reader, problems, plan.stop)
     finally:
         f.close()
 
 
 def range_batches(layout: Layout, plan: RangePlan, problems: list[str] | None = None,
-                  max_records: int = 8192) -> Iterator[Batch]:
+                  max_records: int = native.BATCH_RECORDS) -> Iterator[Batch]:
     """``iter_range_frames`` as the native engine's C batches (``native.range_batches``:
     the same frames and problems)."""
     problems = problems if problems is not None else []

@@ -238,6 +238,9 @@ class _NotedFirsts(FirstReports):
         return first
 
 
+_FLUSH_EVERY = 65536  # frames between two flushes of pass 2's fragment table
+
+
 class _RangeFacts:
     """What pass 2 learns of one range (``range_stats``, ``range_stats_batches``)."""
 
@@ -254,6 +257,15 @@ class _RangeFacts:
         self.pairs: set[tuple[bytes, bytes]] | None = set() if endpoints else None
         self.frag_keys: dict[bytes, bytes | None] = {}
         self.hints: set[bytes] = set()
+        self.flushed = 0  # the frame number of the decoder's last flush
+
+    def flush_before(self, number: int) -> None:
+        """The decoder's flushes ``range_stats`` makes after every ``_FLUSH_EVERY``-th
+        frame, those after frames before ``number`` (the batch path's frames between
+        two slow ones are not fed to it one by one)."""
+        while self.flushed + _FLUSH_EVERY < number:
+            self.flushed += _FLUSH_EVERY
+            self.dec.flush(None)  # fragments of this pass are not kept: bound the memory
 
     def frame(self, frame: Frame) -> None:
         """One frame's connection facts, through the real decoder (the clock apart)."""
@@ -307,9 +319,6 @@ class _RangeFacts:
         }
 
 
-_FLUSH_EVERY = 65536  # frames between two flushes of pass 2's fragment table
-
-
 def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dict[str, Any]:
     """Pass 2 over one range (see the module docstring).  Also what splitting by
     connection needs: the 5-tuple key of each fragmented datagram's first fragment
@@ -328,8 +337,7 @@ def range_stats(frames: Iterable[Frame], limits: Limits, endpoints: bool) -> dic
             facts.rec_frames.append(frame.number)
             facts.rec_ts.append(ts)
         facts.frame(frame)
-        if facts.n % _FLUSH_EVERY == 0:
-            facts.dec.flush(None)  # fragments of this pass are not kept: bound the memory
+        facts.flush_before(facts.n + 1)
     return facts.result()
 
 
@@ -361,15 +369,10 @@ def range_stats_batches(batches: Iterable[Batch], limits: Limits, endpoints: boo
         facts.running = max(facts.running, int(ts.max()))
         slow = conn_facts(batch, facts.pairs, facts.hints, PAYLOAD_HINTS)
         base = facts.n
-        flush = (base // _FLUSH_EVERY + 1) * _FLUSH_EVERY  # after that frame number
         for i in slow:
-            while flush <= base + i:  # (frame ``flush`` came before this one)
-                facts.dec.flush(None)
-                flush += _FLUSH_EVERY
+            facts.flush_before(base + i + 1)
             facts.frame(Frame._make(batch.frame(i)))
-        while flush <= base + m:
-            facts.dec.flush(None)
-            flush += _FLUSH_EVERY
+        facts.flush_before(base + m + 1)
         facts.n = base + m
     return facts.result()
 
