@@ -34,6 +34,7 @@ from analyzer.cliutil import (
     flow_ids_text,
     format_ts,
     name_stdin_input,
+    one_blas_thread,
     out_console,
     parse_decode_as,
     prefer_jemalloc,
@@ -1021,6 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
     _OWN_PROCESS = argv is None
     if _OWN_PROCESS:
         prefer_jemalloc()  # (before anything imports pyarrow)
+        one_blas_thread()  # (before pyarrow imports numpy)
     code = _main(argv)
     if argv is None:
         _exit_without_teardown(code)

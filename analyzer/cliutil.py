@@ -476,6 +476,21 @@ def prefer_jemalloc() -> None:
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 
 
+def one_blas_thread() -> None:
+    """Keep numpy's OpenBLAS to the calling thread for this process and its children
+    (call before numpy is imported), unless the user chose a count
+    (``OPENBLAS_NUM_THREADS``).
+
+    Why: pyarrow imports numpy, and numpy's OpenBLAS starts a thread per core the moment
+    it loads; on this 2-core machine its thread spun through ~0.1 s of CPU in every run,
+    on the core the Parquet and SHA-256 threads work on (``msgcap dissect`` of the 103 MB
+    bulk NATS recording, 4 runs each, alternated: 0.80-0.99 s wall and 1.24-1.48 CPU s
+    before, 0.78-0.83 s and 1.16-1.23 CPU s after; a 24 kB sample 0.35 -> 0.26 s).
+    msgcap does no linear algebra: the threads never had work."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 # allocations of container objects between two young-generation collections while a
 # command runs (Python's default is 700)
 _GC_YOUNG_THRESHOLD = 50_000

@@ -327,6 +327,36 @@ def test_command_line_makes_jemalloc_the_arrow_pool(tmp_path, chosen):
     assert res.stdout.split()[-1] == (chosen or "jemalloc")
 
 
+@pytest.mark.parametrize("chosen", [None, "3"])
+def test_command_line_keeps_openblas_to_one_thread(tmp_path, chosen):
+    """``cliutil.one_blas_thread``: a command-line run loads numpy (through pyarrow)
+    with ``OPENBLAS_NUM_THREADS=1`` (OpenBLAS's idle thread spun on the second core),
+    unless the user set a count; ``main(argv)`` leaves the environment alone."""
+    code = ("import os\n"
+            "from analyzer.cli import main\n"
+            "before = os.environ.get('OPENBLAS_NUM_THREADS')\n"
+            f"assert main(['dissect', {str(NATS)!r}, '-o', {str(tmp_path / 'a')!r}, '-q']) == 0\n"
+            "assert os.environ.get('OPENBLAS_NUM_THREADS') == before\n")
+    probe = ("import atexit, os, sys\n"
+             "from analyzer.cli import main\n"
+             "assert 'numpy' not in sys.modules\n"
+             "atexit.register(lambda: print('numpy' in sys.modules, "
+             "os.environ.get('OPENBLAS_NUM_THREADS')))\n"
+             f"sys.argv = ['msgcap', 'dissect', {str(NATS)!r}, '-o', "
+             f"{str(tmp_path / 'b')!r}, '-q']\n"
+             "main()\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if chosen:
+        env["OPENBLAS_NUM_THREADS"] = chosen
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-2:] == ["True", chosen or "1"]
+
+
 def test_version():
     from importlib.metadata import version
 
