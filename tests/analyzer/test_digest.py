@@ -17,12 +17,34 @@ def _sha(data: bytes) -> str:
 
 
 def test_prefetched_digest_is_the_files(tmp_path: Path) -> None:
-    data = os.urandom(3 * (1 << 20) + 17)  # several blocks and a short one
+    data = os.urandom(2 * digest._BLOCK + 17)  # several blocks and a short one
     path = tmp_path / "a.pcap"
     path.write_bytes(data)
     digest.prefetch([str(path), "-", str(tmp_path / "missing.pcap")])
     assert digest.file_sha256(path) == _sha(data)
     assert not any(k[0] == str(path.resolve()) for k in digest._prefetched)  # used once
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifo_read_in_short_pieces(tmp_path: Path) -> None:
+    """A FIFO hands ``readinto`` what its writer wrote so far, not a whole block."""
+    import threading
+
+    data = os.urandom(digest._BLOCK + 70_001)
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb", buffering=0) as f:
+            for at in range(0, len(data), 50_000):
+                f.write(data[at:at + 50_000])
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert digest.file_sha256(fifo) == _sha(data)
+    finally:
+        writer.join()
 
 
 def test_file_changed_after_prefetch_is_hashed_again(tmp_path: Path) -> None:
