@@ -837,23 +837,38 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     at most ``MAX_TAKE_BYTES`` a ``take`` of batch and rows in one index makes that copy
     (~3x less CPU than slicing then joining, on a capture of many short flows: three
     INFO/CONNECT rows per flow between the fast path's rows): its transient is a third
-    copy of the batch (Arrow joins the two sources first), hence the bound."""
+    copy of the batch (Arrow joins the two sources first), hence the bound.  Only the
+    stretch of the batch from the first dict row's place to the last's is taken; the rows
+    before and after it stay slices.  Why: the first batch of a bulk run holds every
+    connection's opening rows (handshake, subscriptions) among its first few dozen rows,
+    and taking the whole batch (11 MB of payloads) was 15-32 ms of a 0.75 s run (the 103
+    MB bulk recording of docs/performance.md; 7 ms now)."""
     # (an undeclared key raises, validating or not: as the sink's and the columns' rows)
     rows = rows_to_batch(spec, [row for _, row in waiting])
     if not rows.schema.equals(schema):  # (a cast of an equal schema costs ~0.5 ms)
         rows = rows.cast(schema)
     m = len(waiting)
-    if m > MAX_INTERLEAVED_PIECES // 2 and batch.nbytes <= MAX_TAKE_BYTES:
-        order = _interleaved_order([at for at, _ in waiting], batch.num_rows)
-        if order is not None:
+    if m > MAX_INTERLEAVED_PIECES // 2:
+        ats = [at for at, _ in waiting]
+        lo, hi = ats[0], ats[-1]
+        span = batch.slice(lo, hi - lo)
+        if (_slices(ats, batch.num_rows) > MAX_INTERLEAVED_PIECES
+                and span.nbytes <= MAX_TAKE_BYTES):
             # (``arrowops``: ``Table.take`` would import ``pyarrow.compute``, ~45 ms)
             # column by column: one null in both is a kept null column, not taken (~40 %
             # of a carrier batch's columns; ~35 % less CPU than taking the whole table)
-            joined = pa.Table.from_batches([batch, rows], schema=schema)
+            order = _interleaved_order([at - lo for at in ats], hi - lo)
+            joined = pa.Table.from_batches([span, rows], schema=schema)
             size = joined.num_rows
-            return pa.Table.from_arrays(
+            middle = pa.Table.from_arrays(
                 [nulls(c.type, size) if c.null_count == size else take(c, order)
                  for c in joined.columns], schema=schema)
+            pieces = [middle]
+            if lo:
+                pieces.insert(0, pa.Table.from_batches([batch.slice(0, lo)], schema=schema))
+            if hi < batch.num_rows:
+                pieces.append(pa.Table.from_batches([batch.slice(hi)], schema=schema))
+            return pa.concat_tables(pieces)
     parts = []
     done = i = 0  # rows of ``batch`` / of ``rows`` placed so far
     while i < m:
@@ -876,20 +891,22 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     return table.combine_chunks() if len(parts) > MAX_INTERLEAVED_PIECES else table
 
 
-def _interleaved_order(ats: list[int], n: int) -> pa.Array | None:
+def _slices(ats: list[int], n: int) -> int:
+    """How many slices ``_interleave`` cuts a batch of ``n`` rows and the dict rows placed
+    at ``ats`` (non-decreasing, at most ``n``) into: each group of adjacent dict rows, and
+    the batch rows before each group and after the last."""
+    groups = 1 + sum(1 for a, b in zip(ats, ats[1:], strict=False) if a != b)
+    return 2 * groups - 1 + (ats[0] > 0) + (ats[-1] < n)
+
+
+def _interleaved_order(ats: list[int], n: int) -> pa.Array:
     """Indexes into ``batch`` + ``rows`` (``n`` batch rows, then one per ``ats``) that put
-    dict row ``i`` after the first ``ats[i]`` batch rows, or None when that makes at most
-    ``MAX_INTERLEAVED_PIECES`` slices (``_interleave`` keeps those uncopied).  ``ats`` is
-    non-decreasing (the accumulator only grew while rows waited) and at most ``n``."""
+    dict row ``i`` after the first ``ats[i]`` batch rows.  ``ats`` is non-decreasing
+    (the accumulator only grew while rows waited) and at most ``n``."""
     import numpy as np
 
     m = len(ats)
-    at = np.array(ats, np.int64)
-    runs = int(np.count_nonzero(at[1:] != at[:-1])) + 1  # groups of adjacent dict rows
-    # slices: each group, and the batch rows before each group and after the last
-    if 2 * runs - 1 + (ats[0] > 0) + (ats[-1] < n) <= MAX_INTERLEAVED_PIECES:
-        return None
-    landing = at + np.arange(m)  # where dict row i stands in the result
+    landing = np.array(ats, np.int64) + np.arange(m)  # where dict row i stands in the result
     order = np.empty(n + m, np.int64)
     from_batch = np.ones(n + m, bool)
     from_batch[landing] = False

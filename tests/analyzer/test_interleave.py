@@ -57,3 +57,24 @@ def test_many_groups_are_placed_alike_by_slices_and_by_take():
             pipeline.MAX_TAKE_BYTES = saved
         assert got.column("kind").to_pylist() == want, at
         assert got.equals(sliced) and got.schema.equals(schema)
+
+
+def test_take_copies_only_the_stretch_between_the_first_and_last_dict_rows():
+    """The rows before the first dict row's place and after the last one's stay slices
+    of the batch (a bulk run's first batch: INFO/CONNECT/SUB rows among its first rows,
+    then thousands of fast rows that a ``take`` of the whole batch copied)."""
+    schema = arrow_schema(ANOMALIES)
+    n = 60
+    fast = rows_to_batch(ANOMALIES, [_row(f"f{i}") for i in range(n)])
+    at = list(range(5, 30, 2))  # 13 groups: 27 slices, so the take
+    waiting = [(a, _row(f"d{k}")) for k, a in enumerate(at)]
+    got = _interleave(ANOMALIES, schema, fast, waiting)
+    want = [f"f{i}" for i in range(n)]
+    for k, a in reversed(list(enumerate(at))):
+        want.insert(a, f"d{k}")
+    kind = got.column("kind")
+    assert kind.to_pylist() == want
+    assert [len(c) for c in kind.chunks] == [5, 29 - 5 + len(at), n - 29]
+    data = fast.column("kind").buffers()[2].address
+    assert kind.chunks[0].buffers()[2].address == data  # a slice, not a copy
+    assert kind.chunks[2].buffers()[2].address == data
