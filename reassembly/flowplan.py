@@ -15,9 +15,12 @@ plan only *predicts* ids: a 4-tuple reused after its flow ended, a record the C 
 does not decode (a fragment, an unusual link layer) or a packet the flow table refuses
 shifts the numbering of later flows, which then land on another worker than planned.
 That costs balance, never correctness: every worker asks the same plan
-(``FlowPlan.worker_of``) for every flow id, so each flow has exactly one owner.  Flow
-ids past the plan (more than ``MAX_PLANNED`` flows, or a capture the walk does not
-take: pcapng, a range) are shared by ``flow_id % N``, which balances many small flows.
+(``FlowPlan.worker_of``) for every flow id, so each flow has exactly one owner.  The
+walk takes classic pcap and pcapng files (gzip/zstd too: ``native.reader_batches``, the
+records of a pcapng file that its C walk leaves to the reader copied into batches).
+Flow ids past the plan (more than ``MAX_PLANNED`` flows, or a capture the walk does not
+take: the engine switched off or not built, a range) are shared by ``flow_id % N``,
+which balances many small flows.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reassembly import native
+from reassembly.capture import open_capture
 
 # Flows whose bytes are counted (their keys are held during the pass: ~200 bytes each);
 # the others, seen later, are shared by flow id.
@@ -84,22 +88,23 @@ def balance(sizes: Sequence[int], workers: int) -> FlowPlan:
 
 
 def flow_sizes(path: str | os.PathLike[str], limit: int = MAX_PLANNED) -> list[int] | None:
-    """Captured bytes of each flow of a classic pcap file, in order of first record (the
-    first ``limit`` flows); None when the C walk cannot read the capture (not built,
-    switched off, or not a whole classic pcap file)."""
+    """Captured bytes of each flow of a classic pcap or pcapng file, in order of first
+    record (the first ``limit`` flows); None when the C walk cannot read the capture
+    (not built, switched off, or not a whole capture file)."""
     if not native.enabled():
         return None
     from reassembly import _engine  # built: ``enabled`` says so
 
     sizes: dict[bytes, int] = {}
     try:
-        for batch in native.pcap_batches(path):
-            for key, nbytes in _engine.flow_bytes(batch):
-                if key in sizes:
-                    sizes[key] += nbytes
-                elif len(sizes) < limit:
-                    sizes[key] = nbytes
-    except ValueError:  # pcapng, a cut file header: no C walk
+        with open_capture(path, digest=False) as reader:
+            for batch in native.reader_batches(reader):
+                for key, nbytes in _engine.flow_bytes(batch):
+                    if key in sizes:
+                        sizes[key] += nbytes
+                    elif len(sizes) < limit:
+                        sizes[key] = nbytes
+    except ValueError:  # a cut file header: no C walk
         return None
     return list(sizes.values())
 

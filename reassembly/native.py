@@ -271,7 +271,7 @@ def pcap_batches(path: str | os.PathLike[str], max_records: int = BATCH_RECORDS
     """The records of a classic pcap file (gzip/zstd too) as C batches, in order
     (``reader_batches`` over ``open_capture(path, digest=False)``).  Raises ValueError
     for a capture that is not classic pcap (``reader_batches`` takes pcapng too; the
-    callers of this one, ``reassembly.flowplan``, plan classic pcap only)."""
+    tests that call this one compare the walk with the classic pcap reader)."""
     with open_capture(path, digest=False) as reader:
         if reader.info.format != "pcap":
             raise ValueError(f"{reader.info.path}: not a classic pcap file")

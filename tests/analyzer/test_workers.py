@@ -132,6 +132,32 @@ def test_two_workers_write_the_rows_of_one(tmp_path, pcap: Path) -> None:
                        for fid in flows), f
 
 
+def test_pcapng_is_split_by_the_plan_as_pcap_is(tmp_path) -> None:
+    """A pcapng capture is planned by bytes too (the pre-pass reads it with the C pcapng
+    walk): two workers write the rows of one, each row in the file of the worker the
+    plan gives its flow, and the plan is the one of the same records in classic pcap."""
+    from tests.reassembly.test_flowplan import _as_pcapng
+
+    ng = tmp_path / "nats-basic.pcapng"
+    _as_pcapng(NATS_BASIC, ng)
+    plan = plan_flows(ng, 2)
+    assert plan == plan_flows(NATS_BASIC, 2)
+    shares = list(plan.shares)  # by bytes, not by flow id
+    assert len(shares) == 6 and shares != [fid % 2 for fid in range(6)]
+    one = _dissect(ng, tmp_path / "one", 1), tmp_path / "one"
+    two = _dissect(ng, tmp_path / "two", 2), tmp_path / "two"
+    _assert_same_output(one, two)
+    owners = set()
+    for name in _tables(tmp_path / "two"):
+        for f in _parts(tmp_path / "two", name):
+            k = int(f.stem.split("-")[1])
+            flows = pq.read_table(f, columns=["flow_id"]).column("flow_id").to_pylist()
+            assert all((k == 0) if fid is None else plan.worker_of(fid) == k
+                       for fid in flows), f
+            owners |= {k for fid in flows if fid is not None}
+    assert owners == {0, 1}
+
+
 def test_workers_roll_their_files_over_as_one_process_does(tmp_path, monkeypatch) -> None:
     """Every writer starts a table's next file every ``file_row_groups`` row groups
     (``part-<k>-<seq>.parquet``, docs/tables.md): forced to 2 row groups of 8 rows, one

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -106,11 +107,59 @@ def test_owners_are_one_per_flow_and_pickle(tmp_path) -> None:
         assert sum(o(fid) for o in owners) == 1
 
 
-def test_captures_the_walk_cannot_read_are_shared_by_flow_id(tmp_path) -> None:
-    pcapng = next((SHARED / "captures").rglob("*.pcapng"))
-    assert flow_sizes(pcapng) is None
-    plan = plan_flows(pcapng, 2)
-    assert len(plan.shares) == 0 and plan.worker_of(5) == 1
+def _as_pcapng(pcap: Path, out: Path, e: str = "<") -> None:
+    """The records of ``pcap`` as a pcapng file: its link type on two interfaces, the
+    packets alternating between them, a block the C walk leaves to the reader (an
+    interface statistics block) between the first two."""
+    from tests.reassembly.test_readers import block, epb, idb, shb
+
+    with open_capture(pcap) as reader:
+        frames = list(reader)
+        linktype = reader.info.link_types[0]
+    blocks = [shb(e), idb(e, linktype), idb(e, linktype)]
+    for i, f in enumerate(frames):
+        blocks.append(epb(e, i % 2, f.ts_ns // 1000, f.data))
+        if i == 0:
+            blocks.append(block(e, 5, struct.pack(e + "III", 0, 0, 0)))
+    out.write_bytes(b"".join(blocks))
+
+
+@pytest.mark.parametrize("e", ["<", ">"])
+def test_pcapng_is_planned_like_the_same_records_in_pcap(tmp_path, e) -> None:
+    """The pre-pass reads pcapng with the C pcapng walk (``native.reader_batches``):
+    flows numbered and sized as in the classic pcap of the same records, so the plan is
+    the same (before 2026-11-28 a pcapng file was shared by ``flow_id % N``)."""
+    path = tmp_path / "flows.pcap"
+    want = _capture(path, [3, 40, 1, 25, 7])
+    ng = tmp_path / "flows.pcapng"
+    _as_pcapng(path, ng, e)
+    assert flow_sizes(ng) == want
+    assert plan_flows(ng, 3) == plan_flows(path, 3)
+    with open_capture(ng) as reader:  # and the flow table numbers them so
+        closes = [ev for ev in capture_events(reader) if isinstance(ev, StreamClose)]
+    assert {ev.flow.flow_id: ev.flow.client.port - 40000 for ev in closes} == {
+        i: i for i in range(5)}
+
+
+def test_corpus_pcapng_on_two_interfaces_is_sized() -> None:
+    """A third-party pcapng file (zeek's, two interfaces, three DNS exchanges over
+    Ethernet/IPv4/UDP): each flow's captured bytes, in order of first record, as a plain
+    parse of its frames counts them."""
+    pcapng = SHARED / "captures" / "zeek" / "pcapng-multi-interface.pcapng"
+    want: dict[frozenset[tuple[bytes, int]], int] = {}
+    with open_capture(pcapng) as reader:
+        for frame in reader:
+            d = frame.data
+            assert d[12:14] == b"\x08\x00" and d[23] == 17  # IPv4, UDP
+            ihl = (d[14] & 15) * 4
+            sport, dport = struct.unpack_from("!HH", d, 14 + ihl)
+            key = frozenset(((d[26:30], sport), (d[30:34], dport)))
+            want[key] = want.get(key, 0) + len(d)
+    assert len(want) == 3
+    assert flow_sizes(pcapng) == list(want.values())
+
+
+def test_one_worker_plans_nothing(tmp_path) -> None:
     path = tmp_path / "flows.pcap"
     _capture(path, [3, 4])
     assert len(plan_flows(path, 1).shares) == 0  # one worker: nothing to plan
