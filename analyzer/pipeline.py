@@ -821,8 +821,8 @@ MAX_INTERLEAVED_PIECES = 16
 """Above this many slices, ``_interleave`` copies its result into one batch."""
 
 MAX_TAKE_BYTES = 16 << 20
-"""Batches up to this size are interleaved by one ``take`` when they would be cut into
-more than ``MAX_INTERLEAVED_PIECES`` slices (see ``_interleave``)."""
+"""A batch's stretch among its dict rows up to this size is interleaved by one ``take``
+when it would be cut into more than ``MAX_INTERLEAVED_PIECES`` slices (``_interleave``)."""
 
 
 def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
@@ -848,12 +848,11 @@ def _interleave(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch,
     if not rows.schema.equals(schema):  # (a cast of an equal schema costs ~0.5 ms)
         rows = rows.cast(schema)
     m = len(waiting)
-    if m > MAX_INTERLEAVED_PIECES // 2:
-        ats = [at for at, _ in waiting]
+    ats = [at for at, _ in waiting] if m > MAX_INTERLEAVED_PIECES // 2 else None
+    if ats is not None and _slices(ats, batch.num_rows) > MAX_INTERLEAVED_PIECES:
         lo, hi = ats[0], ats[-1]
         span = batch.slice(lo, hi - lo)
-        if (_slices(ats, batch.num_rows) > MAX_INTERLEAVED_PIECES
-                and span.nbytes <= MAX_TAKE_BYTES):
+        if span.nbytes <= MAX_TAKE_BYTES:
             # (``arrowops``: ``Table.take`` would import ``pyarrow.compute``, ~45 ms)
             # column by column: one null in both is a kept null column, not taken (~40 %
             # of a carrier batch's columns; ~35 % less CPU than taking the whole table)

@@ -293,6 +293,33 @@ def test_command_line_dissect_settles_the_gc_and_main_argv_does_not(tmp_path):
     assert res.stdout.split() == ["50000", "True", "True"], res.stderr
 
 
+def _process_setting(tmp_path, var: str, chosen: str | None, shown: str) -> list[str]:
+    """What a command-line ``dissect`` leaves of the environment variable ``var`` (unset,
+    or set to ``chosen`` before the run): the words printed at exit by ``shown`` (an
+    expression), in a process that had not imported pyarrow before ``main()``.  Also
+    checks that ``main(argv)``, a caller's run, leaves ``var`` as it was."""
+    code = ("import os\n"
+            "from analyzer.cli import main\n"
+            f"before = os.environ.get({var!r})\n"
+            f"assert main(['dissect', {str(NATS)!r}, '-o', {str(tmp_path / 'a')!r}, '-q']) == 0\n"
+            f"assert os.environ.get({var!r}) == before\n")
+    probe = ("import atexit, os, sys\n"
+             "from analyzer.cli import main\n"
+             "assert 'pyarrow' not in sys.modules and 'numpy' not in sys.modules\n"
+             f"atexit.register(lambda: print({shown}))\n"
+             f"sys.argv = ['msgcap', 'dissect', {str(NATS)!r}, '-o', "
+             f"{str(tmp_path / 'b')!r}, '-q']\n"
+             "main()\n")
+    env = {k: v for k, v in os.environ.items() if k != var}
+    if chosen:
+        env[var] = chosen
+    for script in (code, probe):
+        res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
 @pytest.mark.parametrize("chosen", [None, "system"])
 def test_command_line_makes_jemalloc_the_arrow_pool(tmp_path, chosen):
     """``cliutil.prefer_jemalloc``: a command-line run allocates Arrow memory from
@@ -302,29 +329,9 @@ def test_command_line_makes_jemalloc_the_arrow_pool(tmp_path, chosen):
     pa = pytest.importorskip("pyarrow")
     if "jemalloc" not in pa.supported_memory_backends() or sys.platform != "linux":
         pytest.skip("this pyarrow has no jemalloc")
-    code = ("import os\n"
-            "from analyzer.cli import main\n"
-            "before = os.environ.get('ARROW_DEFAULT_MEMORY_POOL')\n"
-            f"assert main(['dissect', {str(NATS)!r}, '-o', {str(tmp_path / 'a')!r}, '-q']) == 0\n"
-            "assert os.environ.get('ARROW_DEFAULT_MEMORY_POOL') == before\n")
-    # main() in a process that has not imported pyarrow yet
-    probe = ("import atexit, sys\n"
-             "from analyzer.cli import main\n"
-             "atexit.register(lambda: print(__import__('pyarrow').default_memory_pool()"
-             ".backend_name))\n"
-             f"sys.argv = ['msgcap', 'dissect', {str(NATS)!r}, '-o', "
-             f"{str(tmp_path / 'b')!r}, '-q']\n"
-             "main()\n")
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    if chosen:
-        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr
-    res = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split()[-1] == (chosen or "jemalloc")
+    shown = "__import__('pyarrow').default_memory_pool().backend_name"
+    words = _process_setting(tmp_path, "ARROW_DEFAULT_MEMORY_POOL", chosen, shown)
+    assert words[-1] == (chosen or "jemalloc")
 
 
 @pytest.mark.parametrize("chosen", [None, "3"])
@@ -332,29 +339,9 @@ def test_command_line_keeps_openblas_to_one_thread(tmp_path, chosen):
     """``cliutil.one_blas_thread``: a command-line run loads numpy (through pyarrow)
     with ``OPENBLAS_NUM_THREADS=1`` (OpenBLAS's idle thread spun on the second core),
     unless the user set a count; ``main(argv)`` leaves the environment alone."""
-    code = ("import os\n"
-            "from analyzer.cli import main\n"
-            "before = os.environ.get('OPENBLAS_NUM_THREADS')\n"
-            f"assert main(['dissect', {str(NATS)!r}, '-o', {str(tmp_path / 'a')!r}, '-q']) == 0\n"
-            "assert os.environ.get('OPENBLAS_NUM_THREADS') == before\n")
-    probe = ("import atexit, os, sys\n"
-             "from analyzer.cli import main\n"
-             "assert 'numpy' not in sys.modules\n"
-             "atexit.register(lambda: print('numpy' in sys.modules, "
-             "os.environ.get('OPENBLAS_NUM_THREADS')))\n"
-             f"sys.argv = ['msgcap', 'dissect', {str(NATS)!r}, '-o', "
-             f"{str(tmp_path / 'b')!r}, '-q']\n"
-             "main()\n")
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if chosen:
-        env["OPENBLAS_NUM_THREADS"] = chosen
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr
-    res = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split()[-2:] == ["True", chosen or "1"]
+    shown = "'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS')"
+    words = _process_setting(tmp_path, "OPENBLAS_NUM_THREADS", chosen, shown)
+    assert words[-2:] == ["True", chosen or "1"]
 
 
 def test_version():

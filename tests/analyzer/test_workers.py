@@ -33,7 +33,7 @@ from dissectors.schema import register_table, rows_to_batch
 from dissectors.tables import get_table
 from reassembly import native
 from reassembly.capture import open_capture
-from reassembly.flowplan import balance, plan_flows
+from reassembly.flowplan import FlowPlan, balance, plan_flows
 from reassembly.limits import Limits
 from tests.analyzer.conftest import CAPTURE_ID, SHA, anomaly_row, flow_row
 
@@ -123,13 +123,22 @@ def test_two_workers_write_the_rows_of_one(tmp_path, pcap: Path) -> None:
     # one process: exactly the files of today, part-0 only
     assert {f.name for f in (tmp_path / "one").rglob("*.parquet")} == {"part-0.parquet"}
     # every row is in the file of the worker that owns its flow (by the flows' bytes)
-    plan = plan_flows(pcap, 2)
-    for name in _tables(tmp_path / "two"):
-        for f in _parts(tmp_path / "two", name):
+    _writers_of_flows(tmp_path / "two", plan_flows(pcap, 2))
+
+
+def _writers_of_flows(out: Path, plan: FlowPlan) -> set[int]:
+    """The workers whose part files in ``out`` hold rows of a flow, after checking that
+    every row is in the file of the worker ``plan`` gives its flow (worker 0: rows of
+    no flow)."""
+    writers = set()
+    for name in _tables(out):
+        for f in _parts(out, name):
             k = int(f.stem.split("-")[1])
             flows = pq.read_table(f, columns=["flow_id"]).column("flow_id").to_pylist()
             assert all((k == 0) if fid is None else plan.worker_of(fid) == k
                        for fid in flows), f
+            writers |= {k for fid in flows if fid is not None}
+    return writers
 
 
 def test_pcapng_is_split_by_the_plan_as_pcap_is(tmp_path) -> None:
@@ -147,15 +156,7 @@ def test_pcapng_is_split_by_the_plan_as_pcap_is(tmp_path) -> None:
     one = _dissect(ng, tmp_path / "one", 1), tmp_path / "one"
     two = _dissect(ng, tmp_path / "two", 2), tmp_path / "two"
     _assert_same_output(one, two)
-    owners = set()
-    for name in _tables(tmp_path / "two"):
-        for f in _parts(tmp_path / "two", name):
-            k = int(f.stem.split("-")[1])
-            flows = pq.read_table(f, columns=["flow_id"]).column("flow_id").to_pylist()
-            assert all((k == 0) if fid is None else plan.worker_of(fid) == k
-                       for fid in flows), f
-            owners |= {k for fid in flows if fid is not None}
-    assert owners == {0, 1}
+    assert _writers_of_flows(tmp_path / "two", plan) == {0, 1}
 
 
 def test_workers_roll_their_files_over_as_one_process_does(tmp_path, monkeypatch) -> None:
