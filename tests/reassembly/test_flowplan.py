@@ -11,14 +11,24 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from reassembly.capture import open_capture
+from reassembly.capture import CaptureFormatError, open_capture
 from reassembly.engine import capture_events
 from reassembly.events import StreamClose
-from reassembly.flowplan import FlowOwner, balance, by_flow_id, flow_sizes, plan_flows
+from reassembly.flowplan import (
+    MAX_PLANNED,
+    FlowOwner,
+    balance,
+    by_flow_id,
+    flow_sizes,
+    plan_flows,
+)
 from tests.conftest import SHARED
 from tests.reassembly.synth import ACK, PSH, SYN, PcapWriter, tcp_frame
 from tests.reassembly.test_light_flows import udp_frame
+from tests.reassembly.test_readers import block, epb, idb, shb
 
 T0 = 1_700_000_000_000_000
 SERVER = bytes([10, 0, 0, 2])
@@ -111,8 +121,6 @@ def _as_pcapng(pcap: Path, out: Path, e: str = "<") -> None:
     """The records of ``pcap`` as a pcapng file: its link type on two interfaces, the
     packets alternating between them, a block the C walk leaves to the reader (an
     interface statistics block) between the first two."""
-    from tests.reassembly.test_readers import block, epb, idb, shb
-
     with open_capture(pcap) as reader:
         frames = list(reader)
         linktype = reader.info.link_types[0]
@@ -173,3 +181,44 @@ def test_without_the_native_engine_flows_are_shared_by_flow_id(tmp_path, monkeyp
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert flow_sizes(path) is None
     assert len(plan_flows(path, 2).shares) == 0
+
+
+_DAMAGE_DIR = None
+
+
+def _damage_base(tmp_path_factory) -> tuple[bytes, bytes]:  # noqa: ANN001
+    """A synthetic capture as classic pcap and as pcapng (made once per test run)."""
+    global _DAMAGE_DIR
+    if _DAMAGE_DIR is None:
+        _DAMAGE_DIR = tmp_path_factory.mktemp("flowplan-damage")
+        _capture(_DAMAGE_DIR / "base.pcap", [3, 9, 1, 5])
+        _as_pcapng(_DAMAGE_DIR / "base.pcap", _DAMAGE_DIR / "base.pcapng")
+    return ((_DAMAGE_DIR / "base.pcap").read_bytes(),
+            (_DAMAGE_DIR / "base.pcapng").read_bytes())
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damaged_captures_are_planned_or_left_to_flow_ids(tmp_path_factory, data) -> None:
+    """Bytes changed or the file cut short, pcap or pcapng: the pre-pass never raises,
+    and what it sizes is what the reader reads up to the damage (its sizes sum to at
+    most the captured bytes)."""
+    pcap, ng = _damage_base(tmp_path_factory)
+    raw = bytearray(data.draw(st.sampled_from([pcap, ng])))
+    for _ in range(data.draw(st.integers(0, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    path = _DAMAGE_DIR / "damaged.cap"
+    path.write_bytes(bytes(raw[:cut]))
+    try:
+        sizes = flow_sizes(path)
+    except CaptureFormatError:  # not a capture at all (its magic was hit): as dissect says
+        return
+    if sizes is not None:
+        assert all(n > 0 for n in sizes) and sum(sizes) <= cut
+        assert len(sizes) <= MAX_PLANNED
+    plan = plan_flows(path, 2)
+    for fid in range(12):
+        assert plan.worker_of(fid) in (0, 1)
