@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly.capture import CaptureFormatError, open_capture
@@ -183,34 +183,28 @@ def test_without_the_native_engine_flows_are_shared_by_flow_id(tmp_path, monkeyp
     assert len(plan_flows(path, 2).shares) == 0
 
 
-_DAMAGE_DIR = None
+@pytest.fixture(scope="module")
+def damage_base(tmp_path_factory) -> tuple[Path, bytes, bytes]:  # noqa: ANN001
+    """A directory, and a synthetic capture as classic pcap and as pcapng."""
+    d = tmp_path_factory.mktemp("flowplan-damage")
+    _capture(d / "base.pcap", [3, 9, 1, 5])
+    _as_pcapng(d / "base.pcap", d / "base.pcapng")
+    return d, (d / "base.pcap").read_bytes(), (d / "base.pcapng").read_bytes()
 
 
-def _damage_base(tmp_path_factory) -> tuple[bytes, bytes]:  # noqa: ANN001
-    """A synthetic capture as classic pcap and as pcapng (made once per test run)."""
-    global _DAMAGE_DIR
-    if _DAMAGE_DIR is None:
-        _DAMAGE_DIR = tmp_path_factory.mktemp("flowplan-damage")
-        _capture(_DAMAGE_DIR / "base.pcap", [3, 9, 1, 5])
-        _as_pcapng(_DAMAGE_DIR / "base.pcap", _DAMAGE_DIR / "base.pcapng")
-    return ((_DAMAGE_DIR / "base.pcap").read_bytes(),
-            (_DAMAGE_DIR / "base.pcapng").read_bytes())
-
-
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None)
 @given(data=st.data())
-def test_damaged_captures_are_planned_or_left_to_flow_ids(tmp_path_factory, data) -> None:
+def test_damaged_captures_are_planned_or_left_to_flow_ids(damage_base, data) -> None:
     """Bytes changed or the file cut short, pcap or pcapng: the pre-pass never raises,
     and what it sizes is what the reader reads up to the damage (its sizes sum to at
     most the captured bytes)."""
-    pcap, ng = _damage_base(tmp_path_factory)
+    d, pcap, ng = damage_base
     raw = bytearray(data.draw(st.sampled_from([pcap, ng])))
     for _ in range(data.draw(st.integers(0, 4))):
         at = data.draw(st.integers(0, len(raw) - 1))
         raw[at] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(0, len(raw)))
-    path = _DAMAGE_DIR / "damaged.cap"
+    path = d / "damaged.cap"
     path.write_bytes(bytes(raw[:cut]))
     try:
         sizes = flow_sizes(path)
