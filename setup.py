@@ -22,9 +22,10 @@ is ``reassembly.pcapng`` (tests/perf/test_engine_pcapng.py).  It also includes
 ``dissectors/proto/walk.py``) likewise; its reference is ``dissectors.proto.wire``
 (tests/stan/test_walk.py).
 
-``dissectors._rows`` (row dicts transposed into one list per key, for
-``dissectors.schema.rows_to_batch``) likewise; its reference is that module's Python loop
-(tests/analyzer/test_schema.py).
+``dissectors._rows`` (row dicts transposed into one list per key, or their simple columns
+straight into Arrow buffers, for ``dissectors.schema.rows_to_batch`` and the payload rows'
+envelope) likewise; its references are that module's Python loop and ``pa.array``
+(tests/analyzer/test_schema.py, tests/perf/test_stan_liftbridge_columns.py).
 """
 
 from setuptools import Extension, setup

@@ -1,4 +1,5 @@
-/* dissectors._rows: row dicts transposed into one list per key (issue 22).
+/* dissectors._rows: row dicts transposed into one list per key (issue 22); below,
+ * ``typed``: their simple columns straight into Arrow buffers.
  *
  * Why: ``dissectors.schema.rows_to_batch`` serves every dict row of every table, and
  * its transposition (``columns[k][i] = v`` for every item of every row) was ~190 Python
@@ -26,6 +27,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 
 #define GUESSES 256 /* item positions whose last column is remembered */
 
@@ -117,16 +120,378 @@ done:
     return got;
 }
 
+/* ------------------------------------------------------------------ typed columns
+ *
+ * ``typed(rows, index, kinds)``: the row dicts' values straight into Arrow buffers,
+ * for the columns whose type is simple (``kinds``), where ``columns`` above leaves every
+ * value a Python object for ``pa.array`` to convert one by one.  ``index`` maps each
+ * declared column name to its position, ``kinds`` (bytes) says per position what the
+ * column holds.  The answer is a list by position: None where no row set the key, the
+ * list of values (None where a row lacks the key) for an OBJECT column, else the
+ * column's parts as ``dissectors.arrowops.from_parts`` takes them: (validity bitmap or
+ * None, null count, data) and, for strings and binary, (validity, nulls, offsets,
+ * data).
+ *
+ * It answers None, and the caller converts as before (``pa.array``: the reference), for
+ * anything it does not take exactly as Arrow would: not a list or tuple of exact dicts;
+ * a key that is not an exact str or not in ``index``; a value that is not exactly what
+ * the column takes (an exact int in range, True/False, a str that encodes to UTF-8, exact
+ * bytes) or None.  Arrow would convert some of those (a float to an int column...) or
+ * raise; either way the reference decides.
+ *
+ * ``typed_tuples(rows, first, kinds)`` is the same over positions first, first+1, ... of
+ * row tuples (``dissectors.proto.columns.PayloadRows``' envelope), every row holding
+ * every column.
+ *
+ * Nothing here allocates a Python object while it walks the rows (the OBJECT lists are
+ * made first; buffers are PyMem memory, which starts no garbage collection), so no
+ * finalizer's Python code can run under the walk.
+ */
+enum { K_OBJECT = 0, K_INT64 = 1, K_INT32 = 2, K_BOOL = 3, K_STRING = 4, K_BINARY = 5,
+       K_IGNORE = 6 };
+
+typedef struct {
+    int kind, set;
+    char *data, *valid;      /* fixed width: n values; valid: the bitmap */
+    int32_t *offs;           /* strings: n + 1 offsets */
+    Py_ssize_t len, cap;     /* strings: bytes of data used and allocated */
+    Py_ssize_t last;         /* strings: the rows up to here have their offsets */
+    Py_ssize_t valids;
+    PyObject *objects;       /* OBJECT: n Nones at first */
+} TCol;
+
+static int tcol_width(int kind)
+{
+    return kind == K_INT64 ? 8 : kind == K_INT32 ? 4 : 0;
+}
+
+static int tcols_init(TCol *cols, Py_ssize_t ncols, const char *kinds, Py_ssize_t n)
+{
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        TCol *col = &cols[c];
+        col->kind = kinds[c];
+        if (col->kind < K_OBJECT || col->kind > K_IGNORE) {
+            PyErr_Format(PyExc_ValueError, "typed: unknown column kind %d", col->kind);
+            return -1;
+        }
+        if (col->kind == K_IGNORE)
+            continue;
+        if (col->kind == K_OBJECT) {
+            if (!(col->objects = PyList_New(n)))
+                return -1;
+            for (Py_ssize_t r = 0; r < n; r++)
+                PyList_SET_ITEM(col->objects, r, Py_NewRef(Py_None));
+            continue;
+        }
+        Py_ssize_t bitmap = (n + 7) / 8, width = tcol_width(col->kind);
+        col->valid = PyMem_Calloc(bitmap ? bitmap : 1, 1);
+        if (col->kind == K_BOOL)
+            col->data = PyMem_Calloc(bitmap ? bitmap : 1, 1);
+        else if (width)
+            col->data = PyMem_Calloc(n ? n : 1, width);
+        else {
+            col->offs = PyMem_Calloc(n + 1, sizeof(int32_t));
+            col->cap = 256;
+            col->data = PyMem_Malloc(col->cap);
+        }
+        if (!col->valid || !col->data || (col->kind >= K_STRING && !col->offs)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void tcols_free(TCol *cols, Py_ssize_t ncols)
+{
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        PyMem_Free(cols[c].data);
+        PyMem_Free(cols[c].valid);
+        PyMem_Free(cols[c].offs);
+        Py_XDECREF(cols[c].objects);
+    }
+}
+
+/* row i's value of one column: 1 placed, 0 not taken (the caller answers None), -1 an
+ * error (memory) */
+static int tcol_put(TCol *col, Py_ssize_t i, PyObject *v)
+{
+    col->set = 1;
+    switch (col->kind) {
+    case K_IGNORE:
+        return 1;
+    case K_OBJECT: {
+        PyObject *old = PyList_GET_ITEM(col->objects, i);
+        PyList_SET_ITEM(col->objects, i, Py_NewRef(v));
+        Py_DECREF(old);  /* (None: immortal in effect, no finalizer) */
+        return 1;
+    }
+    default:
+        break;
+    }
+    if (v == Py_None)
+        return 1;  /* (null: its bit stays 0, its slot 0) */
+    if (col->kind == K_INT64 || col->kind == K_INT32) {
+        if (!PyLong_CheckExact(v))
+            return 0;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return 0;
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (col->kind == K_INT64) {
+            ((int64_t *)col->data)[i] = (int64_t)x;
+        } else {
+            if (x < INT32_MIN || x > INT32_MAX)
+                return 0;
+            ((int32_t *)col->data)[i] = (int32_t)x;
+        }
+    } else if (col->kind == K_BOOL) {
+        if (v == Py_True)
+            col->data[i >> 3] |= (char)(1 << (i & 7));
+        else if (v != Py_False)
+            return 0;
+    } else {  /* strings and binary */
+        const char *p;
+        Py_ssize_t size;
+        if (col->kind == K_STRING) {
+            if (!PyUnicode_CheckExact(v))
+                return 0;
+            p = PyUnicode_AsUTF8AndSize(v, &size);
+            if (!p) {  /* (a lone surrogate: the reference replaces it) */
+                PyErr_Clear();
+                return 0;
+            }
+        } else {
+            if (!PyBytes_CheckExact(v))
+                return 0;
+            p = PyBytes_AS_STRING(v);
+            size = PyBytes_GET_SIZE(v);
+        }
+        if (size > INT32_MAX - col->len)
+            return 0;  /* (past int32 offsets: the reference's error) */
+        if (col->len + size > col->cap) {
+            Py_ssize_t cap = col->cap;
+            while (cap < col->len + size)
+                cap *= 2;
+            char *np = PyMem_Realloc(col->data, cap);
+            if (!np) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            col->data = np;
+            col->cap = cap;
+        }
+        for (Py_ssize_t r = col->last + 1; r <= i; r++)
+            col->offs[r] = (int32_t)col->len;
+        memcpy(col->data + col->len, p, size);
+        col->len += size;
+        col->offs[i + 1] = (int32_t)col->len;
+        col->last = i + 1;
+    }
+    col->valid[i >> 3] |= (char)(1 << (i & 7));
+    col->valids++;
+    return 1;
+}
+
+/* the list of the columns' parts (the module comment above) */
+static PyObject *tcols_parts(TCol *cols, Py_ssize_t ncols, Py_ssize_t n)
+{
+    PyObject *out = PyList_New(ncols);
+    if (!out)
+        return NULL;
+    Py_ssize_t bitmap = (n + 7) / 8;
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        TCol *col = &cols[c];
+        PyObject *part;
+        if (!col->set || col->kind == K_IGNORE) {
+            part = Py_NewRef(Py_None);
+        } else if (col->kind == K_OBJECT) {
+            part = Py_NewRef(col->objects);
+        } else {
+            Py_ssize_t nulls = n - col->valids;
+            PyObject *valid = nulls ? PyBytes_FromStringAndSize(col->valid, bitmap)
+                                    : Py_NewRef(Py_None);
+            PyObject *data = NULL, *offs = NULL;
+            if (col->kind >= K_STRING) {
+                for (Py_ssize_t r = col->last + 1; r <= n; r++)
+                    col->offs[r] = (int32_t)col->len;
+                offs = PyBytes_FromStringAndSize((char *)col->offs, (n + 1) * 4);
+                data = PyBytes_FromStringAndSize(col->data, col->len);
+            } else {
+                Py_ssize_t size = col->kind == K_BOOL ? bitmap : n * tcol_width(col->kind);
+                data = PyBytes_FromStringAndSize(col->data, size);
+            }
+            PyObject *count = PyLong_FromSsize_t(nulls);
+            part = (!valid || !data || !count || (col->kind >= K_STRING && !offs)) ? NULL
+                   : col->kind >= K_STRING ? PyTuple_Pack(4, valid, count, offs, data)
+                   : PyTuple_Pack(3, valid, count, data);
+            Py_XDECREF(valid);
+            Py_XDECREF(data);
+            Py_XDECREF(offs);
+            Py_XDECREF(count);
+            if (!part) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        PyList_SET_ITEM(out, c, part);
+    }
+    return out;
+}
+
+static int typed_args(PyObject *arg, PyObject *kinds_obj, PyObject **rows,
+                      const char **kinds, Py_ssize_t *ncols)
+{
+    if (!PyBytes_Check(kinds_obj)) {
+        PyErr_SetString(PyExc_TypeError, "typed: kinds must be bytes");
+        return -1;
+    }
+    *kinds = PyBytes_AS_STRING(kinds_obj);
+    *ncols = PyBytes_GET_SIZE(kinds_obj);
+    if (!PyList_CheckExact(arg) && !PyTuple_CheckExact(arg))
+        return 0;
+    *rows = PySequence_Tuple(arg);  /* (a tuple: itself) */
+    return *rows ? 1 : -1;
+}
+
+static PyObject *typed(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *arg, *index, *kinds_obj, *rows = NULL, *got = NULL;
+    const char *kinds;
+    Py_ssize_t ncols;
+    if (!PyArg_ParseTuple(args, "OO!O:typed", &arg, &PyDict_Type, &index, &kinds_obj))
+        return NULL;
+    int ok = typed_args(arg, kinds_obj, &rows, &kinds, &ncols);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t n = PyTuple_GET_SIZE(rows);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyDict_CheckExact(PyTuple_GET_ITEM(rows, i))) {
+            Py_DECREF(rows);
+            Py_RETURN_NONE;
+        }
+    TCol *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(TCol));
+    if (!cols) {
+        Py_DECREF(rows);
+        return PyErr_NoMemory();
+    }
+    PyObject *guess_key[GUESSES] = {NULL};  /* borrowed: ``index``'s own keys */
+    Py_ssize_t guess_col[GUESSES];
+    if (tcols_init(cols, ncols, kinds, n) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyTuple_GET_ITEM(rows, i);
+        Py_ssize_t pos = 0, j = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(row, &pos, &key, &value)) {
+            Py_ssize_t col;
+            if (j < GUESSES && guess_key[j] == key) {
+                col = guess_col[j];
+            } else {
+                if (!PyUnicode_CheckExact(key)) {  /* its __eq__ could be Python */
+                    got = Py_NewRef(Py_None);
+                    goto done;
+                }
+                PyObject *at = PyDict_GetItemWithError(index, key);
+                if (!at) {  /* undeclared: the reference says so (or an error) */
+                    if (!PyErr_Occurred())
+                        got = Py_NewRef(Py_None);
+                    goto done;
+                }
+                col = PyLong_AsSsize_t(at);
+                if (col < 0 || col >= ncols) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError, "typed: a position past kinds");
+                    goto done;
+                }
+                if (j < GUESSES) {  /* (the row's key: the same object next row, mostly) */
+                    guess_key[j] = key;
+                    guess_col[j] = col;
+                }
+            }
+            int r = tcol_put(&cols[col], i, value);
+            if (r <= 0) {
+                if (r == 0)
+                    got = Py_NewRef(Py_None);
+                goto done;
+            }
+            j++;
+        }
+    }
+    got = tcols_parts(cols, ncols, n);
+done:
+    tcols_free(cols, ncols);
+    PyMem_Free(cols);
+    Py_DECREF(rows);
+    return got;
+}
+
+static PyObject *typed_tuples(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *arg, *kinds_obj, *rows = NULL, *got = NULL;
+    Py_ssize_t first, ncols;
+    const char *kinds;
+    if (!PyArg_ParseTuple(args, "OnO:typed_tuples", &arg, &first, &kinds_obj))
+        return NULL;
+    int ok = typed_args(arg, kinds_obj, &rows, &kinds, &ncols);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t n = PyTuple_GET_SIZE(rows);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyTuple_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || first < 0 || PyTuple_GET_SIZE(row) < first + ncols) {
+            Py_DECREF(rows);
+            Py_RETURN_NONE;
+        }
+    }
+    TCol *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(TCol));
+    if (!cols) {
+        Py_DECREF(rows);
+        return PyErr_NoMemory();
+    }
+    if (tcols_init(cols, ncols, kinds, n) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyTuple_GET_ITEM(rows, i);
+        for (Py_ssize_t c = 0; c < ncols; c++) {
+            int r = tcol_put(&cols[c], i, PyTuple_GET_ITEM(row, first + c));
+            if (r <= 0) {
+                if (r == 0)
+                    got = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+    }
+    got = tcols_parts(cols, ncols, n);
+done:
+    tcols_free(cols, ncols);
+    PyMem_Free(cols);
+    Py_DECREF(rows);
+    return got;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_O,
      "columns(rows) -> (keys, lists) | None: row dicts transposed, one list per key "
      "(None: not a list or tuple of exact dicts with exact str keys)."},
+    {"typed", typed, METH_VARARGS,
+     "typed(rows, index, kinds) -> [column parts | values | None] | None: row dicts' values\n"
+     "as Arrow buffers per column kind (None: the caller converts; see the source)."},
+    {"typed_tuples", typed_tuples, METH_VARARGS,
+     "typed_tuples(rows, first, kinds) -> as typed, over positions first.. of row tuples."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "dissectors._rows",
-    "Row dicts transposed into one list per key (see dissectors/_rows.c).", -1, methods,
+    "Row dicts transposed into one list per key, or into Arrow buffers (see _rows.c).", -1,
+    methods,
 };
 
 PyMODINIT_FUNC PyInit__rows(void)

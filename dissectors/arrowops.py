@@ -20,7 +20,8 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["call", "fixed_width_strings", "from_numpy", "nulls", "repeated_bytes", "take"]
+__all__ = ["call", "fixed_width_strings", "from_numpy", "from_parts", "nulls", "repeated_bytes",
+           "take"]
 
 # Arrow fixed-width types whose data buffer is a numpy array of this dtype, as it is
 _SAME_LAYOUT = {
@@ -104,3 +105,14 @@ def nulls(type: pa.DataType, n: int) -> pa.Array:
     if kept is None:
         kept = _nulls_of[type] = pa.nulls(_NULLS_KEPT, type)
     return kept.slice(0, n)
+
+
+def from_parts(type: pa.DataType, n: int, parts: tuple[object, ...]) -> pa.Array:
+    """The array of ``n`` rows a C column builder exported as ``parts``: (validity bitmap
+    or None, null count, data) for a fixed-width type, (validity, null count, int32
+    offsets, data) for a string or binary one; each buffer an object with the buffer
+    protocol (``dissectors._rows.typed``, the NATS scanner's ``Columns.export``)."""
+    valid = None if parts[0] is None else pa.py_buffer(parts[0])
+    nulls = parts[1]
+    buffers = [valid, *(pa.py_buffer(b) for b in parts[2:])]
+    return pa.Array.from_buffers(type, n, buffers, null_count=nulls)

@@ -20,13 +20,13 @@ Spark mapping notes (``spark_schema``):
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dissectors.arrowops import nulls
+from dissectors.arrowops import from_parts, nulls
 from dissectors.tables import (
     TS,
     Field,
@@ -60,6 +60,9 @@ __all__ = [
     "spark_schema",
     "spark_type",
     "timestamp_from_ns",
+    "typed_kind",
+    "typed_kinds",
+    "typed_tuples",
     "unregister_table",
     "validate_batch",
 ]
@@ -258,6 +261,9 @@ def rows_to_batch(
     """
     schema = arrow_schema(spec)
     n = len(rows)
+    typed = _typed(spec, rows)
+    if typed is not None:
+        return _from_typed(spec, schema, typed, n)
     # one list per key the rows set: a protocol row sets a fraction of its table's columns
     # (a NATS PING sets one, a STAN message ~13 of 69), so a column no row sets is a kept
     # null column (``arrowops.nulls``), not a conversion of n Nones.  (A list for every key
@@ -270,25 +276,82 @@ def rows_to_batch(
     exact: dict[str, pa.Array] = {}  # timestamp column -> its int64 nanoseconds
     for f in spec.columns:
         name = f.name
+        if f.exact_of is not None:
+            arrays.append(exact[f.exact_of])
+            continue
+        values = columns.get(name)
+        if pa.types.is_timestamp(f.type):
+            ns = _converted(spec, f, values if values is not None else [None] * n, pa.int64())
+            exact[name] = ns
+            arrays.append(timestamp_from_ns(ns))
+        elif values is None:
+            arrays.append(nulls(f.type, n))
+        else:
+            arrays.append(_converted(spec, f, values, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _converted(spec: TableSpec, f: Field, values: list[Any], type: pa.DataType) -> pa.Array:
+    """``pa.array(values, type)``, lone surrogates replaced; what Arrow cannot convert
+    raises ``SchemaError`` naming the column."""
+    try:
         try:
-            if f.exact_of is not None:
-                arrays.append(exact[f.exact_of])
-                continue
-            values = columns.get(name)
-            if pa.types.is_timestamp(f.type):
-                ns = pa.array(values if values is not None else [None] * n, type=pa.int64())
-                exact[name] = ns
-                arrays.append(timestamp_from_ns(ns))
-                continue
-            if values is None:
-                arrays.append(nulls(f.type, n))
-                continue
-            try:
-                arrays.append(pa.array(values, type=f.type))
-            except UnicodeEncodeError:
-                arrays.append(pa.array(_without_surrogates(values), type=f.type))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
-            raise SchemaError(spec.name, name, f"cannot convert values to {f.type}: {e}") from e
+            return pa.array(values, type=type)
+        except UnicodeEncodeError:
+            return pa.array(_without_surrogates(values), type=type)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+        raise SchemaError(spec.name, f.name, f"cannot convert values to {f.type}: {e}") from e
+
+
+# ``dissectors._rows.typed``'s column kinds (see _rows.c)
+TYPED_OBJECT, TYPED_INT64, TYPED_INT32, TYPED_BOOL, TYPED_STRING, TYPED_BINARY, \
+    TYPED_IGNORE = range(7)
+_KIND_OF = {pa.int64(): TYPED_INT64, pa.int32(): TYPED_INT32, pa.bool_(): TYPED_BOOL,
+            pa.string(): TYPED_STRING, pa.binary(): TYPED_BINARY}
+# ``_rows.typed_tuples`` (None: the extension is not built)
+typed_tuples: Callable[[Sequence[tuple[Any, ...]], int, bytes], list[Any] | None] | None = \
+    None if _rows is None else _rows.typed_tuples
+
+
+def typed_kind(type: pa.DataType) -> int:
+    """What ``dissectors._rows.typed`` makes of a column of Arrow ``type``: timestamps
+    are int64 nanoseconds, a type it has no builder for stays Python objects."""
+    return TYPED_INT64 if pa.types.is_timestamp(type) else _KIND_OF.get(type, TYPED_OBJECT)
+
+
+@cache
+def typed_kinds(spec: TableSpec) -> bytes:
+    """``typed_kind`` of each column of ``spec``; an exact ``_ns`` twin is ignored
+    (``rows_to_batch`` fills it from its timestamp)."""
+    return bytes(TYPED_IGNORE if f.exact_of is not None else typed_kind(f.type)
+                 for f in spec.columns)
+
+
+def _typed(spec: TableSpec, rows: Sequence[Mapping[str, Any]]) -> list[Any] | None:
+    """``dissectors._rows.typed`` of the rows (None: the reference converts them)."""
+    if _rows is None or not rows:
+        return None
+    return _rows.typed(rows, spec._index, typed_kinds(spec))  # type: ignore[no-any-return]
+
+
+def _from_typed(spec: TableSpec, schema: pa.Schema, parts: list[Any], n: int
+                ) -> pa.RecordBatch:
+    """The batch of ``_typed``'s columns: what the reference makes of the same rows."""
+    arrays = []
+    exact: dict[str, pa.Array] = {}
+    for f, part in zip(spec.columns, parts, strict=True):
+        if f.exact_of is not None:
+            arrays.append(exact[f.exact_of])
+        elif pa.types.is_timestamp(f.type):
+            ns = exact[f.name] = nulls(pa.int64(), n) if part is None else \
+                from_parts(pa.int64(), n, part)
+            arrays.append(timestamp_from_ns(ns))
+        elif part is None:
+            arrays.append(nulls(f.type, n))
+        elif type(part) is list:
+            arrays.append(_converted(spec, f, part, f.type))
+        else:
+            arrays.append(from_parts(f.type, n, part))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -190,12 +190,7 @@ def _column(t: pa.DataType, n: int, parts: tuple[Any, ...]) -> pa.Array:
         entries = pa.StructArray.from_arrays([keys, values], fields=list(entries_t))
         return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(h_off)],
                                      null_count=nulls, children=[entries])
-    if len(parts) == 4:  # variable width
-        valid, nulls, off, data = parts
-        return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(off),
-                                            pa.py_buffer(data)], null_count=nulls)
-    valid, nulls, data = parts
-    return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(data)], null_count=nulls)
+    return arrowops.from_parts(t, n, parts)
 
 
 def batch_from_export(schema: pa.Schema, exported: tuple[int, dict[str, tuple[Any, ...]]],

@@ -34,17 +34,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import partial
+from operator import itemgetter
 from types import MethodType
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
 
 from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Record
-from dissectors.arrowops import repeated_bytes
+from dissectors.arrowops import fixed_width_strings, from_numpy, from_parts, repeated_bytes
 from dissectors.options import SessionOptions
 from dissectors.proto.walk import compiled_column_row, compiled_move_row
-from dissectors.schema import rows_to_batch, timestamp_from_ns
-from dissectors.tables import TableSpec
+from dissectors.schema import rows_to_batch, timestamp_from_ns, typed_kind, typed_tuples
+from dissectors.tables import ENVELOPE, NS_SUFFIX, TableSpec
 from reassembly.events import DIRECTION_SHORT
 
 __all__ = ["CONVERT_ROWS", "DEFAULT", "SWITCH", "PayloadRows", "RowsFormat", "enabled", "rows_for"]
@@ -187,34 +189,78 @@ class PayloadRows(list[tuple[Any, ...] | None]):
         """The rows moved since the last conversion as a batch (capture_id null); they
         become None in the list."""
         done = self._done
-        rows = self[done:]
+        rows = cast("list[tuple[Any, ...]]", self[done:])  # (None only before ``done``)
         self[done:] = [None] * len(rows)
         self._done = len(self)
         self._next = self._done + CONVERT_ROWS
         spec = self.spec
         if not rows:
             return rows_to_batch(spec, [])
-        # transposed in C (``zip``), no Python step per row: the values dicts, the
-        # sizes, the provenance columns, then the envelope's
-        values, _sizes, *moved = zip(*rows, strict=True)
         # the protocol columns as the reference's dict rows are converted (the envelope's
         # columns come out null there: no values dict has those keys)
-        base = rows_to_batch(spec, values)
-        columns: dict[str, Any] = dict(zip(_ROW_COLUMNS, moved, strict=True))
-        columns["direction"] = list(map(DIRECTION_SHORT.__getitem__, columns["direction"]))
-        columns["parent_record_id"] = list(map(_minus_one, columns["record_id"]))
-        exact: dict[str, pa.Array] = {}
-        arrays = []
-        for i, f in enumerate(spec.columns):
-            name = f.name
-            column = columns.get(name)
-            if f.exact_of is not None and f.exact_of in exact:
-                arrays.append(exact[f.exact_of])
-            elif column is None:
-                arrays.append(base.column(i))
-            elif pa.types.is_timestamp(f.type):  # as rows_to_batch: ns, and its ``_ns`` twin
-                ns = exact[name] = pa.array(list(column), type=pa.int64())
-                arrays.append(timestamp_from_ns(ns))
-            else:  # (lists: pa.array takes a tuple of ints ~50x slower than a list)
-                arrays.append(pa.array(list(column), type=f.type))
+        base = rows_to_batch(spec, list(map(_first, rows)))
+        moved = _moved_columns(rows)
+        if moved is None:
+            moved = _moved_columns_py(rows)
+        arrays = [base.column(i) if (a := moved.get(f.name)) is None else a
+                  for i, f in enumerate(spec.columns)]
         return pa.RecordBatch.from_arrays(arrays, schema=base.schema)
+
+
+_first = itemgetter(0)
+# ``_ROW_COLUMNS``' types as ``_rows.typed_tuples`` reads them from the row tuples: the
+# envelope's, timestamps as int64 nanoseconds, the direction as its number
+_ENVELOPE_TYPES = {f.name: f.type for f in ENVELOPE}
+_MOVED_TYPES = tuple(pa.int64() if name == "direction" or pa.types.is_timestamp(t) else t
+                     for name, t in ((name, _ENVELOPE_TYPES[name]) for name in _ROW_COLUMNS))
+_MOVED_KINDS = bytes(map(typed_kind, _MOVED_TYPES))
+# the ``direction`` values' bytes by direction number (``fixed_width_strings``)
+_DIRECTION_BYTES = np.frombuffer("".join(DIRECTION_SHORT).encode(), np.uint8).reshape(
+    len(DIRECTION_SHORT), -1)
+
+
+def _moved_columns(rows: list[tuple[Any, ...]]) -> dict[str, pa.Array] | None:
+    """The provenance and envelope columns of moved rows, by column name (the timestamps'
+    exact ``_ns`` twins and ``parent_record_id`` too), from ``_rows.typed_tuples``'
+    buffers; None (ask ``_moved_columns_py``, the definition) when the extension is not
+    built or takes some value differently (not an int, a null where none is expected).
+    Why: transposing the row tuples and converting each envelope column from Python ints
+    was about half of ``_convert``, ~1 us a STAN row."""
+    parts = typed_tuples(rows, 2, _MOVED_KINDS) if typed_tuples is not None else None
+    if parts is None:
+        return None
+    n = len(rows)
+    got = dict(zip(_ROW_COLUMNS, parts, strict=True))
+    direction, record_id = got["direction"], got["record_id"]
+    if direction[0] is not None or record_id[0] is not None:  # (a null: the reference's)
+        return None
+    codes = np.frombuffer(direction[2], np.int64)
+    if n and not 0 <= int(codes.min()) <= int(codes.max()) < len(DIRECTION_SHORT):
+        return None
+    columns = {name: from_parts(t, n, part)
+               for name, t, part in zip(_ROW_COLUMNS, _MOVED_TYPES, parts, strict=True)}
+    for name in ("ts_first", "ts_last"):
+        ns = columns[f"{name}{NS_SUFFIX}"] = columns[name]
+        columns[name] = timestamp_from_ns(ns)
+    columns["direction"] = fixed_width_strings(_ENVELOPE_TYPES["direction"],
+                                               _DIRECTION_BYTES[codes])
+    columns["parent_record_id"] = from_numpy(np.frombuffer(record_id[2], np.int64) - 1)
+    return columns
+
+
+def _moved_columns_py(rows: list[tuple[Any, ...]]) -> dict[str, pa.Array]:
+    """``_moved_columns`` in Python (the definition): the rows transposed, each column
+    converted by ``pa.array`` as a dict row's would be."""
+    _values, _sizes, *moved = zip(*rows, strict=True)
+    values: dict[str, Any] = dict(zip(_ROW_COLUMNS, moved, strict=True))
+    values["direction"] = list(map(DIRECTION_SHORT.__getitem__, values["direction"]))
+    values["parent_record_id"] = list(map(_minus_one, values["record_id"]))
+    types = dict(_ENVELOPE_TYPES)
+    types.update((name, pa.int64()) for name in ("ts_first", "ts_last"))  # (nanoseconds)
+    columns: dict[str, pa.Array] = {}
+    for name, column in values.items():  # (lists: pa.array takes a tuple of ints ~50x
+        columns[name] = pa.array(list(column), type=types[name])  # slower than a list)
+    for name in ("ts_first", "ts_last"):
+        ns = columns[f"{name}{NS_SUFFIX}"] = columns[name]
+        columns[name] = timestamp_from_ns(ns)
+    return columns
