@@ -263,8 +263,9 @@ def run_measured(
 _ROOT = Path(__file__).resolve().parent.parent
 
 
-def compile_bytecode() -> None:
-    """Bring the packages' bytecode up to date before anything is timed.
+def compile_bytecode(root: Path = _ROOT) -> None:
+    """Bring the packages' bytecode (of the tree at ``root``) up to date before anything
+    is timed.
 
     Why: where ``PYTHONDONTWRITEBYTECODE`` is set (this machine sets it), Python never
     writes ``__pycache__``, so after an edit every timed run compiles the changed
@@ -274,7 +275,29 @@ def compile_bytecode() -> None:
     import compileall
 
     for package in ("analyzer", "dissectors", "reassembly"):
-        compileall.compile_dir(_ROOT / package, quiet=2)
+        compileall.compile_dir(root / package, quiet=2)
+
+
+def tree_at(rev: str, scratch: Path) -> Path:
+    """A checkout of commit ``rev`` of this repository under ``scratch`` (kept between
+    runs), its C extensions built in place and its bytecode compiled: an earlier version
+    to measure beside this one in the same run, as ``python -m analyzer.cli`` with the
+    checkout as working directory (its packages then come before the installed ones)."""
+    full = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=_ROOT,
+                          check=True, capture_output=True, text=True).stdout.strip()
+    tree = scratch / f"tree-{full[:12]}"
+    if not (tree / ".built").is_file():
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", full], cwd=_ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                       check=True, capture_output=True)
+        (tree / ".built").write_text(full + "\n")
+    compile_bytecode(tree)
+    return tree
+
 
 
 def msgcap_command() -> list[str]:
