@@ -343,137 +343,126 @@ static PyObject *tcols_parts(TCol *cols, Py_ssize_t ncols, Py_ssize_t n)
     return out;
 }
 
-static int typed_args(PyObject *arg, PyObject *kinds_obj, PyObject **rows,
-                      const char **kinds, Py_ssize_t *ncols)
+/* typed's and typed_tuples' start: ``rows`` as a tuple, each row an exact dict
+ * (``need`` < 0) or a tuple of at least ``need`` items, and their columns made; 1 when
+ * ready, 0 when not taken (the caller answers None), -1 on an error */
+static int typed_start(PyObject *arg, PyObject *kinds_obj, Py_ssize_t need, Py_ssize_t *n,
+                       PyObject **rows, TCol **cols, Py_ssize_t *ncols)
 {
     if (!PyBytes_Check(kinds_obj)) {
         PyErr_SetString(PyExc_TypeError, "typed: kinds must be bytes");
         return -1;
     }
-    *kinds = PyBytes_AS_STRING(kinds_obj);
     *ncols = PyBytes_GET_SIZE(kinds_obj);
     if (!PyList_CheckExact(arg) && !PyTuple_CheckExact(arg))
         return 0;
-    *rows = PySequence_Tuple(arg);  /* (a tuple: itself) */
-    return *rows ? 1 : -1;
+    if (!(*rows = PySequence_Tuple(arg)))  /* (a tuple: itself) */
+        return -1;
+    *n = PyTuple_GET_SIZE(*rows);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *row = PyTuple_GET_ITEM(*rows, i);
+        if (need < 0 ? !PyDict_CheckExact(row)
+                     : !PyTuple_Check(row) || PyTuple_GET_SIZE(row) < need) {
+            Py_CLEAR(*rows);
+            return 0;
+        }
+    }
+    if (!(*cols = PyMem_Calloc(*ncols ? *ncols : 1, sizeof(TCol)))) {
+        PyErr_NoMemory();
+        Py_CLEAR(*rows);
+        return -1;
+    }
+    return tcols_init(*cols, *ncols, PyBytes_AS_STRING(kinds_obj), *n) < 0 ? -1 : 1;
+}
+
+/* typed's and typed_tuples' end: ``got`` (None when the walk declined; NULL on an error),
+ * else the columns' parts */
+static PyObject *typed_end(PyObject *rows, TCol *cols, Py_ssize_t ncols, Py_ssize_t n,
+                           int r)
+{
+    PyObject *got = r > 0 ? tcols_parts(cols, ncols, n) : r == 0 ? Py_NewRef(Py_None) : NULL;
+    if (cols) {
+        tcols_free(cols, ncols);
+        PyMem_Free(cols);
+    }
+    Py_XDECREF(rows);
+    return got;
 }
 
 static PyObject *typed(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *arg, *index, *kinds_obj, *rows = NULL, *got = NULL;
-    const char *kinds;
-    Py_ssize_t ncols;
+    PyObject *arg, *index, *kinds_obj, *rows = NULL;
+    TCol *cols = NULL;
+    Py_ssize_t n = 0, ncols = 0;
     if (!PyArg_ParseTuple(args, "OO!O:typed", &arg, &PyDict_Type, &index, &kinds_obj))
         return NULL;
-    int ok = typed_args(arg, kinds_obj, &rows, &kinds, &ncols);
-    if (ok <= 0)
-        return ok < 0 ? NULL : Py_NewRef(Py_None);
-    Py_ssize_t n = PyTuple_GET_SIZE(rows);
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (!PyDict_CheckExact(PyTuple_GET_ITEM(rows, i))) {
-            Py_DECREF(rows);
-            Py_RETURN_NONE;
-        }
-    TCol *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(TCol));
-    if (!cols) {
-        Py_DECREF(rows);
-        return PyErr_NoMemory();
-    }
-    PyObject *guess_key[GUESSES] = {NULL};  /* borrowed: ``index``'s own keys */
+    int r = typed_start(arg, kinds_obj, -1, &n, &rows, &cols, &ncols);
+    /* a row's j-th key's column, guessed as the previous row's: the key objects are
+     * borrowed from the rows, which ``rows`` holds, so one that matches is that key */
+    PyObject *guess_key[GUESSES] = {NULL};
     Py_ssize_t guess_col[GUESSES];
-    if (tcols_init(cols, ncols, kinds, n) < 0)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; r > 0 && i < n; i++) {
         PyObject *row = PyTuple_GET_ITEM(rows, i);
         Py_ssize_t pos = 0, j = 0;
         PyObject *key, *value;
-        while (PyDict_Next(row, &pos, &key, &value)) {
+        while (r > 0 && PyDict_Next(row, &pos, &key, &value)) {
             Py_ssize_t col;
             if (j < GUESSES && guess_key[j] == key) {
                 col = guess_col[j];
             } else {
                 if (!PyUnicode_CheckExact(key)) {  /* its __eq__ could be Python */
-                    got = Py_NewRef(Py_None);
-                    goto done;
+                    r = 0;
+                    break;
                 }
                 PyObject *at = PyDict_GetItemWithError(index, key);
                 if (!at) {  /* undeclared: the reference says so (or an error) */
-                    if (!PyErr_Occurred())
-                        got = Py_NewRef(Py_None);
-                    goto done;
+                    r = PyErr_Occurred() ? -1 : 0;
+                    break;
                 }
                 col = PyLong_AsSsize_t(at);
                 if (col < 0 || col >= ncols) {
                     if (!PyErr_Occurred())
                         PyErr_SetString(PyExc_ValueError, "typed: a position past kinds");
-                    goto done;
+                    r = -1;
+                    break;
                 }
-                if (j < GUESSES) {  /* (the row's key: the same object next row, mostly) */
+                if (j < GUESSES) {
                     guess_key[j] = key;
                     guess_col[j] = col;
                 }
             }
-            int r = tcol_put(&cols[col], i, value);
-            if (r <= 0) {
-                if (r == 0)
-                    got = Py_NewRef(Py_None);
-                goto done;
-            }
+            r = tcol_put(&cols[col], i, value);
             j++;
         }
     }
-    got = tcols_parts(cols, ncols, n);
-done:
-    tcols_free(cols, ncols);
-    PyMem_Free(cols);
-    Py_DECREF(rows);
-    return got;
+    return typed_end(rows, cols, ncols, n, r);
 }
 
 static PyObject *typed_tuples(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *arg, *kinds_obj, *rows = NULL, *got = NULL;
-    Py_ssize_t first, ncols;
-    const char *kinds;
+    PyObject *arg, *kinds_obj, *rows = NULL;
+    TCol *cols = NULL;
+    Py_ssize_t first, n = 0, ncols = 0;
     if (!PyArg_ParseTuple(args, "OnO:typed_tuples", &arg, &first, &kinds_obj))
         return NULL;
-    int ok = typed_args(arg, kinds_obj, &rows, &kinds, &ncols);
-    if (ok <= 0)
-        return ok < 0 ? NULL : Py_NewRef(Py_None);
-    Py_ssize_t n = PyTuple_GET_SIZE(rows);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    if (first < 0) {
+        PyErr_SetString(PyExc_ValueError, "typed_tuples: first must be >= 0");
+        return NULL;
+    }
+    if (!PyBytes_Check(kinds_obj)) {
+        PyErr_SetString(PyExc_TypeError, "typed: kinds must be bytes");
+        return NULL;
+    }
+    int r = typed_start(arg, kinds_obj, first + PyBytes_GET_SIZE(kinds_obj), &n, &rows, &cols,
+                        &ncols);
+    for (Py_ssize_t i = 0; r > 0 && i < n; i++) {
         PyObject *row = PyTuple_GET_ITEM(rows, i);
-        if (!PyTuple_Check(row) || first < 0 || PyTuple_GET_SIZE(row) < first + ncols) {
-            Py_DECREF(rows);
-            Py_RETURN_NONE;
-        }
+        for (Py_ssize_t c = 0; r > 0 && c < ncols; c++)
+            r = tcol_put(&cols[c], i, PyTuple_GET_ITEM(row, first + c));
     }
-    TCol *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(TCol));
-    if (!cols) {
-        Py_DECREF(rows);
-        return PyErr_NoMemory();
-    }
-    if (tcols_init(cols, ncols, kinds, n) < 0)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *row = PyTuple_GET_ITEM(rows, i);
-        for (Py_ssize_t c = 0; c < ncols; c++) {
-            int r = tcol_put(&cols[c], i, PyTuple_GET_ITEM(row, first + c));
-            if (r <= 0) {
-                if (r == 0)
-                    got = Py_NewRef(Py_None);
-                goto done;
-            }
-        }
-    }
-    got = tcols_parts(cols, ncols, n);
-done:
-    tcols_free(cols, ncols);
-    PyMem_Free(cols);
-    Py_DECREF(rows);
-    return got;
+    return typed_end(rows, cols, ncols, n, r);
 }
 
 static PyMethodDef methods[] = {

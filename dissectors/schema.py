@@ -261,6 +261,8 @@ def rows_to_batch(
     """
     schema = arrow_schema(spec)
     n = len(rows)
+    # the simple columns straight into Arrow buffers in C (``_typed``); what it declines
+    # is converted below, the definition
     typed = _typed(spec, rows)
     if typed is not None:
         return _from_typed(spec, schema, typed, n)
