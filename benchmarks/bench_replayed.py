@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -188,7 +189,13 @@ def _baseline(rev: str, pcap: Path, data: Path, proto: Protocol) -> dict[str, An
     """One run of commit ``rev``'s ``msgcap dissect`` on the capture: its messages per CPU
     s, or None when it failed (its reason printed)."""
     print(f"  baseline {rev}: building a checkout in {data}", flush=True)
-    tree = tree_at(rev, data)
+    try:
+        tree = tree_at(rev, data)
+    except (OSError, subprocess.CalledProcessError) as e:  # no git, no such commit, no build
+        err = getattr(e, "stderr", None) or ""
+        err = (err.decode(errors="replace") if isinstance(err, bytes) else err).strip()[-300:]
+        print(f"  baseline {rev}: n/a ({e}{': ' + err if err else ''})")
+        return None
     m, got = _dissect([sys.executable, "-m", "analyzer.cli"], pcap, data, proto, 1, cwd=tree)
     cpu = m.cpu_user_s + m.cpu_sys_s
     msgs = (got or {}).get(proto.table, {}).get("rows", 0)
