@@ -218,10 +218,10 @@ class CaptureDissection:
         # ColumnarSessions fill columns (ColumnBatch records) only for a sink of batches;
         # payload dissectors read it as the ``columnar`` option
         self.columnar = options.fast and writer.columnar
-        session_options: SessionOptions = {"payload_cap": options.payload_cap,
-                                           "keep_secrets": options.keep_secrets,
-                                           "memory_budget": self.limits.budget,
-                                           "columnar": self.columnar}
+        session_options: SessionOptions = {
+            "payload_cap": options.payload_cap, "keep_secrets": options.keep_secrets,
+            "memory_budget": self.limits.budget, "columnar": self.columnar,
+            "watched_tables": getattr(writer, "watched_tables", frozenset())}
         self.payloads = PayloadDispatcher(
             list(registry.payload.values()), session_options, strict=options.strict
         )

@@ -30,13 +30,16 @@ class SessionOptions(TypedDict, total=False):
     """The options dict handed to ``Dissector.session`` and ``PayloadDissector.new_state``.
 
     Every key may be missing (a session built in a test gets ``{}``); a session reads the
-    ones it uses with :func:`session_option`.  The pipeline fills the first four; the
+    ones it uses with :func:`session_option`.  The pipeline fills the first five; the
     others are per-dissector knobs that tests and fuzzers set."""
 
     payload_cap: int | None  # payload bytes kept per row; None keeps all
     keep_secrets: bool  # credentials kept in the rows instead of length + SHA-256
     memory_budget: MemoryBudget | None  # shared by the run (None or absent: no budget)
     columnar: bool  # the run's sink takes ColumnBatch records (payload rows as columns)
+    # tables whose rows the sink reads as they come (payload decoding learns Pulsar
+    # schemas from command rows): a session hands their rows as Records, in order
+    watched_tables: frozenset[str]
     stream_id: int  # QUIC stream id of the session's stream (Felix)
 
 

@@ -324,6 +324,12 @@ class PayloadDecoding:
                 return b
         return self.announced.get((subject, version)) or self.announced.get((subject, None))
 
+    @property
+    def watched_tables(self) -> frozenset[str]:
+        """The tables whose rows the schema sources read (``observe``): their rows must
+        come to the sink one by one, as dict rows, before the rows they govern."""
+        return frozenset(t for source in self.observers for t in source.tables)
+
     def observe(self, table: str, rows: list[dict[str, Any]]) -> None:
         """Show rows on their way to the sink to the schema sources (Pulsar's commands
         announce schemas); a source that fails learns nothing from those rows."""

@@ -150,6 +150,8 @@ def binding_for(schema: dict[str, Any], topic: str, schema_id: str) -> Binding |
 class PulsarSchemaSource:
     """Learns schemas from ``pulsar_commands`` rows (see the module docstring)."""
 
+    tables = frozenset({"pulsar_commands"})  # the rows it reads (``observe``)
+
     def __init__(self) -> None:
         # (flow_id, request_id) -> (topic, Schema dict) of a PRODUCER / GET_SCHEMA in flight
         # (keys as the rows and commands hold them: either may be missing, None)
@@ -157,7 +159,7 @@ class PulsarSchemaSource:
         self._gets: dict[tuple[object, object], str] = {}
 
     def observe(self, engine: PayloadDecoding, table: str, rows: list[dict[str, Any]]) -> None:
-        if table != "pulsar_commands":
+        if table not in self.tables:
             return
         for row in rows:
             cmd = row.get("command")

@@ -80,6 +80,11 @@ class DecodingWriter:
         self.engine = engine
         self.keep_secrets = keep_secrets  # --keep-secrets: decoded values not redacted
 
+    @property
+    def watched_tables(self) -> frozenset[str]:
+        """Tables whose rows must come as dict rows, in order (``PayloadDecoding``)."""
+        return self.engine.watched_tables
+
     def write_rows(self, spec: TableSpec, rows: Iterable[dict[str, Any]]) -> None:
         if not isinstance(rows, list):
             rows = list(rows)

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Record
-from dissectors.arrowops import fixed_width_strings, from_numpy, from_parts, repeated_bytes
+from dissectors.arrowops import fixed_width_strings, from_numpy, from_parts, nulls, repeated_bytes
 from dissectors.options import SessionOptions
 from dissectors.proto.walk import compiled_column_row, compiled_move_row
 from dissectors.schema import rows_to_batch, timestamp_from_ns, typed_kind, typed_tuples
@@ -97,16 +97,31 @@ class RowsFormat:
     bound) when the extension is built and ``compiled``: per STAN or Liftbridge row,
     ``record_py`` was ~39 bytecodes (seven attribute reads, two tuples)."""
 
-    __slots__ = ("record", "spec")
+    __slots__ = ("carried", "record", "spec")
 
-    def __init__(self, spec: TableSpec, compiled: bool = True) -> None:
+    def __init__(self, spec: TableSpec, compiled: bool = True, carried: bool = True) -> None:
         self.spec = spec
+        # a carried message's row (its parent: the carrier's row, just before it), or a
+        # session's own row (no parent: ``record_of``)
+        self.carried = carried
         column_row = compiled_column_row() if compiled else None
         self.record: Callable[..., Record] = self.record_py if column_row is None else \
             partial(column_row, ColumnBatch, spec.name, _ROW_OVERHEAD, self)
 
     def accumulator(self) -> PayloadRows:
-        return PayloadRows(self.spec)
+        return PayloadRows(self.spec, carried=self.carried)
+
+    def record_of(self, rec: Record, size: int, keep: bool = True) -> Record:
+        """A session's own top-level row ``rec`` (its values final, its children made) as
+        a ``ColumnBatch`` of one row for a format made with ``carried=False``; ``size``:
+        the wire bytes it stands for (``nbytes``).  ``keep`` False: counted only (another
+        process writes the flow), as ``ColumnBatch.rows`` None says."""
+        row = (rec.values, size + _ROW_OVERHEAD, rec.offset_start, rec.offset_end,
+               rec.ts_first_ns, rec.ts_last_ns, rec.frame_first, rec.frame_last) \
+            if keep else None
+        batch = _new_tuple(ColumnBatch, (self.spec.name, rec.direction, 1, row, self,
+                                         rec.children or ()))
+        return batch  # type: ignore[return-value]  # (stands for the Record: record_py)
 
     def record_py(self, msg: CarriedMessage, values: dict[str, Any],
                   children: list[Record] | tuple[()] = ()) -> Record:
@@ -144,11 +159,12 @@ class PayloadRows(list[tuple[Any, ...] | None]):
     ``len`` after every move, and the list's own answers in C (a Python ``__len__`` was a
     call and ~9 bytecodes a row)."""
 
-    __slots__ = ("_done", "_next", "_parts", "move", "nbytes", "spec")
+    __slots__ = ("_done", "_next", "_parts", "carried", "move", "nbytes", "spec")
 
-    def __init__(self, spec: TableSpec, compiled: bool = True) -> None:
+    def __init__(self, spec: TableSpec, compiled: bool = True, carried: bool = True) -> None:
         super().__init__()
         self.spec = spec
+        self.carried = carried  # parent: the row just before (a carrier's), else none
         # ``move_py`` (the definition), or the same in one C call (``_walk.move_row``)
         # when the extension is built and ``compiled``: ~39 bytecodes a row in Python
         move_row = compiled_move_row() if compiled else None
@@ -199,9 +215,9 @@ class PayloadRows(list[tuple[Any, ...] | None]):
         # the protocol columns as the reference's dict rows are converted (the envelope's
         # columns come out null there: no values dict has those keys)
         base = rows_to_batch(spec, list(map(_first, rows)))
-        moved = _moved_columns(rows)
+        moved = _moved_columns(rows, self.carried)
         if moved is None:
-            moved = _moved_columns_py(rows)
+            moved = _moved_columns_py(rows, self.carried)
         arrays = [base.column(i) if (a := moved.get(f.name)) is None else a
                   for i, f in enumerate(spec.columns)]
         return pa.RecordBatch.from_arrays(arrays, schema=base.schema)
@@ -219,13 +235,15 @@ _DIRECTION_BYTES = np.frombuffer("".join(DIRECTION_SHORT).encode(), np.uint8).re
     len(DIRECTION_SHORT), -1)
 
 
-def _moved_columns(rows: list[tuple[Any, ...]]) -> dict[str, pa.Array] | None:
+def _moved_columns(rows: list[tuple[Any, ...]], carried: bool = True
+                   ) -> dict[str, pa.Array] | None:
     """The provenance and envelope columns of moved rows, by column name (the timestamps'
-    exact ``_ns`` twins and ``parent_record_id`` too), from ``_rows.typed_tuples``'
-    buffers; None (ask ``_moved_columns_py``, the definition) when the extension is not
-    built or takes some value differently (not an int, a null where none is expected).
-    Why: transposing the row tuples and converting each envelope column from Python ints
-    was about half of ``_convert``, ~1 us a STAN row."""
+    exact ``_ns`` twins and ``parent_record_id`` too: the row before's id when
+    ``carried``, else null), from ``_rows.typed_tuples``' buffers; None (ask
+    ``_moved_columns_py``, the definition) when the extension is not built or takes some
+    value differently (not an int, a null where none is expected).  Why: transposing the
+    row tuples and converting each envelope column from Python ints was about half of
+    ``_convert``, ~1 us a STAN row."""
     parts = typed_tuples(rows, 2, _MOVED_KINDS) if typed_tuples is not None else None
     if parts is None:
         return None
@@ -244,17 +262,20 @@ def _moved_columns(rows: list[tuple[Any, ...]]) -> dict[str, pa.Array] | None:
         columns[name] = timestamp_from_ns(ns)
     columns["direction"] = fixed_width_strings(_ENVELOPE_TYPES["direction"],
                                                _DIRECTION_BYTES[codes])
-    columns["parent_record_id"] = from_numpy(np.frombuffer(record_id[2], np.int64) - 1)
+    columns["parent_record_id"] = from_numpy(np.frombuffer(record_id[2], np.int64) - 1) \
+        if carried else nulls(_ENVELOPE_TYPES["parent_record_id"], n)
     return columns
 
 
-def _moved_columns_py(rows: list[tuple[Any, ...]]) -> dict[str, pa.Array]:
+def _moved_columns_py(rows: list[tuple[Any, ...]], carried: bool = True
+                      ) -> dict[str, pa.Array]:
     """``_moved_columns`` in Python (the definition): the rows transposed, each column
     converted by ``pa.array`` as a dict row's would be."""
     _values, _sizes, *moved = zip(*rows, strict=True)
     values: dict[str, Any] = dict(zip(_ROW_COLUMNS, moved, strict=True))
     values["direction"] = list(map(DIRECTION_SHORT.__getitem__, values["direction"]))
-    values["parent_record_id"] = list(map(_minus_one, values["record_id"]))
+    values["parent_record_id"] = list(map(_minus_one, values["record_id"])) if carried \
+        else [None] * len(rows)
     types = dict(_ENVELOPE_TYPES)
     types.update((name, pa.int64()) for name in ("ts_first", "ts_last"))  # (nanoseconds)
     columns: dict[str, pa.Array] = {}

@@ -44,11 +44,13 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from dissectors.api import ColumnarSession, ColumnBatch, Direction, Record
 from dissectors.framing import Dropped, Invalid, LengthPrefixedFramer, Oversize, Pdu, Resynced
 from dissectors.options import read_payload_cap, session_option
+from dissectors.proto.columns import RowsFormat
 from dissectors.proto.wire import Decoded, FieldSpec, Kind
 from dissectors.pulsar import codec, fastpath, pb
 from dissectors.pulsar.codes import CommandType, PulsarAnomaly, ResourceType
@@ -63,6 +65,7 @@ from dissectors.pulsar.frame import (
     parse_frame,
     peek_type,
 )
+from dissectors.pulsar.table import PULSAR_COMMANDS
 from dissectors.sessions import LIMIT_MEMORY, FramedSession
 
 __all__ = [
@@ -78,6 +81,13 @@ DEFAULT_MAX_PENDING_CHUNKED = 100
 
 CMD = "pulsar_commands"
 MSG = "pulsar_messages"
+
+
+@cache
+def _command_rows() -> RowsFormat:
+    """The format of command rows as columns (one for the process: it keeps nothing of a
+    session's, and the conveyor makes one accumulator per table from the first one)."""
+    return RowsFormat(PULSAR_COMMANDS, carried=False)
 _U64 = 1 << 64
 _MAX_MS = (2**63 - 1) // 1_000_000  # larger millisecond values do not fit ns timestamps
 
@@ -291,6 +301,7 @@ class PulsarSession(FramedSession, ColumnarSession):
         self.max_frame_bytes = _limit(options, "max_frame_bytes", DEFAULT_MAX_FRAME_BYTES,
                                       minimum=16)
         self.payload_cap = read_payload_cap(options, "pulsar")
+        self._watched: frozenset[str] = frozenset(options.get("watched_tables") or ())
         self.max_uncompressed = _limit(options, "max_uncompressed_bytes",
                                        codec.DEFAULT_MAX_UNCOMPRESSED_BYTES)
         self.max_chunked_bytes = _limit(options, "max_chunked_bytes",
@@ -317,13 +328,21 @@ class PulsarSession(FramedSession, ColumnarSession):
         # of plain batches go to fast_rows (None: counted only) as ColumnBatch records
         self.fast_on = False
         self.fast_rows: fastpath.MessageRows | None = None
+        self._keep_rows = False
+        self._command_rows: RowsFormat | None = None
 
     def columnar(self, keep_rows: bool) -> None:
-        """``ColumnarSession``: batch entries into columns (``fastpath``), when the
+        """``ColumnarSession``: batch entries into columns (``fastpath``), and each
+        frame's command row as a ``ColumnBatch`` of one row (``RowsFormat.record_of``: no
+        envelope dict per row in the pipeline, no dict row in the sink), when the
         extension is built and the fast path not turned off."""
         if fastpath.enabled():
             self.fast_on = True
+            self._keep_rows = keep_rows
             self.fast_rows = fastpath.MessageRows() if keep_rows else None
+            # (not when the sink reads command rows as they come: ``watched_tables``)
+            if CMD not in self._watched:
+                self._command_rows = _command_rows()
 
     # ---- driver hooks --------------------------------------------------------------
 
@@ -385,6 +404,7 @@ class PulsarSession(FramedSession, ColumnarSession):
         }
         row = Record(CMD, direction, pdu.start, pdu.end, pdu.ts_first_ns, pdu.ts_last_ns,
                      pdu.frame_first, pdu.frame_last, values)
+        at = len(out)
         out.append(row)
         self.frames[direction] += 1
         problems = fr.problems  # (the frame's own list)
@@ -431,6 +451,8 @@ class PulsarSession(FramedSession, ColumnarSession):
             self._messages(direction, t, fr, values, row, out, problems)
         for kind, detail in problems:
             self.anomaly(out, kind, detail, direction, pdu)
+        if self._command_rows is not None:  # (the row is whole: its values, its children)
+            out[at] = self._command_rows.record_of(row, len(pdu.data), self._keep_rows)
 
     def _columns(self, direction: Direction, t: int, sub: Decoded, values: dict[str, Any]
                  ) -> None:

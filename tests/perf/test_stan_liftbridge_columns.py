@@ -202,7 +202,7 @@ def test_the_compiled_record_and_move_are_the_pys(name, monkeypatch):
 @pytest.mark.parametrize("name", CAPTURES)
 def test_the_envelope_columns_in_python_give_the_same_rows(name, monkeypatch):
     """``_moved_columns_py`` (the definition) where the C buffers would be used."""
-    monkeypatch.setattr(columns, "_moved_columns", lambda rows: None)
+    monkeypatch.setattr(columns, "_moved_columns", lambda rows, carried: None)
     assert _assert_same(list(_messages(name)), 4096, raiser=False) == MOVED[name]
 
 
@@ -212,10 +212,13 @@ def test_the_envelope_columns_in_c_are_the_pys():
     row = ({}, 0, 1, 2, 3, 4, 5, 6, FLOW, 9, 1, None, "10.0.0.1", 1, "10.0.0.2", 2)
     rows = [row, row[:2] + (None,) * 6 + (FLOW, 10, 0, 3, None, None, "::1", 65535)]
     rows += [row[:9] + (11 + i,) + row[10:] for i in range(20)]
-    got, want = columns._moved_columns(rows), columns._moved_columns_py(rows)
-    assert got is not None and got.keys() == want.keys()
-    for name, array in want.items():
-        assert got[name].equals(array), name
+    for carried in (True, False):  # (False: a session's own rows, no parent)
+        got = columns._moved_columns(rows, carried)
+        want = columns._moved_columns_py(rows, carried)
+        assert got is not None and got.keys() == want.keys()
+        for name, array in want.items():
+            assert got[name].equals(array), name
+        assert want["parent_record_id"].null_count == (0 if carried else len(rows))
     for at, value in ((10, None), (10, 2), (10, -1), (9, None), (2, 1.5), (8, True),
                       (13, 2**31), (12, b"x")):
         assert columns._moved_columns([row, row[:at] + (value,) + row[at + 1:]]) is None

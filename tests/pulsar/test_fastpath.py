@@ -58,6 +58,12 @@ def test_environment_switch(monkeypatch):
 # ------------------------------------------------------------------ comparison
 
 
+def _message_batches(records: list) -> list[ColumnBatch]:
+    """The fast path's message batches among a session's records (a frame's command row
+    is a ``ColumnBatch`` too, with the columnar path on)."""
+    return [r for r in records if type(r) is ColumnBatch and r.table == PULSAR_MESSAGES.name]
+
+
 def _row(rec: Record, record_id: int, parent: int | None) -> dict[str, Any]:
     return {**_ENVELOPE, "record_id": record_id, "parent_record_id": parent,
             "direction": rec.direction.short, "ts_first": rec.ts_first_ns,
@@ -68,7 +74,8 @@ def _row(rec: Record, record_id: int, parent: int | None) -> dict[str, Any]:
 
 def flatten(records: list, session: PulsarSession) -> tuple[list, list, list]:
     """(anomalies and order, command rows, message rows) numbered as the pipeline
-    numbers them; ColumnBatch rows come out of the accumulator the pipeline uses."""
+    numbers them; ColumnBatch rows (messages; commands with the columnar path on) come
+    out of the accumulator the pipeline uses."""
     shape: list[tuple] = []
     commands: list[dict] = []
     messages: list[Any] = []
@@ -78,6 +85,18 @@ def flatten(records: list, session: PulsarSession) -> tuple[list, list, list]:
     def walk(recs: list, parent: int | None) -> None:
         for rec in recs:
             rid = next_id[0]
+            if type(rec) is ColumnBatch and rec.table == PULSAR_COMMANDS.name:
+                # a command row as columns (``RowsFormat.record_of``): the row a Record
+                # would have given, then its children
+                assert parent is None and rec.n == 1
+                next_id[0] += 1
+                shape.append((rec.table, int(rec.direction), rec.rows[2], rec.rows[3],
+                              None, None))
+                acc = rec.fmt.accumulator()
+                acc.move(rec.rows, 1, 0, rid, int(rec.direction), None, "a", 1, "b", 2)
+                commands.extend(acc.to_batch(arrow_schema(PULSAR_COMMANDS), "x").to_pylist())
+                walk(list(rec.children), rid)
+                continue
             if type(rec) is ColumnBatch:
                 shape.append(("batch", int(rec.direction), rec.n))
                 acc = fastpath.FORMAT.accumulator()
@@ -89,13 +108,14 @@ def flatten(records: list, session: PulsarSession) -> tuple[list, list, list]:
             shape.append((rec.table, int(rec.direction), rec.offset_start, rec.offset_end,
                           rec.values.get("kind"), rec.values.get("detail")))
             if rec.table == PULSAR_COMMANDS.name:
-                commands.append(_row(rec, rid, parent))
+                commands.append(rows_to_batch(PULSAR_COMMANDS, [_row(rec, rid, parent)])
+                                .to_pylist()[0])
             elif rec.table == PULSAR_MESSAGES.name:
                 messages.append(_row(rec, rid, parent))
             walk(rec.children, rid)
 
     walk(records, None)
-    cmd_rows = rows_to_batch(PULSAR_COMMANDS, commands).to_pylist() if commands else []
+    cmd_rows = commands
     plain = [m for m in messages if "ts_first_ns" not in m]  # (the reference's dicts)
     converted = iter(rows_to_batch(PULSAR_MESSAGES, plain).to_pylist() if plain else [])
     msg_rows = [m if "ts_first_ns" in m else next(converted) for m in messages]
@@ -340,9 +360,10 @@ def test_plain_batches_go_to_the_columns(codec):
     for split in range(10):
         a, b = both_ways(script, split)
         assert_same(a, b)
-    batches = [r for r in b.records if type(r) is ColumnBatch]
-    assert [r.n for r in batches] == [4, 4, 4, 4]
-    assert not any(r.children for r in b.records if type(r) is Record)
+    assert [r.n for r in _message_batches(b.records)] == [4, 4, 4, 4]
+    assert not any(r.children for r in b.records)
+    # every frame's command row as columns too (PRODUCER, SEND, MESSAGE x2, SEND)
+    assert [type(r) for r in b.records if r.table == PULSAR_COMMANDS.name] == [ColumnBatch] * 5
     # the same batch four times (SEND, MESSAGE twice, SEND): decompressed and split once
     assert fastpath.reuse_stats()[0] - reused >= 10 * 3 * 2
 
@@ -381,12 +402,28 @@ def test_recent_payloads_stay_bounded():
     assert set(recent.by_data) == {id(e.data) for e in recent.entries.values()}
 
 
+def test_command_rows_stay_records_where_the_sink_reads_them_in_order():
+    """Payload decoding learns schemas from command rows as they reach the sink, before
+    the messages they govern (``dissectors.payload.pulsar``): its writer names the table
+    (``watched_tables``) and the session then hands command rows as Records."""
+    from dissectors.payload.schemas import decoding_for
+
+    watched = decoding_for([]).watched_tables
+    assert watched == frozenset({PULSAR_COMMANDS.name})
+    s = PulsarSession({"watched_tables": watched})
+    s.columnar(True)
+    run = run_session(lambda: s, _plain_frames(1))
+    assert [type(r) for r in run.records if r.table == PULSAR_COMMANDS.name] == [Record] * 5
+    assert [r.n for r in _message_batches(run.records)] == [4, 4, 4, 4]
+
+
 def test_counting_only_gives_batches_without_rows():
     s = PulsarSession({})
     s.columnar(False)
     run = run_session(lambda: s, _plain_frames(2))
-    batches = [r for r in run.records if type(r) is ColumnBatch]
-    assert [(r.n, r.rows) for r in batches] == [(4, None)] * 4
+    assert [(r.n, r.rows) for r in _message_batches(run.records)] == [(4, None)] * 4
+    commands = [r for r in run.records if r.table == PULSAR_COMMANDS.name]
+    assert [(type(r), r.rows) for r in commands] == [(ColumnBatch, None)] * 5
     assert s.messages == [8, 8]
 
 
@@ -399,8 +436,9 @@ def test_refused_batches_stay_with_the_reference():
                    + frame(cmd("SEND", producer_id=1, sequence_id=3), bad, raw))]
     a, b = both_ways(script, 0)
     assert_same(a, b)
-    assert not any(type(r) is ColumnBatch for r in b.records)
-    assert "pulsar.bad_batch" in [r.values.get("kind") for r in b.records]
+    assert not _message_batches(b.records)
+    assert "pulsar.bad_batch" in [r.values.get("kind") for r in b.records
+                                  if type(r) is Record]
 
 
 def test_digests_without_libcrypto_come_from_hashlib():
@@ -430,7 +468,7 @@ def test_sha256_matches_hashlib(n):
 def test_any_payload_cap(cap):
     a, b = both_ways(_plain_frames(3), 2, {"payload_cap": cap})
     assert_same(a, b)
-    assert any(type(r) is ColumnBatch for r in b.records)
+    assert _message_batches(b.records)
 
 
 def test_entry_strings_as_the_reference_reads_them():
@@ -447,7 +485,7 @@ def test_entry_strings_as_the_reference_reads_them():
         frames += frame(cmd("SEND", producer_id=1, sequence_id=1), md, raw)
     a, b = both_ways([Data(C2S, frames)], 0)
     assert_same(a, b)
-    assert any(type(r) is ColumnBatch for r in b.records)
+    assert _message_batches(b.records)
 
 
 # ------------------------------------------------------------------ protobuf decode
