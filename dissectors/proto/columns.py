@@ -21,6 +21,9 @@ only when the run's sink takes Arrow batches (the session option ``columnar``, w
 pipeline sets), for STAN and Liftbridge unless ``MSGCAP_PAYLOAD_COLUMNS`` says otherwise
 (``0``: neither; the switch for A/B runs; ``enabled``).
 
+A session's own top-level rows may take the same way (``RowsFormat(spec,
+carried=False).record_of``: Pulsar's command rows, one per frame), with no parent.
+
 Parent: a payload row's parent is the carrier's row, and the conveyor numbers a row's
 children right after it, so ``parent_record_id`` is the row's own record id minus one
 (as the Pulsar fast path's message rows) when the payload row is the first record the
