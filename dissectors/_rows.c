@@ -147,8 +147,11 @@ done:
  * made first; buffers are PyMem memory, which starts no garbage collection), so no
  * finalizer's Python code can run under the walk.
  */
-enum { K_OBJECT = 0, K_INT64 = 1, K_INT32 = 2, K_BOOL = 3, K_STRING = 4, K_BINARY = 5,
+/* (the simple kinds numbered as dissectors/pulsar/_speedups.c's repeat_values numbers
+ * them: dissectors.schema.typed_kind serves both) */
+enum { K_INT64 = 0, K_INT32 = 1, K_BOOL = 2, K_STRING = 3, K_BINARY = 4, K_OBJECT = 5,
        K_IGNORE = 6 };
+#define K_VAR(kind) ((kind) == K_STRING || (kind) == K_BINARY)
 
 typedef struct {
     int kind, set;
@@ -170,7 +173,7 @@ static int tcols_init(TCol *cols, Py_ssize_t ncols, const char *kinds, Py_ssize_
     for (Py_ssize_t c = 0; c < ncols; c++) {
         TCol *col = &cols[c];
         col->kind = kinds[c];
-        if (col->kind < K_OBJECT || col->kind > K_IGNORE) {
+        if (col->kind < 0 || col->kind > K_IGNORE) {
             PyErr_Format(PyExc_ValueError, "typed: unknown column kind %d", col->kind);
             return -1;
         }
@@ -194,7 +197,7 @@ static int tcols_init(TCol *cols, Py_ssize_t ncols, const char *kinds, Py_ssize_
             col->cap = 256;
             col->data = PyMem_Malloc(col->cap);
         }
-        if (!col->valid || !col->data || (col->kind >= K_STRING && !col->offs)) {
+        if (!col->valid || !col->data || (K_VAR(col->kind) && !col->offs)) {
             PyErr_NoMemory();
             return -1;
         }
@@ -316,7 +319,7 @@ static PyObject *tcols_parts(TCol *cols, Py_ssize_t ncols, Py_ssize_t n)
             PyObject *valid = nulls ? PyBytes_FromStringAndSize(col->valid, bitmap)
                                     : Py_NewRef(Py_None);
             PyObject *data = NULL, *offs = NULL;
-            if (col->kind >= K_STRING) {
+            if (K_VAR(col->kind)) {
                 for (Py_ssize_t r = col->last + 1; r <= n; r++)
                     col->offs[r] = (int32_t)col->len;
                 offs = PyBytes_FromStringAndSize((char *)col->offs, (n + 1) * 4);
@@ -326,8 +329,8 @@ static PyObject *tcols_parts(TCol *cols, Py_ssize_t ncols, Py_ssize_t n)
                 data = PyBytes_FromStringAndSize(col->data, size);
             }
             PyObject *count = PyLong_FromSsize_t(nulls);
-            part = (!valid || !data || !count || (col->kind >= K_STRING && !offs)) ? NULL
-                   : col->kind >= K_STRING ? PyTuple_Pack(4, valid, count, offs, data)
+            part = (!valid || !data || !count || (K_VAR(col->kind) && !offs)) ? NULL
+                   : K_VAR(col->kind) ? PyTuple_Pack(4, valid, count, offs, data)
                    : PyTuple_Pack(3, valid, count, data);
             Py_XDECREF(valid);
             Py_XDECREF(data);
@@ -344,9 +347,9 @@ static PyObject *tcols_parts(TCol *cols, Py_ssize_t ncols, Py_ssize_t n)
 }
 
 /* typed's and typed_tuples' start: ``rows`` as a tuple, each row an exact dict
- * (``need`` < 0) or a tuple of at least ``need`` items, and their columns made; 1 when
- * ready, 0 when not taken (the caller answers None), -1 on an error */
-static int typed_start(PyObject *arg, PyObject *kinds_obj, Py_ssize_t need, Py_ssize_t *n,
+ * (``first`` < 0) or a tuple holding the columns from ``first`` on, and their columns
+ * made; 1 when ready, 0 when not taken (the caller answers None), -1 on an error */
+static int typed_start(PyObject *arg, PyObject *kinds_obj, Py_ssize_t first, Py_ssize_t *n,
                        PyObject **rows, TCol **cols, Py_ssize_t *ncols)
 {
     if (!PyBytes_Check(kinds_obj)) {
@@ -361,8 +364,8 @@ static int typed_start(PyObject *arg, PyObject *kinds_obj, Py_ssize_t need, Py_s
     *n = PyTuple_GET_SIZE(*rows);
     for (Py_ssize_t i = 0; i < *n; i++) {
         PyObject *row = PyTuple_GET_ITEM(*rows, i);
-        if (need < 0 ? !PyDict_CheckExact(row)
-                     : !PyTuple_Check(row) || PyTuple_GET_SIZE(row) < need) {
+        if (first < 0 ? !PyDict_CheckExact(row)
+                      : !PyTuple_Check(row) || PyTuple_GET_SIZE(row) < first + *ncols) {
             Py_CLEAR(*rows);
             return 0;
         }
@@ -451,12 +454,7 @@ static PyObject *typed_tuples(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "typed_tuples: first must be >= 0");
         return NULL;
     }
-    if (!PyBytes_Check(kinds_obj)) {
-        PyErr_SetString(PyExc_TypeError, "typed: kinds must be bytes");
-        return NULL;
-    }
-    int r = typed_start(arg, kinds_obj, first + PyBytes_GET_SIZE(kinds_obj), &n, &rows, &cols,
-                        &ncols);
+    int r = typed_start(arg, kinds_obj, first, &n, &rows, &cols, &ncols);
     for (Py_ssize_t i = 0; r > 0 && i < n; i++) {
         PyObject *row = PyTuple_GET_ITEM(rows, i);
         for (Py_ssize_t c = 0; r > 0 && c < ncols; c++)

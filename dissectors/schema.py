@@ -50,6 +50,7 @@ __all__ = [
     "DESCRIPTION_KEY",
     "META_TABLE",
     "META_VERSION",
+    "TYPED_BINARY",
     "SchemaError",
     "all_tables",
     "arrow_schema",
@@ -305,8 +306,9 @@ def _converted(spec: TableSpec, f: Field, values: list[Any], type: pa.DataType) 
         raise SchemaError(spec.name, f.name, f"cannot convert values to {f.type}: {e}") from e
 
 
-# ``dissectors._rows.typed``'s column kinds (see _rows.c)
-TYPED_OBJECT, TYPED_INT64, TYPED_INT32, TYPED_BOOL, TYPED_STRING, TYPED_BINARY, \
+# ``dissectors._rows.typed``'s column kinds (see _rows.c); the simple ones (up to
+# ``TYPED_BINARY``) are also those of the Pulsar fast path's ``repeat_values``
+TYPED_INT64, TYPED_INT32, TYPED_BOOL, TYPED_STRING, TYPED_BINARY, TYPED_OBJECT, \
     TYPED_IGNORE = range(7)
 _KIND_OF = {pa.int64(): TYPED_INT64, pa.int32(): TYPED_INT32, pa.bool_(): TYPED_BOOL,
             pa.string(): TYPED_STRING, pa.binary(): TYPED_BINARY}

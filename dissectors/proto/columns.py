@@ -44,7 +44,7 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Record
+from dissectors.api import Bindings, CarriedMessage, ColumnBatch, Direction, Record
 from dissectors.arrowops import fixed_width_strings, from_numpy, from_parts, nulls, repeated_bytes
 from dissectors.options import SessionOptions
 from dissectors.proto.walk import compiled_column_row, compiled_move_row
@@ -122,23 +122,25 @@ class RowsFormat:
         row = (rec.values, size + _ROW_OVERHEAD, rec.offset_start, rec.offset_end,
                rec.ts_first_ns, rec.ts_last_ns, rec.frame_first, rec.frame_last) \
             if keep else None
-        batch = _new_tuple(ColumnBatch, (self.spec.name, rec.direction, 1, row, self,
-                                         rec.children or ()))
-        return batch  # type: ignore[return-value]  # (stands for the Record: record_py)
+        return self._batch(rec.direction, row, rec.children or ())
+
+    def _batch(self, direction: Direction, row: tuple[Any, ...] | None,
+               children: list[Record] | tuple[()]) -> Record:
+        """The ``ColumnBatch`` of one row, typed as the ``Record`` it stands for
+        (``PayloadDissector.decode`` returns a list of records, and the conveyor takes a
+        ``ColumnBatch`` wherever it takes one, children included)."""
+        # (the tuple made directly: the NamedTuple's own __new__ is a Python function,
+        # ~0.3 us more per row)
+        batch = _new_tuple(ColumnBatch, (self.spec.name, direction, 1, row, self, children))
+        return batch  # type: ignore[return-value]
 
     def record_py(self, msg: CarriedMessage, values: dict[str, Any],
                   children: list[Record] | tuple[()] = ()) -> Record:
         """The row ``msg.record(table, values)`` would give (with ``children``), as a
-        ``ColumnBatch`` of one row (typed as the ``Record`` it stands for:
-        ``PayloadDissector.decode`` returns a list of records, and the conveyor takes a
-        ``ColumnBatch`` wherever it takes one, children included)."""
+        ``ColumnBatch`` of one row (``_batch``)."""
         row = (values, len(msg.payload) + _ROW_OVERHEAD, msg.offset_start, msg.offset_end,
                msg.ts_first_ns, msg.ts_last_ns, msg.frame_first, msg.frame_last)
-        # (the tuple made directly: the NamedTuple's own __new__ is a Python function,
-        # ~0.3 µs more per row)
-        batch = _new_tuple(ColumnBatch, (self.spec.name, msg.direction, 1, row, self,
-                                         children))
-        return batch  # type: ignore[return-value]  # stands for the Record (see above)
+        return self._batch(msg.direction, row, children)
 
 
 def rows_for(fmt: RowsFormat | None, bindings: Bindings) -> RowsFormat | None:

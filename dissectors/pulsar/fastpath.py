@@ -71,7 +71,7 @@ from dissectors.pulsar import codec
 from dissectors.pulsar.codes import CommandType
 from dissectors.pulsar.frame import Frame, parse_frame
 from dissectors.pulsar.table import PULSAR_MESSAGES
-from dissectors.schema import rows_to_batch, timestamp_from_ns
+from dissectors.schema import TYPED_BINARY, rows_to_batch, timestamp_from_ns, typed_kind
 from dissectors.tables import NS_SUFFIX, Field
 from reassembly.events import DIRECTION_SHORT
 
@@ -497,10 +497,9 @@ _SHARED = tuple(f for f in PULSAR_MESSAGES.columns if f.name not in _PER_ENTRY
                 and f.name not in ("properties", "partition_key", "capture_id")
                 and f.exact_of is None)
 
-# ``_speedups.repeat_values``' kind of a shared column's Arrow type (a timestamp's values
-# are its nanoseconds); lists have none (converted and gathered)
-_KIND_OF = {pa.int64(): 0, pa.int32(): 1, pa.bool_(): 2, pa.string(): 3, pa.binary(): 4}
-_KINDS = tuple(0 if pa.types.is_timestamp(f.type) else _KIND_OF.get(f.type) for f in _SHARED)
+# ``_speedups.repeat_values``' kind of a shared column's Arrow type (``typed_kind``: a
+# timestamp's values are its nanoseconds); lists have none (converted and gathered)
+_KINDS = tuple(k if (k := typed_kind(f.type)) <= TYPED_BINARY else None for f in _SHARED)
 
 
 def _shared_columns(chunks: list[Chunk], envelopes: list[tuple[Any, ...]],

@@ -328,7 +328,6 @@ class PulsarSession(FramedSession, ColumnarSession):
         # of plain batches go to fast_rows (None: counted only) as ColumnBatch records
         self.fast_on = False
         self.fast_rows: fastpath.MessageRows | None = None
-        self._keep_rows = False
         self._command_rows: RowsFormat | None = None
 
     def columnar(self, keep_rows: bool) -> None:
@@ -338,7 +337,6 @@ class PulsarSession(FramedSession, ColumnarSession):
         extension is built and the fast path not turned off."""
         if fastpath.enabled():
             self.fast_on = True
-            self._keep_rows = keep_rows
             self.fast_rows = fastpath.MessageRows() if keep_rows else None
             # (not when the sink reads command rows as they come: ``watched_tables``)
             if CMD not in self._watched:
@@ -452,7 +450,8 @@ class PulsarSession(FramedSession, ColumnarSession):
         for kind, detail in problems:
             self.anomaly(out, kind, detail, direction, pdu)
         if self._command_rows is not None:  # (the row is whole: its values, its children)
-            out[at] = self._command_rows.record_of(row, len(pdu.data), self._keep_rows)
+            out[at] = self._command_rows.record_of(row, len(pdu.data),
+                                                   self.fast_rows is not None)
 
     def _columns(self, direction: Direction, t: int, sub: Decoded, values: dict[str, Any]
                  ) -> None:
