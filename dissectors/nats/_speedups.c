@@ -22,6 +22,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h> /* mmap: big column buffers (below) */
 
 #include "../proto/_wire.h"
 
@@ -197,16 +198,96 @@ static PyObject *py_sha256_hex(PyObject *self, PyObject *args) {
 
 typedef struct { char *p; Py_ssize_t len, cap; } Buf;
 
+/* Big buffers (>= BIG_MIN) are mapped pages of their own, and a freed one waits in a small
+ * pool (at most POOL_MAX bytes, POOL_SLOTS regions) for the next batch's columns.  Why:
+ * a bulk run's column buffers are a few MiB each, made and freed every 16,384 rows, and
+ * from glibc's heap they left ~30 MiB freed but kept between other allocations (the 1 GB
+ * bulk recording's peak RSS 213 MB; 194 MB this way, same CPU time: docs/performance.md,
+ * "Memory").  Mapped without the pool, every batch's pages fault in anew (+1.3 s of
+ * system time on that run).  The pool is touched with the GIL held only: Columns'
+ * methods, and the deallocation of an Owned (Arrow drops its buffers holding the GIL). */
+#define BIG_MIN ((Py_ssize_t)256 << 10)
+#define POOL_MAX ((Py_ssize_t)32 << 20)
+#define POOL_SLOTS 64
+#define PAGE ((Py_ssize_t)4096)
+
+typedef struct { char *p; Py_ssize_t cap; } Region;
+static Region pool[POOL_SLOTS];
+static int npool;
+static Py_ssize_t pool_bytes;
+static unsigned long long regions_mapped, regions_reused; /* region_stats() */
+
+/* A region of at least need bytes: the smallest pooled one not over twice that, else a
+ * new mapping; *cap its size.  NULL when no memory is left. */
+static char *region_take(Py_ssize_t need, Py_ssize_t *cap) {
+    int i, best = -1;
+    char *p;
+    for (i = 0; i < npool; i++)
+        if (pool[i].cap >= need && pool[i].cap / 2 <= need
+            && (best < 0 || pool[i].cap < pool[best].cap)) best = i;
+    if (best >= 0) {
+        p = pool[best].p;
+        *cap = pool[best].cap;
+        pool[best] = pool[--npool];
+        pool_bytes -= *cap;
+        regions_reused++;
+        return p;
+    }
+    need = (need + PAGE - 1) / PAGE * PAGE;
+    p = mmap(NULL, (size_t)need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    *cap = need;
+    regions_mapped++;
+    return p;
+}
+
+static void region_give(char *p, Py_ssize_t cap) {
+    if (npool < POOL_SLOTS && pool_bytes + cap <= POOL_MAX) {
+        pool[npool].p = p;
+        pool[npool].cap = cap;
+        npool++;
+        pool_bytes += cap;
+    } else {
+        munmap(p, (size_t)cap);
+    }
+}
+
+/* Memory of cap bytes from PyMem or a region: which, by its size alone. */
+static void mem_free(char *p, Py_ssize_t cap) {
+    if (p == NULL) return;
+    if (cap >= BIG_MIN) region_give(p, cap);
+    else PyMem_Free(p);
+}
+
+/* b grown to at least cap bytes, its contents kept. */
+static int mem_grow(Buf *b, Py_ssize_t cap) {
+    char *np;
+    if (cap < BIG_MIN) {
+        np = PyMem_Realloc(b->p, (size_t)cap);
+        if (np == NULL) return -1;
+        b->cap = cap;
+    } else {
+        Py_ssize_t got;
+        np = region_take(cap, &got);
+        if (np == NULL) return -1;
+        if (b->len) memcpy(np, b->p, (size_t)b->len);
+        mem_free(b->p, b->cap);
+        b->cap = got;
+    }
+    b->p = np;
+    return 0;
+}
+
+static PyObject *py_region_stats(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("KKnn", regions_mapped, regions_reused, (Py_ssize_t)npool, pool_bytes);
+}
+
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     Py_ssize_t need = b->len + extra, cap;
-    char *np;
     if (need <= b->cap) return 0;
     cap = b->cap ? b->cap : 256;
     while (cap < need) cap *= 2;
-    np = PyMem_Realloc(b->p, (size_t)cap);
-    if (np == NULL) { PyErr_NoMemory(); return -1; }
-    b->p = np;
-    b->cap = cap;
+    if (mem_grow(b, cap) < 0) { PyErr_NoMemory(); return -1; }
     return 0;
 }
 
@@ -221,7 +302,7 @@ static inline int buf_i64(Buf *b, int64_t v) { return buf_put(b, &v, 8); }
 static inline int buf_i32(Buf *b, int32_t v) { return buf_put(b, &v, 4); }
 static inline int buf_u8(Buf *b, uint8_t v) { return buf_put(b, &v, 1); }
 
-static void buf_free(Buf *b) { PyMem_Free(b->p); b->p = NULL; b->len = b->cap = 0; }
+static void buf_free(Buf *b) { mem_free(b->p, b->cap); b->p = NULL; b->len = b->cap = 0; }
 
 /* Columns are kept one byte of validity (and of boolean value) per row: appending and
  * moving rows stays simple; export() packs them into Arrow bitmaps. */
@@ -1291,13 +1372,13 @@ static PyObject *bitmap(const Buf *valid, Py_ssize_t n, Py_ssize_t *nulls) {
 /* export() hands the column buffers over instead of copying them (a flush is ~all of
  * the rows' bytes): an Owned object keeps the memory alive behind the buffer protocol
  * for as long as Arrow holds it, and the Columns starts again with empty buffers. */
-typedef struct { PyObject_HEAD char *p; Py_ssize_t len; } Owned;
+typedef struct { PyObject_HEAD char *p; Py_ssize_t len, cap; } Owned;
 
 static int owned_getbuffer(Owned *self, Py_buffer *view, int flags) {
     return PyBuffer_FillInfo(view, (PyObject *)self, self->p, self->len, 1, flags);
 }
 static void owned_dealloc(Owned *self) {
-    PyMem_Free(self->p);
+    mem_free(self->p, self->cap);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
@@ -1319,6 +1400,7 @@ static PyObject *bytes_of(Buf *b) {
     }
     o->p = b->p;
     o->len = b->len;
+    o->cap = b->cap;
     b->p = NULL;
     b->len = b->cap = 0;
     return (PyObject *)o;
@@ -1448,6 +1530,9 @@ static PyMethodDef module_methods[] = {
     {"reuse_stats", py_reuse_stats, METH_NOARGS,
      "reuse_stats() -> (hits, misses, hit bytes, missed bytes) of the digests of payloads "
      ">= REUSE_MIN bytes: taken from an equal kept payload, or hashed"},
+    {"region_stats", py_region_stats, METH_NOARGS,
+     "region_stats() -> (mapped, reused, pooled, pooled bytes): the big column buffers' "
+     "regions mapped and taken from the pool so far, and the pool now"},
     {"protobuf_ok", py_protobuf_ok, METH_VARARGS,
      "protobuf_ok(data) -> dissectors.proto.wire.scan(data) is not None"},
     {NULL}};

@@ -597,8 +597,35 @@ def test_repeated_large_payloads_keep_their_own_digests():
     assert now[0] > hits and now[1] > misses
 
 
-def _fast_session() -> NatsSession:
-    s = NatsSession({})
+def test_big_column_buffers_keep_their_bytes_while_recycled():
+    # payload columns past 256 KiB are mapped regions that return to a pool when Arrow
+    # lets go of them (_speedups.c, "Big buffers"): batches made while earlier ones live,
+    # and from regions of batches dropped, each keep their own rows
+    rng = random.Random(11)
+    mapped, reused = fastpath._speedups.region_stats()[:2]
+    kept: list[tuple[pa.RecordBatch, list[bytes]]] = []
+    for turn in range(24):
+        payloads = [rng.randbytes(rng.randrange(20_000, 90_000))
+                    for _ in range(rng.randrange(4, 14))]
+        ops = b"".join(b"PUB s %d\r\n%s\r\n" % (len(p), p) for p in payloads)
+        run = run_session(lambda: _fast_session({"payload_cap": None}), [Data(C2S, ops)],
+                          split=_pieces)
+        acc = fastpath.new_columns()
+        for rec in run.records:
+            acc.move(run.session.fast_rows, rec.n, 0, 0, int(rec.direction), None, "a", 1,
+                     "b", 2)
+        kept.append((fastpath.batch_from_export(_SCHEMA, acc.export(), "x" * 16), payloads))
+        if turn % 3 == 2:  # (Arrow lets go of one of the older batches)
+            del kept[rng.randrange(len(kept))]
+    for batch, payloads in kept:
+        assert batch.column("payload").to_pylist() == payloads
+    now = fastpath._speedups.region_stats()
+    assert now[0] > mapped and now[1] > reused  # (both ways of getting one were taken)
+    assert now[3] <= 32 << 20  # the pool's bound
+
+
+def _fast_session(options: dict | None = None) -> NatsSession:
+    s = NatsSession(options or {})
     s.enable_fast(fastpath.new_columns())
     return s
 
