@@ -109,10 +109,11 @@ class Corrupt(NamedTuple):
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
-    """The CRC-32C of ``data`` as the framing format stores it (masked).  The crc32c
-    package is imported here, at the first S2 chunk: its ``__init__`` reads
-    importlib.metadata, ~20 ms of every run's start-up otherwise."""
-    from crc32c import crc32c
+    """The CRC-32C of ``data`` as the framing format stores it (masked).  The checksum
+    is imported here, at the first S2 chunk: a run with no S2 stream loads no CRC-32C
+    (``dissectors.checksum`` falls back to the whole crc32c package, ~20 ms of start-up,
+    when it cannot load its compiled module alone)."""
+    from dissectors.checksum import crc32c
 
     c = crc32c(data)
     return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF

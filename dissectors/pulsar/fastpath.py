@@ -58,13 +58,13 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from dissectors import libcrypto
 from dissectors.arrowops import from_numpy, nulls, repeated_bytes, take
+from dissectors.checksum import crc32c
 from dissectors.proto.wire import Decoded, Kind, MessageSchema
 from dissectors.proto.wire import decode as wire_decode
 from dissectors.pulsar import codec
@@ -366,7 +366,7 @@ def frame(data: bytes) -> Frame:
             pairs.append((table, schema))
         args = _FRAME_ARGS = (*pairs, Decoded, fr.Frame,
                               frozenset(int(t) for t in fr.PAYLOAD_COMMANDS),
-                              int(CommandType.SEND), crc32c.crc32c)
+                              int(CommandType.SEND), crc32c)
     got: Frame | None = _speedups.parse_frame(data, *args)
     return parse_frame(data, decode) if got is None else got
 

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import crc32c
 import numpy as np
 
 from dissectors.api import Verdict
+from dissectors.checksum import crc32c
 from dissectors.proto.wire import Decoded, MessageSchema
 from dissectors.pulsar import pb
 from dissectors.pulsar.codes import CommandType, PulsarAnomaly
@@ -297,7 +297,7 @@ def parse_frame(data: bytes, decode: Callable[[bytes, MessageSchema], Decoded] =
             return fr
         fr.checksum = _U32.unpack_from(data, pos + 2)[0]
         pos += 6
-        fr.crc_computed = crc32c.crc32c(memoryview(data)[pos:end])
+        fr.crc_computed = crc32c(memoryview(data)[pos:end])
         if fr.crc_computed == fr.checksum:
             fr.crc_status = "ok"
         else:
