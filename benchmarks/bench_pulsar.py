@@ -52,8 +52,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_dissect import struct_walk  # noqa: E402  (sibling modules of this script)
 from benchlib import (  # noqa: E402
+    BASELINE_REV,
     CLK_TCK,
     ROOT,
+    TARGET_RATIO,
     Measured,
     count_rows,
     dissect_command,
@@ -65,6 +67,7 @@ from benchlib import (  # noqa: E402
     print_table,
     refusal,
     run_measured,
+    tree_at,
     write_json,
 )
 
@@ -261,13 +264,13 @@ def record(pcap: Path, target_mb: float, max_seconds: float, mtu: int | None,
 
 
 def _one_run(msgcap: list[str], pcap: Path, data: Path, workers: int,
-             tables: dict[str, Any]) -> tuple[Measured, str | None]:
+             tables: dict[str, Any], cwd: Path = ROOT) -> tuple[Measured, str | None]:
     """One measured ``msgcap dissect``; the first run of a mode fills ``tables`` (row
     counts per command, codec and anomaly kind)."""
     out = Path(tempfile.mkdtemp(prefix="out-pulsar-", dir=data))
     try:
         m = run_measured(dissect_command(msgcap, pcap, out, workers if workers != 1 else None),
-                         cwd=ROOT)
+                         cwd=cwd)
         why = refusal(m)
         if not why and not tables:
             tables.update({
@@ -279,6 +282,57 @@ def _one_run(msgcap: list[str], pcap: Path, data: Path, workers: int,
         return m, why
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def _baseline(rev: str, pcap: Path, data: Path, runs: int) -> dict[str, Any] | None:
+    """``runs`` runs of commit ``rev``'s ``msgcap dissect`` on the capture (a checkout
+    built in DATA, ``benchlib.tree_at``): medians of wall and CPU s, its highest RSS and
+    its message rows; None when it cannot be built or run (why printed)."""
+    print(f"  baseline {rev}: building a checkout in {data}", flush=True)
+    try:
+        tree = tree_at(rev, data)
+    except (OSError, subprocess.CalledProcessError) as e:  # no git, no such commit, no build
+        print(f"  baseline {rev}: n/a ({e})")
+        return None
+    measured: list[Measured] = []
+    tables: dict[str, Any] = {}
+    for i in range(max(runs, 1)):
+        m, why = _one_run([sys.executable, "-m", "analyzer.cli"], pcap, data, 1, tables,
+                          cwd=tree)
+        if why:
+            print(f"  baseline {rev}: n/a ({why})")
+            return None
+        measured.append(m)
+        print(f"  baseline {rev} run {i + 1}/{max(runs, 1)}: msgcap dissect {m.wall_s:.2f} s, "
+              f"{m.cpu_user_s + m.cpu_sys_s:.2f} CPU s", flush=True)
+    return {"rev": rev, "wall_s": median(m.wall_s for m in measured),
+            "cpu_s": median(m.cpu_user_s + m.cpu_sys_s for m in measured),
+            "rss_mib": max(m.peak_rss_tree_mib for m in measured),
+            "rows": (tables.get("pulsar_messages") or {}).get("rows", 0),
+            "runs": [m.as_json() for m in measured]}
+
+
+def _target(base: dict[str, Any], msgs: int, runs: list[Measured]) -> dict[str, Any]:
+    """Issue 22's Pulsar line: messages per CPU s >= ``TARGET_RATIO`` x the baseline's
+    in this run, peak RSS <= 300 MB (judged per CPU s, as ``bench_replayed`` judges STAN
+    and Liftbridge: what the run costs whatever else the machine runs; the ratio of
+    messages per wall second, the issue's "messages/s", is printed beside it)."""
+    line = (f"Pulsar messages per CPU s >= {TARGET_RATIO:g}x issue 22's ({base['rev']}), "
+            "peak RSS <= 300 MB")
+    cpu = median(r.cpu_user_s + r.cpu_sys_s for r in runs)
+    wall = median(r.wall_s for r in runs)
+    rss = max(r.peak_rss_tree_mib for r in runs)
+    if not msgs or msgs != base["rows"] or not cpu or not base["cpu_s"]:
+        return {"line": line, "mark": "MISSED", "met": False,
+                "detail": f"n/a: {msgs:,} message rows here, {base['rows']:,} in the baseline"}
+    ratio = (msgs / cpu) / (base["rows"] / base["cpu_s"])
+    wall_ratio = base["wall_s"] / wall
+    met = ratio >= TARGET_RATIO and rss <= 300
+    return {"line": line, "mark": "MET   " if met else "MISSED", "met": met, "ratio": ratio,
+            "wall_ratio": wall_ratio, "rss_mib": rss,
+            "detail": (f"{msgs / cpu:,.0f} vs {base['rows'] / base['cpu_s']:,.0f} per CPU s = "
+                       f"{ratio:.2f}x ({base['rev']} measured in this run); per wall s "
+                       f"{wall_ratio:.2f}x ({wall:.2f} vs {base['wall_s']:.2f} s); {rss:,.0f} MB")}
 
 
 def thread_cpu(msgcap: list[str], pcap: Path, data: Path) -> dict[str, float]:
@@ -354,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
                          "(main thread vs the Parquet writer)")
     ap.add_argument("--json", type=Path, metavar="PATH",
                     help="raw measurements (default DATA/pulsar-results.json)")
+    ap.add_argument("--baseline", metavar="REV", nargs="?", const=BASELINE_REV,
+                    help="also measure commit REV (default: issue 22's, "
+                         f"{BASELINE_REV}) on the same capture, --runs times after the "
+                         "others, for the 10x line")
     args = ap.parse_args(argv)
     data = args.data.resolve()
     data.mkdir(parents=True, exist_ok=True)
@@ -412,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             os.environ["MSGCAP_PULSAR_FAST"] = saved
 
+    base = _baseline(args.baseline, pcap, data, args.runs) if args.baseline and not na \
+        else None
     floor_after = _timed_walk(pcap)[1]
     runs = [r for mode in modes for r in runs_by[mode]]
     tables = tables_by[modes[0]]
@@ -432,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
                      fmt(median(r.cpu_user_s + r.cpu_sys_s for r in rr) if rr else None, ".2f"),
                      fmt(max((r.peak_rss_tree_mib for r in rr), default=None), ",.0f"),
                      fmt(max((r.peak_rss_single_mib for r in rr), default=None), ",.0f")])
+    if base is not None:
+        rows.append([f"issue 22's {base['rev']} (--baseline)", fmt(base["wall_s"], ".2f"),
+                     fmt(packets / base["wall_s"], ",.0f"),
+                     fmt(size / 1e6 / base["wall_s"], ",.1f"),
+                     fmt(base["rows"] / base["wall_s"], ",.0f"), fmt(base["cpu_s"], ".2f"),
+                     fmt(base["rss_mib"], ",.0f"), "-"])
     print_table(
         ["row", "wall s", "packets/s", "MB/s", "Pulsar msgs/s", "CPU s", "peak RSS MB (tree)",
          "max proc MB"], rows)
@@ -474,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"recording problems: {truth['problems']}")
     print("wall s: median process wall time; messages/s = pulsar_messages rows / wall s; "
           "RSS in MiB, tree = sampled sum over the process and its children.")
+    target = None
+    if base is not None and "on" in modes and runs_by["on"]:
+        target = _target(base, msgs, runs_by["on"])
+        print(f"\ntargets (issue 22):\n  {target['mark']} {target['line']}: {target['detail']}")
     threads: dict[str, dict[str, float]] = {}
     if args.threads and not na:
         for mode in modes:
@@ -495,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
                        for mode in modes},
         "tables": tables, "check": check, "na": na, "thread_cpu_s": threads,
         "floor_walk_s": {"before": floor_before, "after": floor_after},
+        "baseline": base, "target": target,
     })
     print(f"\nraw measurements: {json_path}")
     return 0

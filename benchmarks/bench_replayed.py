@@ -34,7 +34,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from benchlib import (  # noqa: E402  (sibling modules of this script)
+    BASELINE_REV,
     ROOT,
+    TARGET_RATIO,
     Measured,
     count_rows,
     dissect_command,
@@ -64,17 +66,15 @@ class Protocol:
 
 STAN = Protocol("stan", "stan-basic.pcap", "stan", "msg_type")
 LIFTBRIDGE = Protocol("liftbridge", "liftbridge-basic.pcap", "liftbridge", "msg_type")
-# (not bench_pulsar.py's capture, which needs a broker to record: the client sample's
+# (not bench_pulsar.py's codec-mix capture, which its recorder makes: the client sample's
 # 128 messages in NONE, LZ4, ZLIB, ZSTD and SNAPPY batches, repeated)
 PULSAR = Protocol("pulsar", "pulsar-client.pcap", "pulsar_messages", "compression")
 
-# Issue 22's "today": the commit that added these benchmarks (cfccea9, 2026-11-26), and
-# the messages per CPU s it measured at each --target-mb (docs/performance-history.md,
-# "STAN and Liftbridge": one run at 150 MB, one at 20 MB, load 8-15)
-BASELINE_REV = "cfccea9"
+# the messages per CPU s issue 22's "today" (``BASELINE_REV``) measured at each
+# --target-mb when it was added (docs/performance-history.md, "STAN and Liftbridge": one
+# run at 150 MB, one at 20 MB, load 8-15)
 RECORDED = {("stan", 150.0): 4751.0, ("liftbridge", 150.0): 3850.0,
             ("stan", 20.0): 5169.0, ("liftbridge", 20.0): 3191.0}
-TARGET_RATIO = 10.0
 
 
 def _rows(out: Path, proto: Protocol) -> dict[str, Any]:

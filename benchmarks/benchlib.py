@@ -32,6 +32,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_INTERVAL_S = 0.02
+# Issue 22's "today", measured beside this tree by the benchmarks' ``--baseline``: the
+# commit that added the STAN and Liftbridge benchmarks (2026-11-26 20:43), 40 minutes
+# after the issue's work began (5be0b7a) and before the native engine or any Pulsar,
+# STAN or Liftbridge fast path was wired in (22ce1ad, 4843b68)
+BASELINE_REV = "cfccea9"
+# issue 22's ratio for the Pulsar, STAN and Liftbridge lines
+TARGET_RATIO = 10.0
 MIB = 1024 * 1024
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -38,3 +38,31 @@ def test_a_baseline_measured_in_the_run_comes_first() -> None:
 def test_no_verdict_without_a_baseline_or_checked_rows(proto, mb, per_cpu) -> None:
     got = B._target(proto, mb, per_cpu, None)
     assert got["met"] is False and got["detail"].startswith("n/a")
+
+
+# ``benchmarks/bench_pulsar.py --baseline``: the codec-mix capture's line, judged per CPU s
+# (as above), its wall-clock ratio and peak RSS beside it
+
+import bench_pulsar as P  # noqa: E402
+from benchlib import Measured  # noqa: E402
+
+
+def _runs(*figures: tuple[float, float, float]) -> list[Measured]:
+    """Runs of (wall s, CPU s, peak RSS MiB)."""
+    return [Measured([], wall, 0, rss, rss, 1, 0, 1, rss, cpu, 0.0) for wall, cpu, rss in figures]
+
+
+def test_pulsar_against_its_baseline_per_cpu_second() -> None:
+    base = {"rev": "cfccea9", "wall_s": 11.78, "cpu_s": 12.76, "rows": 512_000}
+    got = P._target(base, 512_000, _runs((1.21, 1.90, 164), (1.13, 1.85, 160), (1.24, 1.97, 167)))
+    assert got["met"] is False and got["ratio"] == pytest.approx(12.76 / 1.90)
+    assert got["wall_ratio"] == pytest.approx(11.78 / 1.21) and got["rss_mib"] == 167
+    assert "per wall s 9.74x" in got["detail"]
+    assert P._target(base, 512_000, _runs((0.9, 1.2, 200)))["met"] is True
+    assert P._target(base, 512_000, _runs((0.9, 1.2, 301)))["met"] is False  # RSS over 300 MB
+
+
+def test_pulsar_no_verdict_when_the_rows_differ() -> None:
+    base = {"rev": "cfccea9", "wall_s": 11.78, "cpu_s": 12.76, "rows": 512_000}
+    got = P._target(base, 511_999, _runs((1.0, 1.0, 100)))
+    assert got["met"] is False and got["detail"].startswith("n/a")
