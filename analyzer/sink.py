@@ -729,6 +729,15 @@ class DatasetWriter:
             for tmp, _final in t.files:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
+            if self.coordinated:
+                # the partition directories are shared with the other workers or task
+                # attempts, one of which may have just made it to open its file there
+                # (``_open``: mkdir, then open): removing it "because it is empty" failed
+                # that one's open (a given-up light run of --workers 2, seen in CI).
+                # --workers' coordinator removes what is left empty once every worker
+                # ended (``remove_in_progress``); after a failed Spark job an empty one
+                # may stay, which holds no file and is no capture (``check_capture_absent``)
+                continue
             for d in (t.pdir, t.pdir.parent):  # left empty: not a capture
                 with contextlib.suppress(OSError):
                     d.rmdir()

@@ -29,6 +29,7 @@ from analyzer.sink import (
     open_dataset,
     part_files,
     partition_dir,
+    remove_in_progress,
 )
 from dissectors.core_tables import ANOMALIES, FLOWS
 from dissectors.schema import SchemaError, arrow_schema, rows_to_batch
@@ -280,6 +281,35 @@ def test_rolled_files_of_a_coordinated_writer_wait_for_their_commit(tmp_path) ->
     w._join_thread()  # (the row groups on disk, as a run that then fails)
     w.abort()
     assert not list(tmp_path.rglob(".part-4*"))
+
+
+def test_a_coordinated_writer_leaves_the_shared_directories_to_its_coordinator(
+        tmp_path) -> None:
+    """Workers share a table's partition directory: one aborting must not remove it
+    while empty, as another may have just made it to open its file there (the race a
+    given-up light run of ``--workers 2`` met); the coordinator removes it afterwards."""
+    w = _writer(tmp_path, rows_per_batch=10, part=1, coordinated=True)
+    w.write_rows(FLOWS, [flow_row(i) for i in range(25)])
+    w._join_thread()
+    pdir = partition_dir(tmp_path, "flows", CAPTURE_ID)
+    assert list(pdir.glob(".part-1*"))
+    w.abort()
+    assert pdir.is_dir() and not list(pdir.iterdir())  # its file gone, the directory kept
+    other = _writer(tmp_path, rows_per_batch=10, part=0, coordinated=True, overwrite=True)
+    other.write_rows(FLOWS, [flow_row(i) for i in range(25)])
+    other.close()  # (opens its file in the directory the first one left)
+    commit_files(other.pending_files())
+    assert [f.name for f in part_files(pdir)] == ["part-0.parquet"]
+    remove_in_progress(tmp_path, CAPTURE_ID)  # the coordinator: only empty ones go
+    assert pdir.is_dir()
+    w = _writer(tmp_path, rows_per_batch=10, part=2, coordinated=True, overwrite=True)
+    w.write_rows(ANOMALIES, [anomaly_row(i) for i in range(25)])
+    w._join_thread()
+    w.abort()
+    apdir = partition_dir(tmp_path, "anomalies", CAPTURE_ID)
+    assert apdir.is_dir()
+    remove_in_progress(tmp_path, CAPTURE_ID)
+    assert not apdir.exists()
 
 
 def test_existing_capture_needs_overwrite_and_is_replaced_on_close(tmp_path) -> None:
