@@ -57,6 +57,7 @@ from benchlib import (  # noqa: E402
     ROOT,
     TARGET_RATIO,
     Measured,
+    baseline_tree,
     count_rows,
     dissect_command,
     environment,
@@ -67,7 +68,6 @@ from benchlib import (  # noqa: E402
     print_table,
     refusal,
     run_measured,
-    tree_at,
     write_json,
 )
 
@@ -286,13 +286,10 @@ def _one_run(msgcap: list[str], pcap: Path, data: Path, workers: int,
 
 def _baseline(rev: str, pcap: Path, data: Path, runs: int) -> dict[str, Any] | None:
     """``runs`` runs of commit ``rev``'s ``msgcap dissect`` on the capture (a checkout
-    built in DATA, ``benchlib.tree_at``): medians of wall and CPU s, its highest RSS and
+    built in DATA, ``benchlib.baseline_tree``): medians of wall and CPU s, its highest RSS and
     its message rows; None when it cannot be built or run (why printed)."""
-    print(f"  baseline {rev}: building a checkout in {data}", flush=True)
-    try:
-        tree = tree_at(rev, data)
-    except (OSError, subprocess.CalledProcessError) as e:  # no git, no such commit, no build
-        print(f"  baseline {rev}: n/a ({e})")
+    tree = baseline_tree(rev, data)
+    if tree is None:
         return None
     measured: list[Measured] = []
     tables: dict[str, Any] = {}

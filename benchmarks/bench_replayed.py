@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from benchlib import (  # noqa: E402  (sibling modules of this script)
     ROOT,
     TARGET_RATIO,
     Measured,
+    baseline_tree,
     count_rows,
     dissect_command,
     environment,
@@ -48,7 +48,6 @@ from benchlib import (  # noqa: E402  (sibling modules of this script)
     print_table,
     refusal,
     run_measured,
-    tree_at,
     write_json,
 )
 from replay import replicate  # noqa: E402
@@ -188,13 +187,8 @@ def main(proto: Protocol, argv: list[str] | None = None) -> int:
 def _baseline(rev: str, pcap: Path, data: Path, proto: Protocol) -> dict[str, Any] | None:
     """One run of commit ``rev``'s ``msgcap dissect`` on the capture: its messages per CPU
     s, or None when it failed (its reason printed)."""
-    print(f"  baseline {rev}: building a checkout in {data}", flush=True)
-    try:
-        tree = tree_at(rev, data)
-    except (OSError, subprocess.CalledProcessError) as e:  # no git, no such commit, no build
-        err = getattr(e, "stderr", None) or ""
-        err = (err.decode(errors="replace") if isinstance(err, bytes) else err).strip()[-300:]
-        print(f"  baseline {rev}: n/a ({e}{': ' + err if err else ''})")
+    tree = baseline_tree(rev, data)
+    if tree is None:
         return None
     m, got = _dissect([sys.executable, "-m", "analyzer.cli"], pcap, data, proto, 1, cwd=tree)
     cpu = m.cpu_user_s + m.cpu_sys_s

@@ -267,10 +267,7 @@ def run_measured(
 # -- msgcap ---------------------------------------------------------------------------
 
 
-_ROOT = Path(__file__).resolve().parent.parent
-
-
-def compile_bytecode(root: Path = _ROOT) -> None:
+def compile_bytecode(root: Path = ROOT) -> None:
     """Bring the packages' bytecode (of the tree at ``root``) up to date before anything
     is timed.
 
@@ -290,13 +287,13 @@ def tree_at(rev: str, scratch: Path) -> Path:
     runs), its C extensions built in place and its bytecode compiled: an earlier version
     to measure beside this one in the same run, as ``python -m analyzer.cli`` with the
     checkout as working directory (its packages then come before the installed ones)."""
-    full = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=_ROOT,
+    full = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT,
                           check=True, capture_output=True, text=True).stdout.strip()
     tree = scratch / f"tree-{full[:12]}"
     if not (tree / ".built").is_file():
         shutil.rmtree(tree, ignore_errors=True)
         tree.mkdir(parents=True)
-        archive = subprocess.run(["git", "archive", full], cwd=_ROOT, check=True,
+        archive = subprocess.run(["git", "archive", full], cwd=ROOT, check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
         subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
@@ -305,6 +302,19 @@ def tree_at(rev: str, scratch: Path) -> Path:
     compile_bytecode(tree)
     return tree
 
+
+
+def baseline_tree(rev: str, scratch: Path) -> Path | None:
+    """``tree_at(rev, scratch)`` for a benchmark's ``--baseline``, what it does printed;
+    None, with the reason, when it cannot be made (no git, no such commit, no build)."""
+    print(f"  baseline {rev}: building a checkout in {scratch}", flush=True)
+    try:
+        return tree_at(rev, scratch)
+    except (OSError, subprocess.CalledProcessError) as e:
+        err = getattr(e, "stderr", None) or ""
+        err = (err.decode(errors="replace") if isinstance(err, bytes) else err).strip()[-300:]
+        print(f"  baseline {rev}: n/a ({e}{': ' + err if err else ''})")
+        return None
 
 
 def msgcap_command() -> list[str]:
