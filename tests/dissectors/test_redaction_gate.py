@@ -164,3 +164,42 @@ def test_redact_connect_json_remembers_only_clean_texts():
     assert "hunter2" not in redaction.redact_connect_json(gated)
     with keeping_secrets():  # a remembered text is what the gate gives it anyway
         assert redaction.redact_connect_json(clean) == clean
+
+
+def test_the_gate_remembers_only_texts_it_gave_back_unchanged():
+    """``redact_bytes`` keeps short texts it returned as they were (``_CLEAN_BYTES``):
+    never one it changed, none made with the gate off, none over the length bound; a
+    remembered text comes back as the rules give it; the set stays bounded."""
+    clean = b'{"type":"io.nats.jetstream.api.v1.stream_names_response","streams":["S"]}'
+    secret = b'{"stream":"S","password2":"hunter2"}'
+    long_clean = b'{"a":"' + b"x" * redaction._CLEAN_BYTES_LEN + b'"}'
+    redaction._CLEAN_BYTES.clear()
+    with keeping_secrets():
+        assert redact_bytes(secret) is secret
+    assert not redaction._CLEAN_BYTES
+    for text in (clean, secret, long_clean, clean, secret):
+        out = redact_bytes(text)
+        assert (out is text) == (text is not secret)
+    assert set(redaction._CLEAN_BYTES) == {clean}
+    assert b"hunter2" not in redact_bytes(secret)
+    saved = redaction._CLEAN_BYTES_MAX
+    redaction._CLEAN_BYTES_MAX = 3
+    try:
+        for k in range(10):
+            redact_bytes(b'{"n":%d}' % k)
+            assert len(redaction._CLEAN_BYTES) <= 3
+    finally:
+        redaction._CLEAN_BYTES_MAX = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.one_of(_JSONISH, st.sampled_from(
+    ['"pass":', 'CONNECT {"x":', '"\\u0070ass":"y"', '}]', '\n', '"user":"u"', '"sig'])),
+    max_size=6))
+def test_a_remembered_text_is_what_the_rules_give(parts):
+    """The gate with its memory (a second call) agrees with the rules run afresh."""
+    data = "".join(parts).encode("utf-8", "surrogatepass")
+    first = redact_bytes(data)
+    again = redact_bytes(data)
+    redaction._CLEAN_BYTES.clear()
+    assert again == first == redact_bytes(data)
