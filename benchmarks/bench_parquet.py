@@ -116,6 +116,10 @@ CANDIDATES = [
     Candidate("content-defined chunking", _with(use_content_defined_chunking=True)),
     Candidate("msgcap now, row groups 16,384", parquet_options, 16384),
     Candidate("msgcap now, row groups 262,144", parquet_options, 262144),
+    Candidate("msgcap now, dictionary pages <= 1 MiB (Arrow's default)",
+              _with(parquet_options, dictionary_pagesize_limit=1 << 20)),
+    Candidate("msgcap now, dictionary pages <= 16 MiB",
+              _with(parquet_options, dictionary_pagesize_limit=16 << 20)),
 ]
 
 
