@@ -120,6 +120,8 @@ CANDIDATES = [
               _with(parquet_options, dictionary_pagesize_limit=1 << 20)),
     Candidate("msgcap now, dictionary pages <= 16 MiB",
               _with(parquet_options, dictionary_pagesize_limit=16 << 20)),
+    Candidate("msgcap now, data pages 8 MiB", _with(parquet_options, data_page_size=8 << 20)),
+    Candidate("msgcap now, data pages 256 KiB", _with(parquet_options, data_page_size=256 << 10)),
 ]
 
 
