@@ -525,6 +525,35 @@ def test_ordered_envelope_columns_delta_encoded_the_rest_dictionary(tmp_path) ->
     assert got.equals(pa.Table.from_batches([rows_to_batch(spec, rows)]))
 
 
+def test_payloads_repeated_across_a_row_group_are_stored_once(tmp_path) -> None:
+    """A row group's dictionary holds all its distinct values (``parquet_options``'s
+    ``dictionary_pagesize_limit``): 3 MiB of incompressible payloads sent twice, 1 MiB
+    apart or more, take ~3 MiB in the file.  With Arrow's 1 MiB dictionary pages the
+    column went on in plain encoding past the first MiB and stored the repeats again
+    (zstd at level 1 looks back far less than that)."""
+    spec = TableSpec("dict_demo", 1, "Dictionary demo.", (
+        Field("payload", pa.binary(), "A payload."),
+    ))
+    import random
+    rnd = random.Random(7)
+    distinct = [rnd.randbytes(4096) for _ in range(768)]  # 3 MiB
+    rows = [{"capture_id": CAPTURE_ID, "flow_id": 1, "record_id": i, "direction": "c2s",
+             "ts_first": 1_700_000_000_000_000_000 + i, "offset_start": 4096 * i,
+             "frame_first": i + 1, "payload": distinct[i % len(distinct)]}
+            for i in range(2 * len(distinct))]
+    with _writer(tmp_path, rows_per_batch=65536) as w:
+        w.write_rows(spec, rows)
+    part = partition_dir(tmp_path, "dict_demo", CAPTURE_ID) / "part-0.parquet"
+    md = pq.read_metadata(part)
+    assert md.num_row_groups == 1
+    rg = md.row_group(0)
+    payload = next(rg.column(j) for j in range(rg.num_columns)
+                   if rg.column(j).path_in_schema == "payload")
+    assert payload.total_compressed_size < 1.2 * 3 * 2**20
+    assert pq.read_table(part, columns=["payload"]).column(0).to_pylist() == [
+        r["payload"] for r in rows]
+
+
 def test_leaf_paths_are_the_footers_of_every_table() -> None:
     """``_leaf_paths`` names each Parquet leaf from the Arrow schema; pyarrow's writer is
     the definition: the paths in the footer of an empty file of every table's schema
