@@ -663,7 +663,7 @@ def redact_bytes(data: bytes) -> bytes:
 
     A short text the gate gave back unchanged is remembered (``_CLEAN_BYTES``, bounded):
     JetStream API requests and responses, CONNECTs and INFOs recur as they are, and the
-    rules cost 30-300 us a text (a replayed ``nats-basic`` capture spent a fifth of its
+    rules cost 9-330 us a text (a replayed ``nats-basic`` capture spent a fifth of its
     CPU here on 15 distinct JSON texts).  The rules depend only on the text and the
     gate's switch, so a remembered text comes back as it would be computed, and none
     holds anything the gate withholds."""
