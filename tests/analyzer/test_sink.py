@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from pathlib import Path
 
@@ -534,7 +535,6 @@ def test_payloads_repeated_across_a_row_group_are_stored_once(tmp_path) -> None:
     spec = TableSpec("dict_demo", 1, "Dictionary demo.", (
         Field("payload", pa.binary(), "A payload."),
     ))
-    import random
     rnd = random.Random(7)
     distinct = [rnd.randbytes(4096) for _ in range(768)]  # 3 MiB
     rows = [{"capture_id": CAPTURE_ID, "flow_id": 1, "record_id": i, "direction": "c2s",
