@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from dissectors.checksum import crc32c as _crc32c
+from dissectors.checksum import crc32c  # (re-exported: the CRC the envelope stores)
 from dissectors.liftbridge.magic import MAGIC  # re-exported
 from dissectors.proto.walk import message_set_parser
 
@@ -53,10 +53,6 @@ _ENTRY_HEAD = struct.Struct(">qqQI")  # offset, timestamp, leaderEpoch, size (28
 _MSG_HEAD = struct.Struct(">Ibb")  # crc, magic, attributes
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-
-
-def crc32c(data: bytes) -> int:
-    return _crc32c(data)
 
 
 @dataclass(slots=True)
@@ -168,7 +164,7 @@ def parse_entries(
     the body's offset in the NATS payload (for error offsets).  The compiled parse's
     answer when it gives one, else the reference's (module docstring)."""
     if _COMPILED is not None:
-        got = _COMPILED(body, Entry, _crc32c, "ok")
+        got = _COMPILED(body, Entry, crc32c, "ok")
         if got is not None:
             return got  # (its documented shape)
     return _parse_entries(body, base)

@@ -1,6 +1,7 @@
-"""Issue 22's line as ``benchmarks/bench_replayed.py`` judges it (the STAN, Liftbridge and
-replayed Pulsar benchmarks): messages per CPU s against 10x the baseline measured in the
-same run when there is one, else the figure recorded at that capture size.  No timing."""
+"""Issue 22's lines as ``benchmarks/bench_replayed.py`` judges them (the STAN, Liftbridge
+and replayed Pulsar benchmarks): messages per CPU s against 10x the baseline measured in
+the same run when there is one, else the figure recorded at that capture size; and
+``benchmarks/bench_pulsar.py``'s codec-mix line.  No timing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_replayed as B  # noqa: E402  (a script's module, not a package)
+import bench_pulsar as P  # noqa: E402  (scripts' modules, not a package)
+import bench_replayed as B  # noqa: E402
+from benchlib import Measured  # noqa: E402
 
 
 def test_against_the_recorded_figure_at_its_size() -> None:
@@ -42,9 +45,6 @@ def test_no_verdict_without_a_baseline_or_checked_rows(proto, mb, per_cpu) -> No
 
 # ``benchmarks/bench_pulsar.py --baseline``: the codec-mix capture's line, judged per CPU s
 # (as above), its wall-clock ratio and peak RSS beside it
-
-import bench_pulsar as P  # noqa: E402
-from benchlib import Measured  # noqa: E402
 
 
 def _runs(*figures: tuple[float, float, float]) -> list[Measured]:
