@@ -41,7 +41,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 from reassembly.events import Direction, FlowInfo, StreamData
 
@@ -53,6 +53,9 @@ frame_first, frame_last)``, ``end`` its exclusive stream offset.  A plain tuple 
 order is a contract: the NATS scanner (``_speedups.c``) reads it as five integers."""
 
 _NO_CHUNK: Chunk = (0, 0, 0, 0, 0)
+# ``ProvenanceBuffer.chunks`` until it first holds a record: empty, and never written to
+# (the buffer makes its own deque then, ``_deque``); typed as the deque it stands for
+_NO_CHUNKS = cast("deque[Chunk]", ())
 _tuple_new = tuple.__new__
 
 
@@ -126,8 +129,17 @@ class ProvenanceBuffer:
         self.pos = 0
         self.started = base is not None
         self.base = base or 0
-        self.chunks: deque[Chunk] = deque()
+        # (made when first needed: an empty deque is 760 bytes, and most buffers, one
+        # a direction of every flow for its whole life, never hold two packets' bytes)
+        self.chunks: deque[Chunk] = _NO_CHUNKS
         self.last: Chunk = _NO_CHUNK
+
+    def _deque(self) -> deque[Chunk]:
+        """``chunks`` as a deque, made now if it is not one yet."""
+        ch = self.chunks
+        if ch is _NO_CHUNKS:
+            ch = self.chunks = deque()
+        return ch
 
     # ---- where things are ------------------------------------------------------------
 
@@ -181,16 +193,17 @@ class ProvenanceBuffer:
             if ch:
                 ch.append(chunk)
             elif buf:  # (bytes held that came in ``last``: two records now)
-                ch.append(self.last)
-                ch.append(chunk)
+                self._deque().extend((self.last, chunk))
         else:
             chunk = chunks[-1]
             if chunk[0] != end:
                 raise ValueError(f"the chunk records end at {chunk[0]}, the bytes at {end}")
             ch = self.chunks
             if ch or buf or len(chunks) > 1:  # (else one record: it is ``last``)
-                if buf and not ch:
-                    ch.append(self.last)
+                if not ch:
+                    ch = self._deque()
+                    if buf:
+                        ch.append(self.last)
                 ch.extend(chunks)
         buf += data
         self.last = chunk
@@ -246,7 +259,8 @@ class ProvenanceBuffer:
         self.base += len(self.data)
         self.data = bytearray()
         self.pos = 0
-        self.chunks.clear()
+        if self.chunks:
+            self.chunks.clear()
 
     def reset(self, offset: int) -> None:
         """Empty, with the next ``feed`` expected at ``offset`` (after bytes that were

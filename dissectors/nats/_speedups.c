@@ -285,7 +285,7 @@ static PyObject *py_region_stats(PyObject *self, PyObject *unused) {
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     Py_ssize_t need = b->len + extra, cap;
     if (need <= b->cap) return 0;
-    cap = b->cap ? b->cap : 256;
+    cap = b->cap ? b->cap : 16;
     while (cap < need) cap *= 2;
     if (mem_grow(b, cap) < 0) { PyErr_NoMemory(); return -1; }
     return 0;
