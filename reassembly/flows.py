@@ -96,11 +96,19 @@ try:  # the same in C (the flow table reads it for every SYN and SYN/ACK)
 except ImportError:  # no C compiler at install time, or a module built before it had it
     _wscale = _wscale_option
 
-# What one flow costs in memory (its FlowInfo, client endpoint, key, direction states
-# and table entries) for the run's memory budget (``Limits.budget``): a half-open flow
-# in that form measured 1,107 bytes of RSS in the flow table (300,000 SYNs), rounded up
-# for the table's growth steps and longer IPv6 keys (docs/robustness.md).
-FLOW_BYTES = 1280
+# What a flow held in its full form costs the run's memory budget (``Limits.budget``).
+# Its state here (FlowInfo, client endpoint, key, direction states, table entries): a
+# half-open flow in that form measured 1,107 bytes of RSS (300,000 SYNs), rounded up for
+# the table's growth steps and longer IPv6 keys: ``LIGHT_FLOW_BYTES``, the charge of a
+# flow another process dissects (``owns``), of which this one keeps only that.  A flow
+# this process dissects also holds what the consumer of its events keeps for it for as
+# long as it lives: the analyzer's dispatch state and the dissector's session with its
+# framers, ~14 KB of RSS for an idle NATS connection (20,000 open connections,
+# tests/hostile/test_memory_budget.py keeps this from undercounting it).  Charged
+# 1,280 bytes as well until 2026-11-28, so a capture of 20,000 open connections peaked
+# at 752 MB under the 80 MiB default (docs/robustness.md).
+LIGHT_FLOW_BYTES = 1280
+FLOW_BYTES = 16 * 1024
 # What a young flow (one packet, held as a ``_YOUNG`` record: a half-open flow) costs:
 # 184-208 bytes of RSS over IPv4, 249-273 over IPv6, by where the dict is in its growth
 # (100,000-360,000 SYNs; tests/hostile/test_memory_budget.py keeps this from
@@ -273,6 +281,7 @@ class FlowTable:
         self._young_n = 0
         self._ticks = 0  # TCP packets seen: orders young flows among the open ones
         self._held = 0  # flows registered under their keys, young ones included
+        self._light_n = 0  # of them, full flows another process dissects (``owns``)
         self._open: OrderedDict[int, _Tcp] = OrderedDict()
         self._closing: OrderedDict[int, _Tcp] = OrderedDict()
         self._udp: OrderedDict[int, _Udp] = OrderedDict()
@@ -323,6 +332,8 @@ class FlowTable:
     def _register(self, state: _Tcp | _Udp) -> None:
         self._keys(state)[state.key] = state
         self._held += 1
+        if self.owns is not None and self._light(state):
+            self._light_n += 1
         self._hold_budget()
 
     def _unregister(self, state: _Tcp | _Udp) -> None:
@@ -330,7 +341,15 @@ class FlowTable:
         if keys.get(state.key) is state:
             del keys[state.key]
         self._held -= 1
+        if self.owns is not None and self._light(state):
+            self._light_n -= 1
         self._hold_budget()
+
+    def _light(self, state: _Tcp | _Udp) -> bool:
+        """Another process dissects this flow (only with ``owns``)."""
+        if state.__class__ is _Tcp:
+            return not state.owned
+        return self.owns is not None and not self.owns(state.info.flow_id)
 
     @staticmethod
     def _entry(keys: dict[FlowKey, _S], key: FlowKey) -> tuple[_S, Direction] | None:
@@ -445,6 +464,8 @@ class FlowTable:
         _, _, _, _, tick, seq, bits, _, shift = _YOUNG.unpack_from(rec)
         direction = _S2C if bits & _Y_S2C else _C2S
         conn = _Tcp(info, key, bool(bits & _Y_OWNED))
+        if not conn.owned:
+            self._light_n += 1
         conn.tick = tick
         tracker = TcpHalfTracker()
         if bits & _Y_SYN:
@@ -505,9 +526,11 @@ class FlowTable:
     # -- memory budget ------------------------------------------------------------------
 
     def _charge(self) -> int:
-        """What the flows held cost, for the budget: young ones less than full ones."""
-        young = self._young_n
-        return (self._held - young) * FLOW_BYTES + young * HALF_OPEN_FLOW_BYTES
+        """What the flows held cost, for the budget: young ones less than full ones, and
+        full ones another process dissects less than the ones dissected here."""
+        young, light = self._young_n, self._light_n
+        return ((self._held - young - light) * FLOW_BYTES + light * LIGHT_FLOW_BYTES
+                + young * HALF_OPEN_FLOW_BYTES)
 
     def _hold_budget(self) -> None:
         budget = self.limits.budget

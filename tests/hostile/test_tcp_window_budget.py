@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reassembly.engine import read_events
 from reassembly.events import Anomaly, StreamData, StreamGap
+from reassembly.flows import FLOW_BYTES
 from reassembly.limits import Limits
 from samples.hostile.generate import Conversation
 from tests.hostile.conftest import dissect_one
@@ -48,7 +49,7 @@ def test_windows_are_given_up_least_recently_grown_first_and_nothing_is_lost(tmp
     differs is reported only on the flows that kept their window."""
     path = tmp_path / "ten.pcap"
     _write_flows(path, 10, 20_000)
-    limits = replace(Limits(), memory_limit_bytes=10 * 1280 + 4 * 32768 + 1000)
+    limits = replace(Limits(), memory_limit_bytes=10 * FLOW_BYTES + 4 * 32768 + 1000)
     evs = list(read_events(path, limits))
     memory = [e for e in evs if isinstance(e, Anomaly) and e.kind == "limit.memory"]
     assert [e.flow.flow_id for e in memory] == [0, 1, 2, 3, 4, 5]

@@ -935,13 +935,16 @@ def test_coalesced_runs_under_a_tight_memory_budget(tmp_path, monkeypatch) -> No
     """A budget that makes holders give memory back: the conveyor feeds a run whole only
     when the budget has room for all of it (else its segments), so the ``limit.memory``
     anomalies and every other row are those of the reference."""
+    from reassembly.flows import FLOW_BYTES, LIGHT_FLOW_BYTES
     from reassembly.limits import Limits
     from tests.perf.nats_bulk import write_bulk
 
     path = tmp_path / "bulk.pcap"
     write_bulk(path, 1_500_000, 5)
     seen = _feeds(monkeypatch)
-    limits = Limits(memory_limit_bytes=100_000)
+    # 100,000 bytes when a flow was charged LIGHT_FLOW_BYTES: the same room beside the
+    # charge of the capture's six flows
+    limits = Limits(memory_limit_bytes=100_000 + 6 * (FLOW_BYTES - LIGHT_FLOW_BYTES))
     got = _dissect(path, tmp_path / "chunks", limits=limits)
     assert seen["calls"] > 20
     assert any(row["kind"] == "limit.memory" for row in got["anomalies"])

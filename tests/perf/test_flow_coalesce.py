@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from analyzer import pipeline
 from analyzer.pipeline import FLOW_COALESCE_SWITCH, CaptureDissection, Options
 from reassembly import native
+from reassembly.flows import FLOW_BYTES, LIGHT_FLOW_BYTES
 from reassembly.limits import Limits
 from tests.perf.nats_bulk import BulkWriter
 
@@ -183,6 +184,9 @@ def test_tight_memory_budgets(tmp_path, monkeypatch, limit: int, window: int | N
     path = tmp_path / "bulk.pcap"
     _write(path, 200_000, 7, burst=2, publishers=3, subscribers=2,
            max_payload=4000 if window is None else 20_000)
+    # (chosen when a flow was charged LIGHT_FLOW_BYTES: the same room beside the charge
+    # of the capture's five flows)
+    limit += 5 * (FLOW_BYTES - LIGHT_FLOW_BYTES)
     limits = Limits(memory_limit_bytes=limit) if window is None else Limits(
         memory_limit_bytes=limit, overlap_check_bytes=window)
     got, counts = _dissect(monkeypatch, path, tmp_path / "flow", "flow", limits=limits)
