@@ -335,6 +335,28 @@ def test_open_connections_at_default_settings(tmp_path):
     assert flows - held <= evicted < flows, r["anomaly_patterns"]
 
 
+def test_a_flow_another_process_dissects_is_charged_the_flow_tables_part_only():
+    """With ``owns`` (``--workers``, Spark tasks), a full flow this process does not
+    dissect has no session here: charged ``LIGHT_FLOW_BYTES``, the others ``FLOW_BYTES``,
+    from their promotion out of the young table to their removal."""
+    from dataclasses import replace
+
+    from reassembly.flows import FlowTable
+    from tests.reassembly.synth import ACK, SYN, tcp_frame
+
+    budget = MemoryBudget(1 << 30)
+    table = FlowTable(replace(Limits(), budget=budget), [].append,
+                      owns=lambda flow_id: flow_id % 2 == 0)
+    c, s = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+    for f in range(4):  # SYN (young), SYN/ACK (full: promoted)
+        port = 40000 + f
+        table.tcp(c, s, tcp_frame(c, s, port, 4222, 999, 0, SYN)[34:], 1 + f, 1 + 2 * f)
+        table.tcp(s, c, tcp_frame(s, c, 4222, port, 5000, 1000, SYN | ACK)[34:], 2 + f, 2 + 2 * f)
+    assert budget.used == 2 * FLOW_BYTES + 2 * LIGHT_FLOW_BYTES
+    table.close_all()
+    assert budget.used == 0
+
+
 _CLI_PEAK = """
 import atexit, sys
 def peak():
