@@ -125,17 +125,21 @@ def write_half_open_flows(path: Path, flows: int) -> dict[str, Any]:
 NATS_OP = b"PUB s 3\r\nabc\r\n"  # 14 bytes, one whole NATS operation
 
 
-def write_open_nats_connections(path: Path, connections: int) -> dict[str, Any]:
+def write_nats_connections(path: Path, connections: int, close: bool = False
+                           ) -> dict[str, Any]:
     """``connections`` NATS client connections, each set up (handshake, INFO, CONNECT,
-    PING, PONG) and then left open: every one holds its flow and its dissector session
-    to the end of the capture, as the clients of a busy server do between messages.
-    Each has a client address of its own (10.1.0.0 upwards), 1 ms after the one before."""
+    PING, PONG) and then left open (``close`` False: every one holds its flow and its
+    dissector session to the end of the capture, as the clients of a busy server do
+    between messages) or closed with a FIN each way.  Each has a client address of its
+    own (10.1.0.0 upwards), 1 ms after the one before."""
     w = PcapWriter(path)
     info = b'INFO {"server_id":"NBUSY","version":"2.10.22","max_payload":1048576}\r\n'
     for i in range(connections):
         client = bytes([10, 1 + (i >> 16), (i >> 8) & 255, i & 255])
         conv = Conversation(w, 40000 + i % 20000, 4222, client=client, t_us=T0_US + i * 1000)
         conv.handshake().send(1, info).send(0, b"CONNECT {}\r\nPING\r\n").send(1, b"PONG\r\n")
+        if close:
+            conv.fin()
     w.close()
     return {"flows": connections}
 

@@ -320,11 +320,11 @@ def test_open_connections_at_default_settings(tmp_path):
     here ``FLOW_BYTES``, so past 80 MiB / 16 KiB (5,120 flows, fewer with the windows)
     the least recently active flows are evicted, each with its row and a ``limit.memory``
     row, and the peak stays under the target."""
-    from samples.hostile.generate import write_open_nats_connections
+    from samples.hostile.generate import write_nats_connections
 
     flows = OPEN_CONNECTIONS
     path = tmp_path / "open.pcap"
-    write_open_nats_connections(path, flows)
+    write_nats_connections(path, flows)
     r = dissect_one(path, tmp_path, rows_per_kind=1, max_flow_rows=0)
     assert r["peak_mb"] <= PEAK_MB, r["peak_mb"]
     _accounted(r, flows)
@@ -357,6 +357,22 @@ def test_a_flow_another_process_dissects_is_charged_the_flow_tables_part_only():
     assert budget.used == 0
 
 
+def test_closed_connections_lingering_at_default_settings(tmp_path):
+    """8,000 NATS connections closed (FIN both ways) one a millisecond: all of them are
+    still in their 10 s linger at the end.  Charged in full they would pass the default
+    budget (8,000 x 16 KiB) and be given up with ``limit.memory`` rows in a clean
+    capture; a closing flow is charged ``LIGHT_FLOW_BYTES`` (``FlowTable._charge``)."""
+    from samples.hostile.generate import write_nats_connections
+
+    flows = 8_000
+    assert flows * FLOW_BYTES > DEFAULT_MEMORY_LIMIT
+    path = tmp_path / "closed.pcap"
+    write_nats_connections(path, flows, close=True)
+    r = dissect_one(path, tmp_path, rows_per_kind=1, max_flow_rows=0)
+    _accounted(r, flows)
+    assert not r["anomalies"], r["anomaly_patterns"]
+
+
 _CLI_PEAK = """
 import atexit, sys
 def peak():
@@ -371,7 +387,7 @@ cli.main()
 
 def test_an_open_connection_costs_no_more_than_the_budget_charges_for_it(tmp_path):
     """Peak RSS of ``msgcap dissect --memory-limit 0`` (no budget) over 3,000 and 12,000
-    open NATS connections (``write_open_nats_connections``), each in a process of its
+    open NATS connections (``write_nats_connections``), each in a process of its
     own: what the 9,000 more connections add, per connection, must not pass what the
     budget charges a flow dissected here (``FLOW_BYTES``).  Measured 2026-11-28: ~32 KB
     before the scan's column buffers, the framers and their empty queues were made lean,
@@ -380,13 +396,13 @@ def test_an_open_connection_costs_no_more_than_the_budget_charges_for_it(tmp_pat
     import subprocess
     import sys
 
-    from samples.hostile.generate import write_open_nats_connections
+    from samples.hostile.generate import write_nats_connections
     from tests.hostile.conftest import REPO
 
     peaks = {}
     for n in (3_000, 12_000):
         path = tmp_path / f"open{n}.pcap"
-        write_open_nats_connections(path, n)
+        write_nats_connections(path, n)
         proc = subprocess.run([sys.executable, "-c", _CLI_PEAK, str(path), "-o",
                                str(tmp_path / f"out{n}"), "-q", "--memory-limit", "0"],
                               cwd=REPO, capture_output=True, text=True, timeout=600)
