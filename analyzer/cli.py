@@ -914,7 +914,7 @@ def _add_dissect_parser(sub) -> None:
         help="what reassembly may hold at once (reorder buffers, fragments, flows, "
         "decompressors), e.g. 256M or 1G, per process; reached, the oldest holders are "
         "flushed or evicted with a limit.memory anomaly (default 80M: a run peaks "
-        "under ~400 MB; 0: no budget)",
+        "under ~400 MB; an open connection counts 16 KiB, so ~5,000 fit; 0: no budget)",
     )
     p.set_defaults(func=cmd_dissect)
 
