@@ -564,6 +564,14 @@ def print_run_summary(results, manifest: dict, elapsed: float) -> None:
         f"packets, {size / 1e6:.1f} MB in {elapsed:.2f} s "
         f"({packets / secs:,.0f} packets/s, {size / 1e6 / secs:.1f} MB/s)"
     )
+    if anomalies.get("limit.memory"):
+        from reassembly.flows import FLOW_BYTES
+
+        limit = manifest.get("options", {}).get("limits", {}).get("memory_limit_bytes", 0)
+        console.print(
+            f"limit.memory: the run's memory budget ({limit / 2**20:g} MiB) was reached, and "
+            "what was given up is in those rows (docs/robustness.md); to hold more, give "
+            f"--memory-limit more (an open connection counts {FLOW_BYTES // 1024} KiB)")
 
 
 def cmd_protocols(args: argparse.Namespace) -> int:
