@@ -691,16 +691,22 @@ class DatasetWriter:
                     t.rows = []
                 if t.batches:
                     self._drain_batches(t, final=True)
+            # the tables with no row at all get their empty files (the schema) while the
+            # writer thread still encodes the others' last row groups: ~2 ms a table,
+            # ~13 tables in a NATS-only run, that the main thread otherwise spent after
+            # waiting for the thread
+            # (``count``, not ``files``: the thread opens a table's first file itself, so a
+            # table with rows queued may have none yet)
+            for name in sorted(self._tables):
+                t = self._tables[name]
+                if not t.count:
+                    self._open(t, empty=True)
+                    self._close_writer(t)
             self._join_thread()
             # every file finished before any is renamed: a failure here (disk full while
             # writing footers) leaves no table of this run under its final name
             for name in sorted(self._tables):
-                t = self._tables[name]
-                if not t.files:
-                    self._open(t, empty=True)  # no rows at all: an empty file with the schema
-                if t.writer is not None:
-                    t.writer.close()
-                    t.writer = None
+                self._close_writer(self._tables[name])
             if not self.coordinated:
                 commit_files(f for _, t in sorted(self._tables.items()) for f in t.files)
             if self.overwrite and not self.coordinated:
@@ -869,6 +875,12 @@ class DatasetWriter:
             raise
         except OSError as exc:
             raise OutputWriteError.from_os_error(exc, self.out_dir) from exc
+
+    @staticmethod
+    def _close_writer(t: _Table) -> None:
+        if t.writer is not None:
+            t.writer.close()
+            t.writer = None
 
     def _open(self, t: _Table, empty: bool = False) -> None:
         """``empty``: the file gets no row; it is written without ``parquet_options``.
