@@ -890,10 +890,12 @@ class DatasetWriter:
         NATS-only run, whose other ~13 tables are empty."""
         seq = len(t.files)
         tmp, final = t.pdir / self._tmp_name(seq), t.pdir / part_file(self.part, seq)
+        # listed before it is made: a writer that fails once it has made its file (the
+        # disk full) leaves that file for ``abort`` to delete
+        t.files.append((tmp, final))
         t.pdir.mkdir(parents=True, exist_ok=True)
         options = {} if empty else parquet_options(t.spec)
         t.writer = pq.ParquetWriter(tmp, t.schema, **options)
-        t.files.append((tmp, final))
         t.file_row_groups = 0
 
     def _tmp_name(self, seq: int) -> str:

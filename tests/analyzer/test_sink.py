@@ -162,6 +162,33 @@ def test_ensure_tables_writes_empty_files_with_the_schema(tmp_path) -> None:
         w.write_rows(FLOWS, [flow_row(1)])
 
 
+def test_a_writer_that_fails_after_making_its_file_leaves_it_to_abort(tmp_path,
+                                                                      monkeypatch) -> None:
+    """The disk fills while an empty table's file is made at ``close`` (a CI run met it:
+    the file existed, the writer raised, and nothing listed the file, so ``abort`` left
+    ``.part-0.parquet.inprogress`` behind): every file made is listed before its writer,
+    and ``abort`` deletes it."""
+    import errno
+
+    import analyzer.sink as sink
+
+    real = sink.pq.ParquetWriter
+
+    def full_disk(where, schema, **kw):
+        if "anomalies" in str(where):
+            Path(where).write_bytes(b"PAR1")  # made, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(where, schema, **kw)
+
+    monkeypatch.setattr(sink.pq, "ParquetWriter", full_disk)
+    w = _writer(tmp_path)
+    w.write_rows(FLOWS, [flow_row(0)])
+    with pytest.raises(OSError, match="No space left"):
+        w.close(ensure_tables=[ANOMALIES, "flows"])
+    w.abort()
+    assert not list(tmp_path.rglob("*.inprogress"))
+
+
 def test_several_captures_in_one_dataset(tmp_path) -> None:
     ids = ["00000000000000aa", "1234567890123456"]  # the second looks like a number
     for n, cid in enumerate(ids):
