@@ -284,6 +284,10 @@ class FlowTable:
         self._held = 0  # flows registered under their keys, young ones included
         self._light_n = 0  # of them, full flows another process dissects (``owns``)
         self._closing_own = 0  # closing flows dissected here (``_charge``)
+        # the TCP flows sweeps (``expire``) put to sleep or ended, for a caller that keeps
+        # a copy of the table's flows and empties this after each frame
+        # (``reassembly.native``: it reviews these, not every flow); None: not kept
+        self.swept: list[_Tcp] | None = None
         self._open: OrderedDict[int, _Tcp] = OrderedDict()
         self._closing: OrderedDict[int, _Tcp] = OrderedDict()
         self._udp: OrderedDict[int, _Udp] = OrderedDict()
@@ -666,6 +670,8 @@ class FlowTable:
                 info = _info_of(state)
                 if now_ns - info.ts_last_ns <= timeout:
                     break
+                if self.swept is not None and state.__class__ is _Tcp:
+                    self.swept.append(state)
                 if (table is self._open and isinstance(state, _Tcp)
                         and now_ns - info.ts_last_ns <= lim.tcp_sleep_max_ns):
                     self._sleep(state)
