@@ -769,15 +769,15 @@ class NativeReassembler:
         ref = self.ref
         first = len(ref.pending)
         clock = ref.clock
-        last_sweep = now = None
+        now = None
         if self._capture_clock or self._tickless:
-            last_sweep, now = clock.last_sweep_ns, clock.now_ns  # type: ignore[attr-defined]
+            now = clock.now_ns  # type: ignore[attr-defined]
         pkt = ref.step(frame)
         self.counters["reference"] += 1
         if pkt is not None and pkt.proto == TCP and len(pkt.payload) >= 4:
-            self._review_after(first, last_sweep, now, pkt.src, pkt.dst, pkt.payload)
+            self._review_after(first, now, pkt.src, pkt.dst, pkt.payload)
         else:
-            self._review_after(first, last_sweep, now)
+            self._review_after(first, now)
         self._tell_clock()
 
     def _handshakes(self, rows: list[_engine.Handshake]) -> Iterator[None]:
@@ -797,15 +797,13 @@ class NativeReassembler:
         n = v4 = 0  # rows fed and IPv4 ones among them, not yet counted
         for src, dst, transport, ts_ns, number, vlans in rows:
             first = len(out)
-            last_sweep = now = None
-            if timed:
-                last_sweep, now = clock.last_sweep_ns, clock.now_ns  # type: ignore[attr-defined]
+            now = clock.now_ns if timed else None  # type: ignore[attr-defined]
             n += 1
             if len(src) == 4:
                 v4 += 1
             tcp(src, dst, transport, ts_ns, number, vlans, 0)
             clock.tick(ref, ts_ns)
-            self._review_after(first, last_sweep, now, src, dst, transport)
+            self._review_after(first, now, src, dst, transport)
             told = False
             if len(out) > first:
                 self._count_rows(n, v4)
@@ -828,12 +826,12 @@ class NativeReassembler:
         counters["l4_packets"] += n
         self.counters["reference"] += n
 
-    def _review_after(self, first: int, last_sweep: int | None, now: int | None,
+    def _review_after(self, first: int, now: int | None,
                       src: bytes | None = None, dst: bytes = b"", transport: bytes = b""
                       ) -> None:
         """After the reference handled a frame: the flows it may have changed are
         reviewed: all of them after a restamp or under a clock the C core does not
-        follow (the clock's ``last_sweep`` and ``now`` before it; None: such a clock),
+        follow (``now``: the clock's time before it; None: such a clock),
         else the flows a sweep slept or ended (``FlowTable.swept``: an ended flow another
         process dissects, or one put to sleep, emits no event), those named by its
         events (from ``first`` in the pending list) and the TCP flow of its packet
