@@ -476,32 +476,27 @@ def test_memory_limit_option_of_msgcap_dissect(tmp_path):
     assert "fix: " in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_msgcap_dissect_says_when_the_budget_was_reached(tmp_path):
+def test_msgcap_dissect_says_when_the_budget_was_reached(tmp_path, capsys):
     """The run summary names the budget and the option when ``limit.memory`` rows were
     written (200 open connections under 1 MiB: flows evicted), and nothing of it when
     none were; ``--help`` gives what an open connection counts and how many fit."""
-    import subprocess
-    import sys
-
+    from analyzer import cli
+    from analyzer.testing import dissect_with_cli
     from samples.hostile.generate import write_nats_connections
-    from tests.hostile.conftest import REPO
 
     path = tmp_path / "open.pcap"
     write_nats_connections(path, 200)
-
-    def msgcap(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], cwd=REPO,
-                              capture_output=True, text=True)
-
-    tight = msgcap("dissect", str(path), "-o", str(tmp_path / "a"), "--memory-limit", "1M")
+    tight = dissect_with_cli(path, tmp_path / "a", "--memory-limit", "1M")
     assert tight.returncode == 1, tight.stderr
     hint = (f"limit.memory: the run's memory budget (1 MiB) was reached, and what was given "
             f"up is in those rows (docs/robustness.md); to hold more, give --memory-limit "
             f"more (an open connection counts {FLOW_BYTES // 1024} KiB)")
     assert hint in " ".join(tight.stderr.split()), tight.stderr
-    roomy = msgcap("dissect", str(path), "-o", str(tmp_path / "b"))
+    roomy = dissect_with_cli(path, tmp_path / "b")
     assert roomy.returncode == 0 and "limit.memory" not in roomy.stderr, roomy.stderr
-    helped = " ".join(msgcap("dissect", "--help").stdout.split())
+    with pytest.raises(SystemExit):
+        cli.main(["dissect", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
     fit = round(DEFAULT_MEMORY_LIMIT / FLOW_BYTES, -3)
     assert (f"an open connection counts {FLOW_BYTES // 1024} KiB, so ~{fit:,.0f} fit"
             in helped), helped
