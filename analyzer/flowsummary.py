@@ -116,7 +116,7 @@ def iter_decoded_flow_rows(
     job = CaptureDissection("", sink, registry, options)
     keylog = KeyLog.from_file(options.keylog) if options.keylog else None
     events = capture_events(reader, job.limits, keylog, server_ports=job.server_ports,
-                            roles=job.roles, chunks=True)
+                            roles=job.roles, chunks=True, stream_done=True)
     for ev in wrap(events):
         job.handle(ev)
         if anomalies is not None and isinstance(ev, Anomaly):

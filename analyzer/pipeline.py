@@ -76,6 +76,7 @@ from reassembly.events import (
     FlowInfo,
     StreamClose,
     StreamData,
+    StreamDone,
     StreamGap,
 )
 from reassembly.flows import RoleSwaps
@@ -645,6 +646,8 @@ class CaptureDissection:
             self._forget(ev.flow.flow_id, [None])
         elif isinstance(ev, Datagram):
             self._datagram(ev)
+        elif isinstance(ev, StreamDone):
+            self._done(ev)
         elif isinstance(ev, FlowEnd):
             # inner streams are closed with their flow (their own end events are not)
             sids = self._inner_streams.pop(ev.flow.flow_id, [])
@@ -671,6 +674,33 @@ class CaptureDissection:
                 ev.nbytes,
                 _anomaly_source(ev.kind),
             )
+
+    def _done(self, ev: StreamDone) -> None:
+        """Both sides of a TCP flow closed with every byte delivered: its session is
+        closed now and an ``_Ended`` keeps its counts until the flow's ``StreamClose``
+        (one linger later: the flow row, written then, counts the last ACK and late
+        duplicates).  Why: the sessions of lingering flows were most of what a capture
+        of many short connections held, and what the garbage collector walked again at
+        every sweep (``StreamDone``)."""
+        fid = ev.flow.flow_id
+        fd = self._flows.get((fid, None))
+        if fd is None or fid in self._inner_streams:
+            return
+        self._guarded(fd, lambda: self.detector.close(fd, ev.ts_ns), ev.ts_ns, None)
+        session = fd.session
+        if session is not None and type(session) is not _Abandoned:
+            fd.session = _Ended(session, fd.flow, self._after_close)
+
+    def _after_close(self, flow: FlowInfo, direction: Direction, data: bytes,
+                     span: Span) -> None:
+        """Bytes reached a flow whose decoding ended at its ``StreamDone`` (``_Ended``)."""
+        self._anomaly_row(
+            "pipeline.data_after_close",
+            f"{len(data)} bytes at offset {span.offset} came after both sides had closed "
+            "with every byte delivered, when this flow's decoding had ended: counted "
+            "undecoded (the flow's undecoded bytes), as is any later byte of the flow",
+            flow, direction, span.ts_first_ns, span.frame_first, span.offset, len(data),
+            "pipeline")
 
     def cross_flow(self) -> list[str]:
         """The state shared across flows this run has used so far: a payload dissector's
@@ -721,7 +751,7 @@ class CaptureDissection:
                 if not fd.unclaimed:
                     return False
                 continue
-            if type(session) is _Abandoned:
+            if type(session) in _STAND_INS:
                 continue
             framed = self._framed.get(type(session))
             if framed is None:
@@ -759,8 +789,10 @@ class CaptureDissection:
             if session is None:
                 if fd.unclaimed:
                     return
-            elif type(session) is _Abandoned:
-                session.feed(ev.direction, ev.data, ev.span())
+            elif type(session) in _STAND_INS:
+                records = session.feed(ev.direction, ev.data, ev.span())
+                if records:
+                    self._emit_records(fd, records)
                 return
             else:
                 framed = self._framed.get(type(session))
@@ -933,6 +965,39 @@ class _Abandoned:
         return []
 
 
+class _Ended:
+    """Stands in for a session ended at its flow's ``StreamDone`` (``CaptureDissection.
+    _done``), until the flow's close: its counts, and nothing else of it.  Bytes that
+    still come (sent after a FIN: ``tcp.data_after_fin``) are counted undecoded, the
+    first of them reported (``report``), once a flow."""
+
+    __slots__ = ("decoded_bytes", "undecoded_bytes", "_flow", "_report")
+
+    def __init__(self, ended: Any, flow: FlowInfo,
+                 report: Callable[[FlowInfo, Direction, bytes, Span], None]) -> None:
+        self.decoded_bytes = list(ended.decoded_bytes)
+        self.undecoded_bytes = list(ended.undecoded_bytes)
+        self._flow = flow
+        self._report: Callable[[FlowInfo, Direction, bytes, Span], None] | None = report
+
+    def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
+        self.undecoded_bytes[direction] += len(data)
+        if data and self._report is not None:
+            self._report(self._flow, direction, data, span)
+            self._report = None
+        return []
+
+    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
+        return []
+
+    def close(self, ts_ns: int) -> list[Record]:
+        return []
+
+
+# the sessions' stand-ins: they take bytes only to count them
+_STAND_INS = (_Abandoned, _Ended)
+
+
 def dissect_capture(
     path: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -1032,7 +1097,8 @@ def run_dissection(
             keylog = KeyLog.from_file(options.keylog) if options.keylog else None
             events = capture_events(reader, job.limits, keylog, split, job.server_ports,
                                     job.roles, chunks=True,
-                                    reorder=job.may_reorder if reorder else None)
+                                    reorder=job.may_reorder if reorder else None,
+                                    stream_done=True)
             for ev in wrap(reader, events) if wrap is not None else events:
                 job.handle(ev)
             job.check_order()

@@ -271,7 +271,7 @@ def capture_events(
     reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None,
     split: FlowSplit | None = None, server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
     roles: RoleSwaps | None = None, *, chunks: Literal[False] = False,
-    reorder: Reorder | None = None,
+    reorder: Reorder | None = None, stream_done: bool = False,
 ) -> Iterator[CaptureEvent | WebSocketJoin]: ...
 
 
@@ -280,6 +280,7 @@ def capture_events(
     reader: CaptureReader, limits: Limits | None = None, keylog: KeyLog | None = None,
     split: FlowSplit | None = None, server_ports: Collection[int] = DEFAULT_SERVER_PORTS,
     roles: RoleSwaps | None = None, *, chunks: bool, reorder: Reorder | None = None,
+    stream_done: bool = False,
 ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]: ...
 
 
@@ -293,6 +294,7 @@ def capture_events(
     *,
     chunks: bool = False,
     reorder: Reorder | None = None,
+    stream_done: bool = False,
 ) -> Iterator[CaptureEvent | WebSocketJoin | CoalescedData]:
     """Every event of an open capture: TCP/UDP reassembly, QUIC decryption and streams,
     TLS over TCP decryption, WebSocket (keys from ``keylog`` and from pcapng Decryption
@@ -311,7 +313,10 @@ def capture_events(
     (``NativeReassembler`` ``coalesce="flow"``: each flow's events in its order, flows
     interleaved otherwise) says so per stretch, asked with the ``(flow, direction)`` of
     its runs once every layer passes all of them: True takes that stretch so, False
-    takes it in the reference's order, None every later one too."""
+    takes it in the reference's order, None every later one too.  ``stream_done``: a
+    ``StreamDone`` for each TCP flow both of whose sides closed with every byte
+    delivered, for a consumer that ends the flow's decoding there (the layers keep it
+    for a flow they took: theirs ends at its ``StreamClose``)."""
     # one memory budget shared by every layer of this run (``Limits.with_budget``)
     limits = (limits or Limits()).with_budget()
     if keylog is not None:
@@ -327,6 +332,7 @@ def capture_events(
                                "adjacent" if chunks else "none")
     reassembler = engine.ref if engine is not None else Reassembler(
         limits, owns, server_ports=server_ports)
+    reassembler.flows.stream_done = stream_done
     quic = QuicLayer(limits, out.append, keylog, reassembler.flows.swap_roles)
     if split is not None:
         split.quic, split.flows = quic, reassembler.flows

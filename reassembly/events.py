@@ -220,6 +220,24 @@ class StreamClose:
 
 
 @dataclass(slots=True, frozen=True)
+class StreamDone:
+    """Both directions of the TCP flow ended with a FIN and every byte up to each FIN was
+    delivered: no stream byte can come any more but one a closed side sends after its
+    FIN.  The flow itself lingers (``Limits.closed_linger_ns``: the last ACK and late
+    duplicates still count in its packets) until its ``StreamClose``.
+
+    Why: a consumer may end its decoding here instead of at the ``StreamClose`` one
+    linger later; a capture of a busy server's short connections holds thousands of
+    lingering flows (1,000 closes a second, 10 s each), and their sessions were most of
+    what such a run kept and its garbage collector walked again and again.  Emitted only
+    for a consumer that asks for it (``capture_events(stream_done=True)``), once a flow,
+    never for a flow closed by a RST (bytes sent before a reset may still come in late)."""
+
+    flow: FlowInfo
+    ts_ns: int
+
+
+@dataclass(slots=True, frozen=True)
 class Datagram:
     """One UDP payload (after IP reassembly)."""
 
@@ -257,7 +275,7 @@ class Anomaly:
     nbytes: int | None = None
 
 
-Event = StreamData | StreamGap | StreamClose | Datagram | FlowEnd | Anomaly
+Event = StreamData | StreamGap | StreamClose | StreamDone | Datagram | FlowEnd | Anomaly
 
 
 # -- QUIC (reassembly.quic) -----------------------------------------------------------

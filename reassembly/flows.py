@@ -51,6 +51,7 @@ from reassembly.events import (
     FlowInfo,
     RoleSource,
     StreamClose,
+    StreamDone,
     Transport,
 )
 from reassembly.limits import TIER_POOLS, Limits
@@ -298,6 +299,9 @@ class FlowTable:
         self._endpoints: dict[tuple[bytes, int], Endpoint] = {}
         # told (flow, old client-to-server key) before a TCP flow's roles swap
         self.on_roles_swapped: Callable[[FlowInfo, FlowKey], None] | None = None
+        # emit ``StreamDone`` when both sides closed with every byte delivered (for a
+        # consumer that ends its decoding there: ``capture_events(stream_done=True)``)
+        self.stream_done = False
         self.counters = {"tcp_bad_header": 0, "other_proto": 0, "tcp_flows": 0, "udp_flows": 0,
                          "light_flows": 0}
 
@@ -843,6 +847,8 @@ class FlowTable:
             if conn.owned:
                 self._closing_own += 1
                 self._hold_budget()  # (charged less from now on: ``_charge``)
+                if self.stream_done and not conn.rst and _delivered_to_fin(conn):
+                    self.emit(StreamDone(info, ts_ns))
 
     def _stale_checked(self, entry: tuple[_S, Direction] | None, ts_ns: int
                        ) -> tuple[_S, Direction] | None:
@@ -1060,6 +1066,20 @@ def _info_of(state: _Tcp | _Udp) -> FlowInfo:
 def _flow_id(state: _Tcp | _Udp | bytes) -> int:
     """A flow's id, a young one's (its record) included."""
     return int(_YOUNG.unpack_from(state)[0]) if isinstance(state, bytes) else state.info.flow_id
+
+
+def _delivered_to_fin(conn: _Tcp) -> bool:
+    """Whether both directions of ``conn`` delivered every byte up to their FIN: none
+    buffered out of order or held out of window, none known sent (ACKed, or cut by the
+    snaplen) and never captured.  Then nothing but bytes sent after a FIN can follow."""
+    for half in (conn.c2s, conn.s2c):
+        if not isinstance(half, TcpHalfStream):
+            return False
+        fin = half.fin_seq_off
+        if (fin is None or half.next_off < fin or half.pieces or half.held
+                or (half.acked_off is not None and half.acked_off > half.next_off)):
+            return False
+    return True
 
 
 def turned(ev: _E) -> _E:

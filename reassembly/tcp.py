@@ -217,13 +217,14 @@ class TcpHalfStream:
         return max(self.next_off, self.pieces[-1].end) if self.pieces else self.next_off
 
     def _after_fin(self, off: int, data: bytes, ts_ns: int, frame: int) -> None:
-        """Data past this direction's FIN is decoded like any other, but flagged: a
-        host that closed its side does not send more."""
+        """Data past this direction's FIN is delivered like any other, but flagged: a
+        host that closed its side does not send more.  (Its consumer decodes it, unless
+        it ended the flow's decoding at a ``StreamDone``: then it says so itself.)"""
         self.emit(
             Anomaly(
                 f"{self.kind_prefix}.data_after_fin",
                 f"{len(data)} bytes at offset {off} sent after this direction's FIN (at "
-                f"offset {self.fin_seq_off}); decoded, but a closed side sends no data",
+                f"offset {self.fin_seq_off}); a closed side sends no data",
                 ts_ns,
                 frame,
                 self.flow,

@@ -75,6 +75,7 @@ from reassembly.events import (
     RoleSource,
     StreamClose,
     StreamData,
+    StreamDone,
     StreamGap,
     WebSocketControl,
     WebSocketHandshake,
@@ -288,6 +289,9 @@ class WebSocketLayer:
                 self.coalesced(ev)
             elif type(ev) is StreamClose:
                 self.close(ev)
+            elif type(ev) is StreamDone:
+                if ev.flow.flow_id not in self._conns:
+                    out.append(ev)  # (a WebSocket flow's inner session ends at its close)
             else:
                 out.append(ev)
             if out:

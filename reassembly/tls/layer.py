@@ -63,6 +63,7 @@ from reassembly.events import (
     LayerEvent,
     StreamClose,
     StreamData,
+    StreamDone,
     StreamGap,
     TlsConnection,
 )
@@ -273,6 +274,9 @@ class TlsLayer:
                 self.coalesced(ev)  # type: ignore[arg-type]
             elif t is StreamClose:
                 self.close(ev)  # type: ignore[arg-type]
+            elif t is StreamDone:
+                if ev.flow.flow_id not in self._conns:  # type: ignore[union-attr]
+                    out.append(ev)  # (a TLS flow's inner session ends at its close)
             else:
                 out.append(ev)
             if out:

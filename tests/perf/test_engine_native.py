@@ -359,12 +359,15 @@ def _per_flow(events: list) -> dict:
 def assert_engine_equal(batches_of, frames: list, limits: Limits | None = None,
                         coalesce: str = "adjacent", owns=None) -> native.NativeReassembler:
     """The reference's events and state over ``frames`` equal the native engine's over
-    the batches ``batches_of()`` makes of them."""
+    the batches ``batches_of()`` makes of them (``StreamDone`` events on, as the
+    conveyor has them)."""
     ref = Reassembler(limits, owns)
+    ref.flows.stream_done = True
     states: list = []
     _state_at_finish(ref, states)
     want = list(ref.process(frames))
     nat = native.NativeReassembler(limits, owns, coalesce=coalesce)
+    nat.ref.flows.stream_done = True
     _state_at_finish(nat.ref, states)
     raw = list(nat.process(batches_of()))
     got = _expanded(raw)
