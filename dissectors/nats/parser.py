@@ -747,9 +747,18 @@ def probe(direction: Direction, prefix: bytes) -> Verdict:
 
 
 def _is_cluster_json(line: bytes) -> bool:
-    from dissectors.nats.cluster import is_cluster_json  # it imports this module
+    global _cluster_json
+    if _cluster_json is None:
+        # imported on first use (it imports this module), then kept: an import statement
+        # here ran on every probe of a connection's INFO line, and the module's lazy
+        # ``__getattr__`` made each one raise and catch an AttributeError (``__path__``)
+        from dissectors.nats.cluster import is_cluster_json
 
-    return is_cluster_json(line)
+        _cluster_json = is_cluster_json
+    return _cluster_json(line)
+
+
+_cluster_json: Callable[[bytes], bool] | None = None
 
 
 resync = line_op_resync(_ALL_OPS)
