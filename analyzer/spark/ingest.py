@@ -677,6 +677,7 @@ def _dissect_partition(packets: PacketBatches, capture_id, options, schedule, sn
     reasm = TaskReassembler(options.limits, schedule, snaplen_first=snaplen_first,
                             unknown_first=unknown_first, frag_max=frag_max,
                             server_ports=job.server_ports)
+    reasm.flows.stream_done = True  # (as ``run_dissection``'s ``capture_events`` has it)
 
     error = None
     try:

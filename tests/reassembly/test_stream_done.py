@@ -30,6 +30,18 @@ def _conversation(path: Path, build) -> None:
     w.close()
 
 
+def write_bytes_after_both_fins(path: Path) -> None:
+    """INFO, a PUB, FINs both ways, then two more PUBs from the client (after its FIN's
+    sequence number)."""
+
+    def build(c: Conversation) -> None:
+        end = c.off[0] + 1  # (the FIN took a sequence number: the bytes after it)
+        c.fin()
+        c.send_at(0, end, PUB).send_at(0, end + len(PUB), PUB)
+
+    _conversation(path, build)
+
+
 def _events(path: Path, **kw) -> list:
     with open_capture(path) as reader:
         return list(capture_events(reader, **kw))
@@ -93,13 +105,7 @@ def test_bytes_sent_after_both_fins_are_counted_undecoded_and_said_so(tmp_path):
     them undecoded and says so once (``pipeline.data_after_close``).  Every byte is
     accounted for: the flow's decoded and undecoded bytes add up to its stream."""
     path = tmp_path / "after.pcap"
-
-    def build(c: Conversation) -> None:
-        end = c.off[0] + 1  # (the FIN took a sequence number: the bytes after it)
-        c.fin()
-        c.send_at(0, end, PUB).send_at(0, end + len(PUB), PUB)
-
-    _conversation(path, build)
+    write_bytes_after_both_fins(path)
     run = dissect_with_cli(path, tmp_path / "out")
     assert run.returncode == 1, run.stderr  # (anomalies)
     assert [r["op"] for r in run.tables["nats"]] == ["INFO", "PUB"]

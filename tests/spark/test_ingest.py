@@ -93,6 +93,23 @@ def test_split_capture_equals_local(spark, shared: Path, tmp_path: Path) -> None
         assert_same_dataset(local, tmp_path / f"s{i}")
 
 
+def test_bytes_after_both_fins_split_as_local(spark, tmp_path: Path) -> None:
+    """A flow whose decoding ended at its clean close (``StreamDone``), then bytes the
+    client sent after both FINs: a split task ends it there as ``msgcap dissect`` does,
+    so the bytes are counted undecoded and reported the same way."""
+    from tests.reassembly.test_stream_done import write_bytes_after_both_fins
+
+    path = tmp_path / "after.pcap"
+    write_bytes_after_both_fins(path)
+    local = _local([path], tmp_path / "local", _opts())
+    report = ingest(spark, [path], tmp_path / "spark", options=_opts(),
+                    split_bytes=max(path.stat().st_size // 3, 64))
+    assert report.how[str(path)].startswith("split:"), report.how
+    assert_same_dataset(local, tmp_path / "spark")
+    kinds = read_tables(local)["anomalies"].column("kind").to_pylist()
+    assert kinds.count("pipeline.data_after_close") == 1, kinds
+
+
 def test_split_synthetic_multi_host(spark, tmp_path: Path) -> None:
     """Many hosts (many keys, several dissection tasks), idle expiry driven by the
     global sweep clock, snaplen cuts (one summary row), lost fragments, and the merging
