@@ -680,8 +680,8 @@ class CaptureDissection:
         closed now and an ``_Ended`` keeps its counts until the flow's ``StreamClose``
         (one linger later: the flow row, written then, counts the last ACK and late
         duplicates).  Why: the sessions of lingering flows were most of what a capture
-        of many short connections held, and what the garbage collector walked again at
-        every sweep (``StreamDone``)."""
+        of many short connections held, and what every collection of the garbage
+        collector walked again (``StreamDone``)."""
         fid = ev.flow.flow_id
         fd = self._flows.get((fid, None))
         if fd is None or fid in self._inner_streams:
@@ -790,9 +790,7 @@ class CaptureDissection:
                 if fd.unclaimed:
                     return
             elif type(session) in _STAND_INS:
-                records = session.feed(ev.direction, ev.data, ev.span())
-                if records:
-                    self._emit_records(fd, records)
+                session.feed(ev.direction, ev.data, ev.span())
                 return
             else:
                 framed = self._framed.get(type(session))
@@ -946,13 +944,15 @@ def _interleaved_order(ats: list[int], n: int) -> pa.Array:
     return from_numpy(order)
 
 
-class _Abandoned:
-    """Stands in for a session that raised: swallows input, counts it undecoded."""
+class _StandIn:
+    """Stands in for a session that no longer decodes: keeps its counts and counts what
+    still comes undecoded (the flow row reads them)."""
 
-    def __init__(self, broken: Any) -> None:
-        self.decoded_bytes = list(broken.decoded_bytes)
-        self.undecoded_bytes = list(broken.undecoded_bytes)
-        self._broken = broken
+    __slots__ = ("decoded_bytes", "undecoded_bytes")
+
+    def __init__(self, session: Any) -> None:
+        self.decoded_bytes = list(session.decoded_bytes)
+        self.undecoded_bytes = list(session.undecoded_bytes)
 
     def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
         self.undecoded_bytes[direction] += len(data)
@@ -965,18 +965,27 @@ class _Abandoned:
         return []
 
 
-class _Ended:
-    """Stands in for a session ended at its flow's ``StreamDone`` (``CaptureDissection.
-    _done``), until the flow's close: its counts, and nothing else of it.  Bytes that
-    still come (sent after a FIN: ``tcp.data_after_fin``) are counted undecoded, the
-    first of them reported (``report``), once a flow."""
+class _Abandoned(_StandIn):
+    """Stands in for a session that raised (``pipeline.dissector_error``)."""
 
-    __slots__ = ("decoded_bytes", "undecoded_bytes", "_flow", "_report")
+    __slots__ = ("_broken",)
+
+    def __init__(self, broken: Any) -> None:
+        super().__init__(broken)
+        self._broken = broken
+
+
+class _Ended(_StandIn):
+    """Stands in for a session ended at its flow's ``StreamDone`` (``CaptureDissection.
+    _done``) until the flow's close, without it: bytes that still come (sent after a FIN:
+    ``tcp.data_after_fin``) are counted undecoded, the first of them reported
+    (``report``), once a flow."""
+
+    __slots__ = ("_flow", "_report")
 
     def __init__(self, ended: Any, flow: FlowInfo,
                  report: Callable[[FlowInfo, Direction, bytes, Span], None]) -> None:
-        self.decoded_bytes = list(ended.decoded_bytes)
-        self.undecoded_bytes = list(ended.undecoded_bytes)
+        super().__init__(ended)
         self._flow = flow
         self._report: Callable[[FlowInfo, Direction, bytes, Span], None] | None = report
 
@@ -985,12 +994,6 @@ class _Ended:
         if data and self._report is not None:
             self._report(self._flow, direction, data, span)
             self._report = None
-        return []
-
-    def gap(self, direction: Direction, offset: int, nbytes: int, ts_ns: int) -> list[Record]:
-        return []
-
-    def close(self, ts_ns: int) -> list[Record]:
         return []
 
 
