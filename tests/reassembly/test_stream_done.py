@@ -118,3 +118,37 @@ def test_bytes_sent_after_both_fins_are_counted_undecoded_and_said_so(tmp_path):
     assert (after["direction"], after["offset"], after["nbytes"], after["source"]) == (
         "c2s", len(PUB), len(PUB), "pipeline")
     assert "counted undecoded" in after["detail"]
+
+
+def test_connections_in_their_linger_hold_no_session(tmp_path):
+    """50 NATS connections closed one a millisecond: at the end of the capture all are
+    in their 10 s linger.  Their sessions ended at their second FIN, so none is alive
+    when the end of the capture closes the flows (the first ``StreamClose``); before
+    ``StreamDone`` all 50 were."""
+    import gc
+    import weakref
+
+    from analyzer.flowsummary import _FlowRowSink
+    from analyzer.pipeline import CaptureDissection, Options
+    from dissectors.registry import discover
+    from samples.hostile.generate import write_nats_connections
+
+    path = tmp_path / "closed.pcap"
+    write_nats_connections(path, 50, close=True)
+    job = CaptureDissection("0" * 16, _FlowRowSink(), discover(), Options(strict=True))
+    sessions: weakref.WeakSet = weakref.WeakSet()
+    made = job.detector.on_session
+
+    def on_session(fd) -> None:
+        sessions.add(fd.session)
+        made(fd)
+
+    job.detector.on_session = on_session
+    with open_capture(path) as reader:
+        for ev in capture_events(reader, job.limits, server_ports=job.server_ports,
+                                 roles=job.roles, chunks=True, stream_done=True):
+            if type(ev) is StreamClose:
+                break
+            job.handle(ev)
+    gc.collect()
+    assert len(sessions) == 0 and len(job._flows) == 50
