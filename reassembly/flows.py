@@ -538,8 +538,9 @@ class FlowTable:
     def _charge(self) -> int:
         """What the flows held cost, for the budget: young ones less than full ones, and
         full ones another process dissects, or closing ones (both FINs or a RST: their
-        linger), less than the open ones dissected here.  Why closing ones: their
-        sessions do live through the linger (``closed_linger_ns``), but charged in full a
+        linger), less than the open ones dissected here.  Why closing ones: a flow
+        closed by a RST, or with a byte missing, keeps its session through the linger
+        (``closed_linger_ns``; a clean close ends it at ``StreamDone``), but charged in full a
         capture of 1,000 short connections a second, 10,000 lingering at any time, made
         ~145,000 ``limit.memory`` rows (windows and flows given up) in an otherwise clean
         run; what they hold is bounded by the linger and the rate of closes instead
