@@ -84,14 +84,23 @@ def _scratch(suffix: str) -> Path:
 
 
 def _check_events(events: Iterable[Any]) -> int:
-    """Consume engine events; stream offsets must tile each stream direction."""
-    from reassembly.events import StreamData, StreamGap
+    """Consume engine events; stream offsets must tile each stream direction; a flow is
+    done (``StreamDone``) at most once, and before it is closed."""
+    from reassembly.events import StreamClose, StreamData, StreamDone, StreamGap
 
     ends: dict[tuple[int, int, int | None], int] = {}
+    done: set[int] = set()
+    closed: set[int] = set()
     n = 0
     for ev in events:
         n += 1
         t = type(ev)
+        if t is StreamDone:
+            fid = ev.flow.flow_id
+            check(fid not in done and fid not in closed, f"flow {fid}: StreamDone again")
+            done.add(fid)
+        elif t is StreamClose:
+            closed.add(ev.flow.flow_id)
         if t is StreamData or t is StreamGap:
             key = (ev.flow.flow_id, int(ev.direction), ev.stream_id)
             size = len(ev.data) if t is StreamData else ev.nbytes
@@ -117,7 +126,8 @@ def run_capture_file(path: Path) -> None:
         return  # not a capture at all: the one error open_capture may raise
     with reader:
         counting = _Counting(reader)
-        _check_events(capture_events(counting, limits))  # type: ignore[arg-type]
+        _check_events(capture_events(counting, limits,  # type: ignore[arg-type]
+                                     stream_done=True))
         info = reader.info
         check(info.packets == counting.frames,
               f"reader says {info.packets} packets, {counting.frames} frames were read")
