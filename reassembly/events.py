@@ -231,7 +231,8 @@ class StreamDone:
     lingering flows (1,000 closes a second, 10 s each), and their sessions were most of
     what such a run kept and its garbage collector walked again and again.  Emitted only
     for a consumer that asks for it (``capture_events(stream_done=True)``), once a flow,
-    never for a flow closed by a RST (bytes sent before a reset may still come in late)."""
+    never for a flow closed by a RST (bytes sent before the reset, or the other side's
+    bytes already on their way, may still come in)."""
 
     flow: FlowInfo
     ts_ns: int
