@@ -44,6 +44,7 @@ from tests.reassembly.synth import (  # noqa: E402 - after the sys.path line abo
 )
 
 FIN = 0x01
+RST = 0x04
 T0_US = 1_700_000_000_000_000
 CLIENT = bytes([10, 0, 0, 1])
 SERVER = bytes([10, 0, 0, 2])
@@ -103,6 +104,11 @@ class Conversation:
     def send_at(self, d: int, offset: int, data: bytes) -> Conversation:
         """One segment at stream ``offset`` (anywhere: out of order, overlapping)."""
         self._write(d, 1 + offset, ACK | PSH, data)
+        return self
+
+    def reset(self, d: int) -> Conversation:
+        """A RST from direction ``d`` at its next in-order offset."""
+        self._write(d, 1 + self.off[d], RST)
         return self
 
     def fin(self, length: tuple[int, int] | None = None) -> Conversation:
