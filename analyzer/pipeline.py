@@ -44,7 +44,16 @@ from analyzer.digest import file_sha256
 from analyzer.flowsummary import flow_row
 from analyzer.manifest import CaptureRun, InputInfo, update_manifest
 from analyzer.serverports import server_ports
-from analyzer.sink import CaptureLock, DatasetWriter, OutputError, OutputWriteError, Sink
+from analyzer.sink import (
+    BATCH_BYTES,
+    CaptureLock,
+    DatasetWriter,
+    OutputError,
+    OutputWriteError,
+    Sink,
+    binary_columns,
+    row_bytes,
+)
 from dissectors.api import (
     DEFAULT_PAYLOAD_CAP,
     ColumnAccumulator,
@@ -90,7 +99,12 @@ FLOW_ROW_BITS = 32  # rows per flow before ids would collide: 4 G
 FLOWLESS_BASE = 1 << 62
 _FRAME_ROWS_KEPT = 65536  # frames remembered for numbering flowless rows
 _FAST_BATCH_ROWS = 16384  # fast-path rows held before they become one Arrow batch
-_FAST_BATCH_BYTES = 256 << 20  # ... or this much column data (int32 Arrow offsets)
+# ... or this much column data: the writer's batch bound (``BATCH_BYTES``).  Until
+# 2026-11-28 256 MiB (below int32 Arrow offsets): with rows of large payloads (a
+# ``--payload-cap`` above the default) an accumulator held up to that, outside the
+# memory budget, and its batch was copied once more: 600 messages of 256 KiB (158 MB)
+# peaked at 466 MB with ``--payload-cap 1048576`` (docs/performance.md, "Memory").
+_FAST_BATCH_BYTES = BATCH_BYTES
 # ``MSGCAP_FLOW_COALESCE=0``: ``dissect_capture`` takes the engine's runs in the
 # reference's event order only (``CaptureDissection.may_reorder`` is never asked)
 FLOW_COALESCE_SWITCH = "MSGCAP_FLOW_COALESCE"
@@ -238,6 +252,7 @@ class CaptureDissection:
         self._accs: dict[str, ColumnAccumulator] = {}
         # dict rows of an accumulator's table that follow its first N rows: (N, row)
         self._between: dict[str, list[tuple[int, dict]]] = {}
+        self._between_bytes: dict[str, int] = {}  # captured bytes in them (``row_bytes``)
         layers = builtin_layers()
         self._layer_of: dict[type, type[LayerDissector]] = {
             ev: layer for layer in layers for ev in layer.events}
@@ -341,7 +356,13 @@ class CaptureDissection:
         waiting = self._between.setdefault(table, [])
         at = len(acc)
         waiting.extend((at, row) for row in rows)
-        if at + len(waiting) >= _FAST_BATCH_ROWS:
+        binary = binary_columns(self.tables[table])
+        held = self._between_bytes.get(table, 0)
+        if binary:  # (rows that may hold a payload kept whole: bounded by bytes too)
+            for row in rows:
+                held += row_bytes(binary, row)
+            self._between_bytes[table] = held
+        if at + len(waiting) >= _FAST_BATCH_ROWS or acc.nbytes + held >= _FAST_BATCH_BYTES:
             self._flush_columns(table)
 
     def _column_rows(self, fd: FlowDispatch, batch: ColumnBatch,
@@ -384,6 +405,7 @@ class CaptureDissection:
     def _flush_columns(self, table: str) -> None:
         acc = self._accs.get(table)
         waiting = self._between.pop(table, [])
+        self._between_bytes.pop(table, None)
         if acc is None or not len(acc):
             if waiting:
                 self.writer.write_rows(self.tables[table], [row for _, row in waiting])

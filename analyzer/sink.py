@@ -110,6 +110,9 @@ __all__ = [
     "OutputWriteError",
     "check_capture_absent",
     "commit_files",
+    "gated_rows",
+    "binary_columns",
+    "row_bytes",
     "dataset_schema",
     "exact_timestamps",
     "existing_partitions",
@@ -426,6 +429,39 @@ def remove_stale_parts(
                 f.unlink()
 
 
+def gated_rows(table: str, rows: Sequence[Mapping[str, Any]], keep_secrets: bool
+               ) -> Sequence[Mapping[str, Any]]:
+    """``rows`` of ``table`` as they may leave the process: an anomaly's free text may
+    quote wire bytes, so its ``detail`` passes the one redaction gate
+    (``dissectors.redaction.redact_text``) unless the run keeps secrets.  Every sink of
+    dict rows calls it (``DatasetWriter``, the Spark tasks' ``RunSink``), so no path
+    writes a detail another path would have redacted."""
+    if table != "anomalies" or keep_secrets:
+        return rows
+    return [r if not r.get("detail") else {**r, "detail": redact_text(r["detail"])}
+            for r in rows]
+
+
+@functools.cache
+def binary_columns(spec: TableSpec) -> tuple[str, ...]:
+    """The columns of ``spec``'s table that hold captured bytes (Arrow binary): what makes
+    one dict row large (a payload kept whole); every other value is bounded by a cap of
+    its own (a line's length, a JSON text's)."""
+    return tuple(f.name for f in arrow_schema(spec)
+                 if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type))
+
+
+def row_bytes(binary: tuple[str, ...], row: Mapping[str, Any]) -> int:
+    """The captured bytes a dict row holds in the ``binary`` columns (``binary_columns``):
+    what a sink counts, next to the rows, to bound what it holds before converting."""
+    n = 0
+    for name in binary:
+        value = row.get(name)
+        if value:
+            n += len(value)
+    return n
+
+
 def canonical_json(obj: Any) -> str:
     """Key-sorted compact JSON (options in file metadata; stable across runs)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
@@ -542,7 +578,7 @@ class _Table:
     that is never compared or shown."""
 
     __slots__ = ("spec", "schema", "pdir", "files", "writer", "file_row_groups", "rows",
-                 "batches", "batch_rows", "batch_bytes", "count", "row_groups")
+                 "rows_bytes", "batches", "batch_rows", "batch_bytes", "count", "row_groups")
 
     def __init__(self, spec: TableSpec, schema: pa.Schema, pdir: Path) -> None:
         self.spec = spec
@@ -552,6 +588,7 @@ class _Table:
         self.writer: pq.ParquetWriter | None = None  # of the last of ``files``, while open
         self.file_row_groups = 0  # row groups in that file (the Parquet thread's count)
         self.rows: list[Mapping[str, Any]] = []
+        self.rows_bytes = 0  # captured bytes ``rows`` hold (``row_bytes``)
         self.batches: list[pa.RecordBatch] = []  # precede ``rows``
         self.batch_rows = 0
         self.batch_bytes = 0  # Arrow bytes of ``batches``
@@ -646,9 +683,7 @@ class DatasetWriter:
         if self.validate:
             validate_batch(spec, batch)
         parts = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
-        if t.rows:
-            self._push(t, self._rows_batch(t, t.rows))
-            t.rows = []
+        self._convert_rows(t)
         for b in parts:
             if b.num_rows:
                 self._push(t, self._conform(t, b))
@@ -686,9 +721,7 @@ class DatasetWriter:
         with self._output():
             for name in sorted(self._tables):
                 t = self._tables[name]
-                if t.rows:
-                    self._push(t, self._rows_batch(t, t.rows))
-                    t.rows = []
+                self._convert_rows(t)
                 if t.batches:
                     self._drain_batches(t, final=True)
             # the tables with no row at all get their empty files (the schema) while the
@@ -801,27 +834,33 @@ class DatasetWriter:
 
     def _add_rows(self, t: _Table, rows: Sequence[Mapping[str, Any]]) -> None:
         # row dicts are converted to Arrow every ``_chunk`` rows (Python objects are far
-        # bigger than Arrow values); Arrow chunks are written once a batch is full
-        step = self._chunk
-        i, total = 0, len(rows)
-        while i < total:
-            if not t.rows and total - i >= step:
-                chunk = rows[i : i + step]
-                i += step
-            else:
-                take = min(step - len(t.rows), total - i)
-                t.rows.extend(rows[i : i + take])
-                i += take
-                if len(t.rows) < step:
-                    break
-                chunk, t.rows = t.rows, []
-            self._push(t, self._rows_batch(t, chunk))
-            if self._full(t):
-                self._drain_batches(t, final=False)
-        if t.rows and t.batch_rows + len(t.rows) >= self.rows_per_batch:
-            self._push(t, self._rows_batch(t, t.rows))
-            t.rows = []
+        # bigger than Arrow values) or once they hold ``batch_bytes`` of captured bytes
+        # (``row_bytes``: a payload kept whole under a large ``payload_cap``, which the
+        # row count alone let 4,096 rows hold); Arrow chunks are written once a batch is
+        # full
+        binary = binary_columns(t.spec)
+        step, limit = self._chunk, self.batch_bytes
+        held, nbytes = t.rows, t.rows_bytes
+        for row in rows:
+            held.append(row)
+            if binary:
+                nbytes += row_bytes(binary, row)
+            if len(held) >= step or nbytes >= limit:
+                t.rows_bytes = nbytes
+                self._convert_rows(t)
+                held, nbytes = t.rows, 0
+                if self._full(t):
+                    self._drain_batches(t, final=False)
+        t.rows_bytes = nbytes
+        if held and t.batch_rows + len(held) >= self.rows_per_batch:
+            self._convert_rows(t)
             self._drain_batches(t, final=False)
+
+    def _convert_rows(self, t: _Table) -> None:
+        """The table's held dict rows as one Arrow batch among its batches."""
+        if t.rows:
+            self._push(t, self._rows_batch(t, t.rows))
+            t.rows, t.rows_bytes = [], 0
 
     @staticmethod
     def _push(t: _Table, batch: pa.RecordBatch) -> None:
@@ -833,10 +872,7 @@ class DatasetWriter:
         return t.batch_rows >= self.rows_per_batch or t.batch_bytes >= self.batch_bytes
 
     def _rows_batch(self, t: _Table, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
-        if t.spec.name == "anomalies" and self.options.get("keep_secrets") is not True:
-            # free text may quote wire bytes: the one redaction gate (dissectors.redaction)
-            rows = [r if not r.get("detail") else {**r, "detail": redact_text(r["detail"])}
-                    for r in rows]
+        rows = gated_rows(t.spec.name, rows, self.options.get("keep_secrets") is True)
         batch = rows_to_batch(t.spec, rows)  # undeclared keys raise (module docstring)
         if self.validate:
             validate_batch(t.spec, batch)

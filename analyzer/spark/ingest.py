@@ -93,7 +93,7 @@ from analyzer.spark.task import (
 )
 from dissectors.payload.writer import DecodingWriter
 from dissectors.registry import Registry, discover
-from dissectors.schema import register_table, rows_to_batch
+from dissectors.schema import register_table
 from dissectors.tables import PARTITION_KEY, TableSpec
 from reassembly import native
 from reassembly.capture import Frame
@@ -672,7 +672,7 @@ def _dissect_partition(packets: PacketBatches, capture_id, options, schedule, sn
     first = next((b for b in it if b.num_rows), None)
     if first is None:
         return None
-    sink = RunSink(staging, piece, validate=options.validate)
+    sink = RunSink(staging, piece, validate=options.validate, keep_secrets=options.keep_secrets)
     job = CaptureDissection(capture_id, sink, registry, options)
     reasm = TaskReassembler(options.limits, schedule, snaplen_first=snaplen_first,
                             unknown_first=unknown_first, frag_max=frag_max,
@@ -802,7 +802,7 @@ def _write_piece(out: str | Store, capture_id: str, sha: str, options: Options, 
                         for batch in _file_batches(f, lut, store):
                             writer.write_batch(spec, batch)
                 if first and extra.get(spec.name):  # (what the local run writes last)
-                    writer.write_batch(spec, rows_to_batch(spec, extra[spec.name]))
+                    writer.write_rows(spec, extra[spec.name])  # (through the redaction gate)
             rows = writer.close(ensure_tables=tables if first else ())
         except BaseException:
             writer.abort()

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
-from analyzer.sink import RowSink
+from analyzer.sink import BATCH_BYTES, RowSink, binary_columns, gated_rows, row_bytes
 from dissectors.core_tables import FLOWS
 from dissectors.liftbridge.envelope import MAGIC as LIFTBRIDGE_MAGIC
 from dissectors.schema import arrow_schema, rows_to_batch, validate_batch
@@ -632,9 +632,15 @@ _RUN_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 class RunSink(RowSink):
     """``DatasetWriter`` stand-in for ``CaptureDissection`` inside a task.
 
-    Rows are converted to Arrow every ``chunk`` rows; every ``run_rows`` rows of a table
-    (and at ``close``) the buffered batches are written, in the order the rows came, as
-    one run file ``<staging>/<table>/run-<piece>-<n>.arrow``.  Flow rows also feed
+    Rows are converted to Arrow every ``chunk`` rows or ``run_bytes`` of captured bytes
+    (``analyzer.sink.row_bytes``), anomaly details through the redaction gate
+    (``analyzer.sink.gated_rows``) as the local writer does; every ``run_rows`` rows or
+    ``run_bytes`` bytes of Arrow data of a table, whichever comes first (and at
+    ``close``), the buffered batches are written, in the order the rows came, as one run
+    file ``<staging>/<table>/run-<piece>-<n>.arrow``.  Why bytes too: with rows alone a
+    task held up to 262,144 rows of a table before writing any, payloads and all (rows of
+    1 MiB payloads under ``--payload-cap 1048576``: 256 GiB); ``run_bytes`` is the local
+    writer's batch bound (``analyzer.sink.BATCH_BYTES``).  Flow rows also feed
     ``flows_seen`` (local flow id, first frame) for the id remapping.  Columnar: a
     compiled fast path's Arrow batches (``write_batch``) join the same runs, after the
     dict rows that came before them.  Why not sorted by record id (as until 2026-11-28):
@@ -643,15 +649,19 @@ class RunSink(RowSink):
     without them), and the local path's files are in this order too."""
 
     def __init__(self, staging: str | os.PathLike, piece: int, *, validate: bool,
-                 run_rows: int = 262144, chunk: int = 4096) -> None:
+                 keep_secrets: bool = False, run_rows: int = 262144,
+                 run_bytes: int = BATCH_BYTES, chunk: int = 4096) -> None:
         self.staging = Path(staging)
         self.piece = piece
         self.validate = validate
+        self.keep_secrets = keep_secrets
         self.run_rows = run_rows
+        self.run_bytes = run_bytes
         self.chunk = chunk
         self._rows: dict[str, list[Mapping[str, Any]]] = {}
+        self._rows_bytes: dict[str, int] = {}  # captured bytes ``_rows`` hold (``row_bytes``)
         self._batches: dict[str, list[pa.RecordBatch]] = {}
-        self._pending: dict[str, int] = {}
+        self._pending: dict[str, tuple[int, int]] = {}  # rows and Arrow bytes buffered
         self._specs: dict[str, TableSpec] = {}
         self._runs: Counter = Counter()
         self.rows: Counter = Counter()
@@ -676,42 +686,53 @@ class RunSink(RowSink):
         for b in (batch.to_batches() if isinstance(batch, pa.Table) else [batch]):
             if not b.schema.equals(schema):
                 b = pa.RecordBatch.from_arrays(b.columns, schema=schema)
-            self._batches.setdefault(name, []).append(b)
-            self._pending[name] = self._pending.get(name, 0) + b.num_rows
-        if self._pending.get(name, 0) >= self.run_rows:
-            self._write_run(name)
+            self._buffer(name, b)
 
     def write_rows(self, spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> None:
         name = spec.name
         self._specs.setdefault(name, spec)
         buf = self._rows.setdefault(name, [])
+        binary = binary_columns(spec)
+        held = self._rows_bytes.get(name, 0)
         for row in rows:
             if name == FLOWS.name:
                 self.flows_seen.append((row["flow_id"], row["frame_first"]))
                 if row.get("quic_version") is not None or "quic" in (row.get("layers") or ()):
                     self.quic_servers.add((row["server_ip"], row["server_port"]))
             buf.append(row)
-            if len(buf) >= self.chunk:
+            if binary:
+                held += row_bytes(binary, row)
+            if len(buf) >= self.chunk or held >= self.run_bytes:
                 self._convert(name)
-                buf = self._rows[name]
+                buf, held = self._rows[name], 0
+        self._rows_bytes[name] = held
 
     def _convert(self, name: str) -> None:
         rows = self._rows.get(name)
         if not rows:
             return
         spec = self._specs[name]
-        batch = rows_to_batch(spec, rows)  # undeclared keys raise, as in analyzer.sink
+        # undeclared keys raise, as in analyzer.sink
+        batch = rows_to_batch(spec, gated_rows(name, rows, self.keep_secrets))
         if self.validate:
             validate_batch(spec, batch)
-        self._batches.setdefault(name, []).append(batch)
-        self._pending[name] = self._pending.get(name, 0) + batch.num_rows
         self._rows[name] = []
-        if self._pending[name] >= self.run_rows:
+        self._rows_bytes[name] = 0
+        self._buffer(name, batch)
+
+    def _buffer(self, name: str, batch: pa.RecordBatch) -> None:
+        """Hold a converted batch for the table's next run; write the run once it holds
+        ``run_rows`` rows or ``run_bytes`` bytes."""
+        self._batches.setdefault(name, []).append(batch)
+        rows, nbytes = self._pending.get(name, (0, 0))
+        rows, nbytes = rows + batch.num_rows, nbytes + batch.nbytes
+        self._pending[name] = (rows, nbytes)
+        if rows >= self.run_rows or nbytes >= self.run_bytes:
             self._write_run(name)
 
     def _write_run(self, name: str) -> None:
         batches = self._batches.pop(name, [])
-        self._pending[name] = 0
+        self._pending[name] = (0, 0)
         if not batches:
             return
         spec = self._specs[name]
