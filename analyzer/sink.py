@@ -108,14 +108,13 @@ __all__ = [
     "CaptureLock",
     "OutputError",
     "OutputWriteError",
+    "binary_columns",
     "check_capture_absent",
     "commit_files",
-    "gated_rows",
-    "binary_columns",
-    "row_bytes",
     "dataset_schema",
     "exact_timestamps",
     "existing_partitions",
+    "gated_rows",
     "open_dataset",
     "part_file",
     "part_files",
@@ -123,6 +122,7 @@ __all__ = [
     "partition_dir",
     "read_spark_table",
     "remove_stale_parts",
+    "row_bytes",
     "table_dir",
     "with_exact_columns",
 ]
@@ -846,7 +846,6 @@ class DatasetWriter:
             if binary:
                 nbytes += row_bytes(binary, row)
             if len(held) >= step or nbytes >= limit:
-                t.rows_bytes = nbytes
                 self._convert_rows(t)
                 held, nbytes = t.rows, 0
                 if self._full(t):

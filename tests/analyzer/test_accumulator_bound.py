@@ -18,22 +18,44 @@ from tests.reassembly.synth import PcapWriter
 
 PAYLOAD = 256 * 1024
 MESSAGES = 160  # 40 MiB of payloads: past two BATCH_BYTES
+BIG = 2 * 1024 * 1024  # over the compiled scan's 1 MiB: the reference's dict rows
+BIG_MESSAGES = 24  # 48 MiB of payloads in dict rows
 
 
-@pytest.fixture(scope="module")
-def big_payloads(tmp_path_factory) -> Path:
-    """One NATS publisher sending ``MESSAGES`` PUBs of 256 KiB (distinct bytes each)."""
-    path = tmp_path_factory.mktemp("bound") / "big-payloads.pcap"
+def _publisher(path: Path, pubs: list[bytes]) -> Path:
+    """One NATS client connection (handshake, INFO, CONNECT) sending ``pubs``, whole
+    operations cut into 16,000-byte segments."""
     w = PcapWriter(path)
     conv = Conversation(w, 41000, 4222, seg=16000).handshake()
     conv.send(1, b'INFO {"server_id":"x","max_payload":67108864}\r\n')
     conv.send(0, b"CONNECT {}\r\n")
-    for i in range(MESSAGES):
-        payload = i.to_bytes(4, "big") * (PAYLOAD // 4)
-        conv.send(0, b"PUB big.%d %d\r\n" % (i, PAYLOAD) + payload + b"\r\n")
+    for op in pubs:
+        conv.send(0, op)
     conv.fin()
     w.close()
     return path
+
+
+def _pub(subject: str, payload: bytes) -> bytes:
+    return b"PUB %s %d\r\n" % (subject.encode(), len(payload)) + payload + b"\r\n"
+
+
+@pytest.fixture(scope="module")
+def big_payloads(tmp_path_factory) -> Path:
+    """``MESSAGES`` PUBs of 256 KiB (distinct bytes each), all taken by the scan."""
+    return _publisher(tmp_path_factory.mktemp("bound") / "big-payloads.pcap",
+                      [_pub(f"big.{i}", i.to_bytes(4, "big") * (PAYLOAD // 4))
+                       for i in range(MESSAGES)])
+
+
+@pytest.fixture(scope="module")
+def over_the_scan(tmp_path_factory) -> Path:
+    """PUBs of 2 MiB, which the compiled scan leaves to the reference (dict rows), each
+    after a small PUB the scan takes (so the dict rows wait beside the accumulator's)."""
+    pubs = []
+    for i in range(BIG_MESSAGES):
+        pubs += [_pub(f"small.{i}", b"hello"), _pub(f"big.{i}", i.to_bytes(4, "big") * (BIG // 4))]
+    return _publisher(tmp_path_factory.mktemp("bound") / "over-the-scan.pcap", pubs)
 
 
 def test_accumulated_rows_are_handed_on_by_bytes(big_payloads: Path, tmp_path: Path,
@@ -62,27 +84,6 @@ def test_accumulated_rows_are_handed_on_by_bytes(big_payloads: Path, tmp_path: P
     assert [r["payload"][:4] for r in pubs] == [i.to_bytes(4, "big") for i in range(MESSAGES)]
     assert {r["payload_len"] for r in pubs} == {PAYLOAD}
 
-
-@pytest.fixture(scope="module")
-def over_the_scan(tmp_path_factory) -> Path:
-    """PUBs of 2 MiB, which the compiled scan leaves to the reference (dict rows), each
-    after a small PUB the scan takes (so the dict rows wait beside the accumulator's)."""
-    path = tmp_path_factory.mktemp("bound") / "over-the-scan.pcap"
-    w = PcapWriter(path)
-    conv = Conversation(w, 41000, 4222, seg=16000).handshake()
-    conv.send(1, b'INFO {"server_id":"x","max_payload":67108864}\r\n')
-    conv.send(0, b"CONNECT {}\r\n")
-    for i in range(BIG_MESSAGES):
-        conv.send(0, b"PUB small.%d 5\r\nhello\r\n" % i)
-        payload = i.to_bytes(4, "big") * (BIG // 4)
-        conv.send(0, b"PUB big.%d %d\r\n" % (i, BIG) + payload + b"\r\n")
-    conv.fin()
-    w.close()
-    return path
-
-
-BIG = 2 * 1024 * 1024
-BIG_MESSAGES = 24  # 48 MiB of payloads in dict rows
 
 
 def test_dict_rows_are_converted_by_bytes(over_the_scan: Path, tmp_path: Path,
