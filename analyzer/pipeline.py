@@ -1012,11 +1012,10 @@ class _Ended(_StandIn):
         self._report: Callable[[FlowInfo, Direction, bytes, Span], None] | None = report
 
     def feed(self, direction: Direction, data: bytes, span: Span) -> list[Record]:
-        self.undecoded_bytes[direction] += len(data)
         if data and self._report is not None:
             self._report(self._flow, direction, data, span)
             self._report = None
-        return []
+        return super().feed(direction, data, span)
 
 
 # the sessions' stand-ins: they take bytes only to count them
